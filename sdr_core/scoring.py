@@ -1,0 +1,229 @@
+"""Vectorised exact SDR scoring (SPEC "Two-stage score").
+
+Everything here is a pure function on :mod:`sdr_core.vectors` containers: no I/O, no logging,
+no global state. Sentence-level similarities are float32 matrix products; the two reductions of
+stage 1 (max over a candidate paragraph's sentences, mean over a source paragraph's sentences)
+are ``np.maximum.reduceat`` / ``np.add.reduceat`` over paragraph segments. Normalisation
+statistics and the final document scores are computed in float64.
+
+The slow, obviously-correct oracle these functions are tested against is
+:mod:`sdr_core.reference`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from sdr_core.vectors import CorpusVectors, DocVectors
+
+__all__ = [
+    "SIGMA_FLOOR",
+    "NormStats",
+    "clamp_sigma",
+    "column_blocks",
+    "iter_paragraph_score_tiles",
+    "paragraph_scores",
+    "document_max",
+    "stats_from_paragraph_scores",
+    "sdr_scores",
+    "score_candidates",
+    "rank",
+]
+
+SIGMA_FLOOR = 1e-6
+"""A standard deviation below this is replaced by 1 (SPEC)."""
+
+
+def clamp_sigma(sigma: np.ndarray) -> np.ndarray:
+    """Return ``sigma`` as float64 with every value below :data:`SIGMA_FLOOR` replaced by 1."""
+    sigma = np.asarray(sigma, dtype=np.float64)
+    return np.where(sigma < SIGMA_FLOOR, 1.0, sigma)
+
+
+@dataclass(frozen=True)
+class NormStats:
+    """Per-source-paragraph normalisation statistics ``mu_i`` and ``sigma_i``.
+
+    ``sigma`` must already be clamped (see :func:`clamp_sigma`): every value is finite and
+    positive, which is what makes ``max_j`` commute with the normalisation.
+    """
+
+    mu: np.ndarray  # (n,) float64
+    sigma: np.ndarray  # (n,) float64, > 0
+
+    def __post_init__(self) -> None:
+        mu = np.asarray(self.mu, dtype=np.float64)
+        sigma = np.asarray(self.sigma, dtype=np.float64)
+        if mu.ndim != 1 or sigma.shape != mu.shape:
+            raise ValueError(f"mu and sigma must be 1-D of equal length, got {mu.shape} and {sigma.shape}")
+        if not (np.all(np.isfinite(mu)) and np.all(np.isfinite(sigma))):
+            raise ValueError("mu and sigma must be finite")
+        if np.any(sigma <= 0):
+            raise ValueError("sigma must be positive (clamp it with clamp_sigma first)")
+        object.__setattr__(self, "mu", mu)
+        object.__setattr__(self, "sigma", sigma)
+
+    def __len__(self) -> int:
+        return int(self.mu.size)
+
+    def take(self, indices: np.ndarray | slice) -> "NormStats":
+        """Statistics of the paragraphs at ``indices`` (e.g. one document's slice of corpus stats)."""
+        return NormStats(self.mu[indices], self.sigma[indices])
+
+
+def _check_dims(source: DocVectors, corpus: CorpusVectors) -> None:
+    if source.dim != corpus.dim:
+        raise ValueError(f"dimension mismatch: source has {source.dim}, corpus has {corpus.dim}")
+
+
+def column_blocks(par_offsets: np.ndarray, block_sentences: int) -> list[tuple[int, int]]:
+    """Split paragraphs into consecutive ``[p0, p1)`` blocks of at most ``block_sentences`` rows.
+
+    Blocks are aligned to paragraph boundaries; a paragraph longer than ``block_sentences`` gets
+    a block of its own (a block always holds at least one whole paragraph).
+    """
+    if block_sentences < 1:
+        raise ValueError(f"block_sentences must be >= 1, got {block_sentences}")
+    par_offsets = np.asarray(par_offsets, dtype=np.int64)
+    n = par_offsets.size - 1
+    blocks: list[tuple[int, int]] = []
+    p0 = 0
+    while p0 < n:
+        p1 = int(np.searchsorted(par_offsets, par_offsets[p0] + block_sentences, side="right")) - 1
+        p1 = min(max(p1, p0 + 1), n)
+        blocks.append((p0, p1))
+        p0 = p1
+    return blocks
+
+
+def iter_paragraph_score_tiles(
+    source: DocVectors, corpus: CorpusVectors, *, block_sentences: int = 65536
+) -> Iterator[tuple[int, int, np.ndarray]]:
+    """Yield ``(p0, p1, tile)`` with ``tile == paragraph_scores(source, corpus)[:, p0:p1]``.
+
+    One matrix product per block of corpus paragraphs; the product buffer is reused between
+    blocks, so peak memory is about ``source.n_sentences * block_sentences`` float32 (more when
+    a single paragraph is longer than the block). Each yielded tile is a fresh array.
+    """
+    _check_dims(source, corpus)
+    blocks = column_blocks(corpus.par_offsets, block_sentences)
+    offsets = corpus.par_offsets
+    src = source.vectors
+    n_src = source.n_sentences
+    src_starts = source.par_offsets[:-1]
+    inv_counts = (1.0 / np.diff(source.par_offsets)).astype(np.float32)[:, None]
+    widest = max(int(offsets[p1] - offsets[p0]) for p0, p1 in blocks)
+    buffer = np.empty(n_src * widest, dtype=np.float32)
+    for p0, p1 in blocks:
+        s0, s1 = int(offsets[p0]), int(offsets[p1])
+        sims = buffer[: n_src * (s1 - s0)].reshape(n_src, s1 - s0)
+        np.matmul(src, corpus.vectors[s0:s1].T, out=sims)
+        colmax = np.maximum.reduceat(sims, offsets[p0:p1] - s0, axis=1)
+        tile = np.add.reduceat(colmax, src_starts, axis=0)
+        tile *= inv_counts
+        yield p0, p1, tile
+
+
+def paragraph_scores(source: DocVectors, corpus: CorpusVectors, *, block_sentences: int = 65536) -> np.ndarray:
+    """Stage-1 paragraph-pair scores ``P`` of shape ``(source.n_paragraphs, corpus.n_paragraphs)``.
+
+    ``P[i, q]`` is the mean over the sentences of source paragraph ``i`` of the maximum cosine
+    similarity to the sentences of corpus paragraph ``q`` (float32).
+    """
+    out = np.empty((source.n_paragraphs, corpus.n_paragraphs), dtype=np.float32)
+    for p0, p1, tile in iter_paragraph_score_tiles(source, corpus, block_sentences=block_sentences):
+        out[:, p0:p1] = tile
+    return out
+
+
+def document_max(P: np.ndarray, doc_par_offsets: np.ndarray) -> np.ndarray:
+    """Max of ``P`` over each document's paragraph columns: shape ``(n, D)``."""
+    P = np.asarray(P)
+    doc_par_offsets = np.asarray(doc_par_offsets, dtype=np.int64)
+    if P.ndim != 2:
+        raise ValueError(f"P must be 2-D, got shape {P.shape}")
+    if doc_par_offsets.ndim != 1 or doc_par_offsets.size < 2:
+        raise ValueError("doc_par_offsets needs at least one document")
+    if doc_par_offsets[0] != 0 or doc_par_offsets[-1] != P.shape[1]:
+        raise ValueError(f"doc_par_offsets must run from 0 to {P.shape[1]} (the columns of P)")
+    if np.any(np.diff(doc_par_offsets) <= 0):
+        raise ValueError("every document needs at least one paragraph")
+    return np.maximum.reduceat(P, doc_par_offsets[:-1], axis=1)
+
+
+def stats_from_paragraph_scores(P: np.ndarray, *, exclude: np.ndarray | None = None) -> NormStats:
+    """Mean and population std of each row of ``P`` over the columns not excluded.
+
+    ``exclude`` is a boolean mask over the columns (True = leave out), used to leave out the
+    source document's own paragraphs. Accumulated in float64; sigma is clamped.
+    """
+    P = np.asarray(P)
+    if P.ndim != 2:
+        raise ValueError(f"P must be 2-D, got shape {P.shape}")
+    if exclude is not None:
+        exclude = np.asarray(exclude, dtype=bool)
+        if exclude.shape != (P.shape[1],):
+            raise ValueError(f"exclude must be a boolean mask of shape ({P.shape[1]},), got {exclude.shape}")
+        if np.any(exclude):
+            P = P[:, ~exclude]
+    if P.shape[1] == 0:
+        raise ValueError("no column left to compute statistics over")
+    mu = P.mean(axis=1, dtype=np.float64)
+    var = np.square(P - mu[:, None]).mean(axis=1)
+    return NormStats(mu, clamp_sigma(np.sqrt(var)))
+
+
+def sdr_scores(best: np.ndarray, stats: NormStats | None) -> np.ndarray:
+    """Stage-2 document scores ``S`` of shape ``(D,)`` (float64) from ``best = document_max(P)``.
+
+    ``S[c] = mean_i (best[i, c] - mu_i) / sigma_i``; with ``stats`` None, no normalisation
+    (the paper's "No normalization" ablation): ``S[c] = mean_i best[i, c]``. Since every
+    ``sigma_i > 0``, the max over a document's paragraphs of the normalised scores equals the
+    normalised max, so normalising ``best`` is exact.
+    """
+    best = np.asarray(best)
+    if best.ndim != 2 or best.shape[0] == 0:
+        raise ValueError(f"best must be 2-D with at least one row, got shape {best.shape}")
+    if stats is None:
+        return best.mean(axis=0, dtype=np.float64)
+    if len(stats) != best.shape[0]:
+        raise ValueError(f"stats cover {len(stats)} source paragraphs, best has {best.shape[0]} rows")
+    normalised = (best - stats.mu[:, None]) / stats.sigma[:, None]  # float64
+    return normalised.mean(axis=0)
+
+
+def score_candidates(
+    source: DocVectors,
+    candidates: CorpusVectors,
+    stats: NormStats | None,
+    *,
+    block_sentences: int = 65536,
+) -> np.ndarray:
+    """SDR scores of ``source`` against every document of ``candidates``, shape ``(D,)``.
+
+    This is the reranker's path: ``stats`` must be precomputed over the corpus (or a reference
+    sample of it), never over the candidates themselves (SPEC).
+    """
+    if stats is not None and len(stats) != source.n_paragraphs:
+        raise ValueError(f"stats cover {len(stats)} paragraphs, the source has {source.n_paragraphs}")
+    P = paragraph_scores(source, candidates, block_sentences=block_sentences)
+    return sdr_scores(document_max(P, candidates.doc_par_offsets), stats)
+
+
+def rank(ids: Sequence[str], scores: np.ndarray) -> list[int]:
+    """Indices ordered by score descending, ties broken by id ascending (SPEC)."""
+    scores = np.asarray(scores, dtype=np.float64)
+    if scores.ndim != 1 or scores.size != len(ids):
+        raise ValueError(f"need one score per id: {len(ids)} ids, scores of shape {scores.shape}")
+    if not np.all(np.isfinite(scores)):
+        raise ValueError("scores must be finite")
+    if scores.size == 0:
+        return []
+    # lexsort: last key is primary. Ranks of the ids keep Python's str ordering exactly.
+    id_order = sorted(range(len(ids)), key=ids.__getitem__)
+    id_rank = np.empty(len(ids), dtype=np.int64)
+    id_rank[id_order] = np.arange(len(ids))
+    return np.lexsort((id_rank, -scores)).tolist()

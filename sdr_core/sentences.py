@@ -1,0 +1,161 @@
+"""Sentence splitting with NLTK Punkt that works without downloaded NLTK data.
+
+Punkt needs parameters (abbreviations, collocations, frequent sentence starters). NLTK's English
+model is used when the ``punkt_tab`` data happens to be installed; otherwise, and in addition,
+a curated list of abbreviations common in legal and encyclopedic English is applied, so that
+"Art. 14", "No. 2226 of 2010", "Dr. Smith", "U.S.", "i.e." and "5 p.m." do not end a sentence.
+``nltk.download`` is never called. A splitter can also be trained on the user's own corpus with
+Punkt's unsupervised trainer (offline); the curated list is merged into what it learns.
+
+One more rule on top of Punkt: a break followed by a lower-case letter is undone (formal English
+does not start sentences in lower case; Punkt breaks there after unknown abbreviations such as
+"I.P.C. applies").
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer, PunktTrainer
+
+__all__ = ["CURATED_ABBREVIATIONS", "SENTENCE_STARTERS", "SentenceSplitter", "default_splitter"]
+
+logger = logging.getLogger(__name__)
+
+# Lower-case, without the final period; internal periods kept ("u.s", "i.e").
+CURATED_ABBREVIATIONS: frozenset[str] = frozenset(
+    """
+    mr mrs ms dr prof sr jr st mt hon messrs smt shri sri km lt col gen capt sgt rev fr gov sen rep
+    art arts no nos sec secs ss cl cls r rr o ord reg regs sch para paras pt pts ch chap vol vols
+    pp p ed eds fig figs tab eq eqs ref refs app apps viz cf etc e.g i.e et al approx est ca c
+    vs v u.s u.s.a u.k u.n e.u n.y d.c l.a a.d b.c a.m p.m no.s
+    jan feb mar apr jun jul aug sep sept oct nov dec mon tue wed thu fri sat sun
+    co corp inc ltd bros pvt govt dept assn univ inst dist distt
+    rs re j jj cj acj spl addl dy asstt
+    i.p.c cr.p.c c.p.c crpc cpc ipc s.c h.c a.i.r s.c.r s.c.c s.c.a.l.e j.t all.e.r k.b q.b w.l.r
+    ltd.co cal bom mad ker guj pat raj ori
+    """.split()
+)
+
+# Capitalised words that, after an abbreviation, mean a new sentence has started
+# (Punkt's "frequent sentence starter" heuristic, section 4.1.3 of Kiss & Strunk 2006).
+SENTENCE_STARTERS: frozenset[str] = frozenset(
+    """
+    the this these that those it its he she they we i in on at however thus but then there
+    accordingly therefore hence further furthermore moreover also a an his her their our
+    """.split()
+)
+
+_LOWER_START = re.compile(r"^[\"'(\[]*[a-z]")
+_WS = re.compile(r"\s+")
+
+
+def _punkt_tab_params() -> PunktParameters | None:
+    """NLTK's English Punkt parameters if the data is installed, else None (never downloads)."""
+    try:
+        import nltk.data
+
+        nltk.data.find("tokenizers/punkt_tab/english/")
+    except LookupError:
+        return None
+    try:
+        from nltk.tokenize.punkt import PunktTokenizer
+
+        return PunktTokenizer("english")._params
+    except (LookupError, OSError, ValueError) as e:  # damaged or partial installs
+        logger.warning("NLTK punkt_tab data found but not loadable (%s); using the curated list", e)
+        return None
+
+
+def _merged(params: PunktParameters) -> PunktParameters:
+    params.abbrev_types |= set(CURATED_ABBREVIATIONS)
+    params.sent_starters |= set(SENTENCE_STARTERS)
+    return params
+
+
+@dataclass(frozen=True)
+class SentenceSplitter:
+    """Split paragraph text into sentences.
+
+    ``source`` records where the Punkt parameters came from (``curated``, ``nltk-punkt_tab`` or
+    ``trained``) so that indexes can store it as provenance.
+    """
+
+    params: PunktParameters = field(repr=False)
+    source: str = "curated"
+
+    @classmethod
+    def default(cls) -> "SentenceSplitter":
+        params = _punkt_tab_params()
+        if params is None:
+            return cls(_merged(PunktParameters()), "curated")
+        return cls(_merged(params), "nltk-punkt_tab")
+
+    @classmethod
+    def train(cls, texts: Iterable[str]) -> "SentenceSplitter":
+        """Learn abbreviations, collocations and sentence starters from the user's own corpus."""
+        trainer = PunktTrainer()
+        trainer.INCLUDE_ALL_COLLOCS = True
+        for text in texts:
+            trainer.train(text, finalize=False)
+        trainer.finalize_training()
+        return cls(_merged(trainer.get_params()), "trained")
+
+    def save(self, path: str | Path) -> None:
+        """Write the parameters as JSON (sets are sorted so the file is reproducible)."""
+        p = self.params
+        data = {
+            "source": self.source,
+            "abbrev_types": sorted(p.abbrev_types),
+            "collocations": sorted(list(c) for c in p.collocations),
+            "sent_starters": sorted(p.sent_starters),
+            "ortho_context": dict(sorted(p.ortho_context.items())),
+        }
+        Path(path).write_text(json.dumps(data, indent=1), encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: str | Path) -> "SentenceSplitter":
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        p = PunktParameters()
+        p.abbrev_types = set(data["abbrev_types"])
+        p.collocations = {tuple(c) for c in data["collocations"]}
+        p.sent_starters = set(data["sent_starters"])
+        for k, v in data["ortho_context"].items():
+            p.ortho_context[k] = v
+        return cls(p, data.get("source", "trained"))
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_tokenizer", PunktSentenceTokenizer(self.params))
+
+    def split(self, text: str) -> list[str]:
+        """Sentences of ``text`` (whitespace collapsed; empty pieces dropped)."""
+        text = _WS.sub(" ", text).strip()
+        if not text:
+            return []
+        pieces = self._tokenizer.tokenize(text)  # type: ignore[attr-defined]
+        out: list[str] = []
+        for piece in pieces:
+            piece = piece.strip()
+            if not piece:
+                continue
+            if out and _LOWER_START.match(piece):
+                out[-1] = f"{out[-1]} {piece}"
+            else:
+                out.append(piece)
+        return out
+
+
+_DEFAULT: SentenceSplitter | None = None
+
+
+def default_splitter() -> SentenceSplitter:
+    """The process-wide default splitter (built on first use, not at import)."""
+    global _DEFAULT
+    if _DEFAULT is None:
+        _DEFAULT = SentenceSplitter.default()
+    return _DEFAULT
