@@ -16,7 +16,7 @@ from typing import Sequence
 
 from .errors import SDRError
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "encoder_settings", "segmentation_settings", "cache_from_args"]
 
 logger = logging.getLogger("sdr")
 
@@ -57,7 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
             "with MPR, MRR, HR@10, MAP, P@10, Recall@100, nDCG@10 and the query count."
         ),
     )
-    ev.add_argument("--corpus", required=True, nargs="+", metavar="PATH", help="corpus: .jsonl[.gz] files or .txt directories")
+    ev.add_argument("--corpus", nargs="+", metavar="PATH", help="corpus: .jsonl[.gz] files or .txt directories (exhaustive ranking)")
+    ev.add_argument("--store", type=Path, metavar="DIR", help="rank with the two-stage engine over this store instead of --corpus")
+    ev.add_argument("--candidates", type=int, help="with --store: K documents reranked exactly (default 100; env SDR_CANDIDATES)")
     ev.add_argument("--queries", required=True, nargs="+", metavar="PATH", help="query documents, same formats")
     ev.add_argument("--qrels", required=True, metavar="PATH", help="TREC qrels file")
     ev.add_argument("--method", default="sdr", choices=["sdr", "sdr-nonorm", "mean", "bm25"], help="ranking method (default sdr)")
@@ -74,10 +76,69 @@ def build_parser() -> argparse.ArgumentParser:
     _add_encoder_args(ev)
     _add_segmentation_args(ev)
     ev.set_defaults(handler=cmd_eval)
+
+    ix = sub.add_parser(
+        "index", help="index documents into an embedded store (resumable)",
+        description="Encode documents and write them to an embedded store in DIR (created if needed). "
+        "Unchanged documents are skipped, so an interrupted run resumes. Ends by refreshing the "
+        "normalisation statistics against a reference sample (see `sdr stats`).",
+    )
+    ix.add_argument("--store", required=True, type=Path, metavar="DIR")
+    ix.add_argument("paths", nargs="+", metavar="PATH", help=".jsonl[.gz] files or directories of .txt files")
+    ix.add_argument("--no-stats", action="store_true", help="leave statistics stale (refresh later with `sdr stats`)")
+    ix.add_argument("--sample", type=int, default=5000, metavar="R", help="reference sample size for the statistics (default 5000)")
+    ix.add_argument("--seed", type=int, default=0)
+    ix.add_argument("--no-progress", action="store_true")
+    _add_encoder_args(ix)
+    _add_segmentation_args(ix)
+    ix.set_defaults(handler=_lazy("indexer.commands", "cmd_index"))
+
+    ml = sub.add_parser(
+        "mlt", help="more like this: documents of a store most similar to a document",
+        description="Two-stage more-like-this: nested sentence k-NN candidates, then the exact SDR score.",
+    )
+    ml.add_argument("--store", required=True, type=Path, metavar="DIR")
+    src = ml.add_mutually_exclusive_group(required=True)
+    src.add_argument("--id", help="an indexed document")
+    src.add_argument("--file", type=Path, help="a new document: .txt (raw text) or .json/.jsonl (a record)")
+    src.add_argument("--text", help="a new document as text")
+    ml.add_argument("--size", type=int, default=10, help="results (default 10)")
+    ml.add_argument("--candidates", type=int, help="K documents reranked exactly (default 100; env SDR_CANDIDATES)")
+    ml.add_argument("--json", action="store_true", help="print JSON")
+    ml.add_argument("--explain", action="store_true", help="add the best paragraph pairs and their best sentence pairs")
+    _add_encoder_args(ml)
+    ml.set_defaults(handler=_lazy("reranker.commands", "cmd_mlt"))
+
+    st = sub.add_parser(
+        "stats", help="recompute normalisation statistics of a store",
+        description="Recompute every paragraph's normalisation statistics: exact (against all corpus "
+        "paragraphs; O(sentences^2)) by default, or against a reference sample of R paragraphs with --sample R.",
+    )
+    st.add_argument("--store", required=True, type=Path, metavar="DIR")
+    st.add_argument("--sample", type=int, metavar="R", help="sampled statistics against R paragraphs instead of exact")
+    st.add_argument("--reference-size", type=int, default=5000, metavar="R",
+                    help="size of the reference sample recorded for new-text queries when computing exact stats (default 5000)")
+    st.add_argument("--seed", type=int, default=0)
+    st.add_argument("--no-progress", action="store_true")
+    st.set_defaults(handler=_lazy("indexer.commands", "cmd_stats"))
+
+    inf = sub.add_parser("info", help="counts, model and statistics state of a store")
+    inf.add_argument("--store", required=True, type=Path, metavar="DIR")
+    inf.add_argument("--json", action="store_true")
+    inf.set_defaults(handler=_lazy("indexer.commands", "cmd_info"))
     return parser
 
 
-def _encoder_settings(args):
+def _lazy(module: str, name: str):
+    def handler(args):
+        import importlib
+
+        return getattr(importlib.import_module(module), name)(args)
+
+    return handler
+
+
+def encoder_settings(args):
     from .settings import EncoderSettings
 
     overrides = {k: v for k, v in {
@@ -86,14 +147,14 @@ def _encoder_settings(args):
     return EncoderSettings(**overrides)
 
 
-def _segmentation_settings(args):
+def segmentation_settings(args):
     from .settings import SegmentationSettings
 
     overrides = {"paragraph_unit": args.paragraph_unit} if args.paragraph_unit else {}
     return SegmentationSettings(**overrides)
 
 
-def _cache(args):
+def cache_from_args(args):
     from .cache import EmbeddingCache
     from .settings import CacheSettings
 
@@ -110,9 +171,15 @@ def cmd_eval(args) -> int:
     from .evaluation import EvalInputs, VECTOR_METHODS, rank_all
     from .metrics import evaluate, read_qrels, write_run
 
+    if args.store is not None:
+        from reranker.commands import cmd_eval_store
+
+        return cmd_eval_store(args)
+    if not args.corpus:
+        raise SDRError("sdr eval needs --corpus (exhaustive ranking) or --store (two-stage engine)")
     t0 = time.perf_counter()
     progress = not args.no_progress
-    seg = _segmentation_settings(args)
+    seg = segmentation_settings(args)
     qrels = read_qrels(args.qrels)
     corpus_report, query_report = ReadReport(), ReadReport()
     corpus_docs = list(read_documents(args.corpus, settings=seg, report=corpus_report, strict=args.strict))
@@ -126,8 +193,8 @@ def cmd_eval(args) -> int:
     inputs = EvalInputs(corpus_docs, query_docs)
     extra: dict = {}
     if args.method in VECTOR_METHODS:
-        encoder = SentenceEncoder(settings=_encoder_settings(args))
-        cache = _cache(args)
+        encoder = SentenceEncoder(settings=encoder_settings(args))
+        cache = cache_from_args(args)
         try:
             inputs.query_vectors = [v for _, v in embed_documents(query_docs, encoder, cache=cache, progress=progress, total=len(query_docs))]
             inputs.corpus_vectors = embed_corpus(corpus_docs, encoder, cache=cache, progress=progress)

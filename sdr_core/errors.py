@@ -16,6 +16,13 @@ __all__ = [
     "InputReadError",
     "ModelNotFoundError",
     "ModelMismatchError",
+    "NotFoundError",
+    "DocumentNotFoundError",
+    "IndexNotFoundError",
+    "StoreError",
+    "BackendUnavailableError",
+    "OverloadedError",
+    "StatsUnavailableError",
 ]
 
 
@@ -57,3 +64,33 @@ class ModelNotFoundError(SDRError, FileNotFoundError):
 
 class ModelMismatchError(SDRError):
     """Vectors were produced by a different model or settings than the one asked for."""
+
+
+class NotFoundError(SDRError, LookupError):
+    """Something named by the user does not exist (maps to HTTP 404)."""
+
+
+class DocumentNotFoundError(NotFoundError):
+    def __init__(self, doc_id: str):
+        self.doc_id = doc_id
+        super().__init__(f"document {doc_id!r} is not in the index")
+
+
+class IndexNotFoundError(NotFoundError):
+    """The store directory or OpenSearch index does not exist."""
+
+
+class StoreError(SDRError):
+    """The store is damaged or was written by an incompatible version."""
+
+
+class BackendUnavailableError(SDRError):
+    """The backing service (OpenSearch, Redis) cannot be reached (maps to HTTP 503)."""
+
+
+class OverloadedError(SDRError):
+    """Too many concurrent requests (maps to HTTP 429)."""
+
+
+class StatsUnavailableError(SDRError):
+    """Normalisation statistics are needed but have not been computed (run `sdr stats`)."""

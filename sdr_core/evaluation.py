@@ -24,7 +24,7 @@ import numpy as np
 
 from .documents import Document
 from .scoring import NormStats, document_max, paragraph_scores, rank, sdr_scores, stats_from_paragraph_scores
-from .stats import ReferenceSample, draw_reference_sample, sampled_stats
+from .stats import ReferenceSample, SampledParagraphs, draw_reference_sample, sample_vectors, stats_against_sample
 from .vectors import CorpusVectors, DocVectors
 
 __all__ = ["METHODS", "VECTOR_METHODS", "Ranking", "sdr_rank_scores", "mean_vectors", "rank_all"]
@@ -42,19 +42,20 @@ def sdr_rank_scores(
     corpus: CorpusVectors,
     *,
     normalise: bool = True,
-    sample: ReferenceSample | None = None,
+    sample: SampledParagraphs | None = None,
     exclude_doc: int | None = None,
 ) -> np.ndarray:
     """Exact SDR score of ``source`` against every corpus document (shape ``(D,)``).
 
-    With ``sample`` the statistics come from the reference sample; otherwise from every corpus
+    With ``sample`` (built once by :func:`sample_vectors`) the statistics come from the reference
+    sample; otherwise from every corpus
     paragraph except those of ``exclude_doc``.
     """
     P = paragraph_scores(source, corpus)
     stats: NormStats | None = None
     if normalise:
         if sample is not None:
-            stats = sampled_stats(source, corpus, sample, exclude_doc=exclude_doc)
+            stats = stats_against_sample(source, sample, exclude_doc=exclude_doc)
         else:
             exclude = None
             if exclude_doc is not None:
@@ -127,9 +128,10 @@ def rank_all(
         else:
             sample = None
             if method == "sdr" and stats == "sampled":
-                sample = draw_reference_sample(corpus, sample_size, seed=seed)
+                drawn = draw_reference_sample(corpus, sample_size, seed=seed)
                 if on_sample:
-                    on_sample(sample)
+                    on_sample(drawn)
+                sample = sample_vectors(corpus, drawn)
             elif stats not in ("exact", "sampled"):
                 raise ValueError(f"unknown stats mode {stats!r}")
             normalise = method == "sdr"
@@ -153,3 +155,4 @@ def rank_all(
         if bar is not None:
             bar.close()
     return runs
+

@@ -24,6 +24,7 @@ __all__ = [
     "NormStats",
     "clamp_sigma",
     "column_blocks",
+    "segment_max_rows",
     "iter_paragraph_score_tiles",
     "paragraph_scores",
     "document_max",
@@ -99,31 +100,82 @@ def column_blocks(par_offsets: np.ndarray, block_sentences: int) -> list[tuple[i
     return blocks
 
 
+def _segment_max_rows_permuted(
+    values: np.ndarray, starts: np.ndarray, lengths: np.ndarray, scratch: np.ndarray
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Row-segment maxima in a permuted order: ``(maxima, order)``, ``maxima[j]`` is segment ``order[j]``.
+
+    ``order`` None means the natural order. Segments are consecutive and non-empty. The maxima
+    may be ``values`` itself (every segment one row long).
+    """
+    if lengths.size == values.shape[0]:  # every segment is a single row
+        return values, None
+    order: np.ndarray | None = None
+    if np.any(lengths[1:] > lengths[:-1]):
+        order = np.argsort(-lengths, kind="stable")
+        starts, lengths = starts[order], lengths[order]
+    out = values[starts]
+    # n_longer[o - 1] = number of segments longer than o (lengths sorted descending)
+    n_longer = np.searchsorted(-lengths, -np.arange(1, int(lengths[0])), side="left")
+    for o, m in enumerate(n_longer.tolist(), start=1):
+        rows = np.take(values, starts[:m] + o, axis=0, out=scratch[:m], mode="clip")
+        np.maximum(out[:m], rows, out=out[:m])
+    return out, order
+
+
+def segment_max_rows(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray, scratch: np.ndarray) -> np.ndarray:
+    """Row-segment maxima: ``out[j] = values[starts[j] : starts[j] + lengths[j]].max(axis=0)``.
+
+    Equivalent to ``np.maximum.reduceat(values, starts, axis=0)`` for consecutive non-empty
+    segments, but fast for short segments: segments are sorted by length (descending), so step
+    ``o`` folds row ``o`` of every segment longer than ``o`` into a contiguous prefix of the
+    output with one row gather and one ``np.maximum`` (``reduceat`` pays a call per output
+    element). ``scratch`` is a float32 buffer of at least ``(len(starts), values.shape[1])``.
+    """
+    maxima, order = _segment_max_rows_permuted(values, starts, lengths, scratch)
+    if order is None:
+        return maxima.copy() if maxima is values else maxima
+    result = np.empty_like(maxima)
+    result[order] = maxima
+    return result
+
+
 def iter_paragraph_score_tiles(
     source: DocVectors, corpus: CorpusVectors, *, block_sentences: int = 65536
 ) -> Iterator[tuple[int, int, np.ndarray]]:
     """Yield ``(p0, p1, tile)`` with ``tile == paragraph_scores(source, corpus)[:, p0:p1]``.
 
-    One matrix product per block of corpus paragraphs; the product buffer is reused between
+    One matrix product per block of corpus paragraphs (corpus rows x source sentences), then the
+    max over each corpus paragraph's rows (:func:`segment_max_rows`) and the mean over each
+    source paragraph's columns (``np.add.reduceat``). The product buffer is reused between
     blocks, so peak memory is about ``source.n_sentences * block_sentences`` float32 (more when
-    a single paragraph is longer than the block). Each yielded tile is a fresh array.
+    a single paragraph is longer than the block), plus two ``(paragraphs in block,
+    source.n_sentences)`` buffers for the maxima. Each yielded tile is a fresh array.
     """
     _check_dims(source, corpus)
     blocks = column_blocks(corpus.par_offsets, block_sentences)
     offsets = corpus.par_offsets
+    lengths = np.diff(offsets)
     src = source.vectors
     n_src = source.n_sentences
     src_starts = source.par_offsets[:-1]
-    inv_counts = (1.0 / np.diff(source.par_offsets)).astype(np.float32)[:, None]
+    inv_counts = (1.0 / np.diff(source.par_offsets)).astype(np.float32)
     widest = max(int(offsets[p1] - offsets[p0]) for p0, p1 in blocks)
-    buffer = np.empty(n_src * widest, dtype=np.float32)
+    most = max(p1 - p0 for p0, p1 in blocks)
+    product = np.empty(widest * n_src, dtype=np.float32)
+    scratch = np.empty((most, n_src), dtype=np.float32)
     for p0, p1 in blocks:
         s0, s1 = int(offsets[p0]), int(offsets[p1])
-        sims = buffer[: n_src * (s1 - s0)].reshape(n_src, s1 - s0)
-        np.matmul(src, corpus.vectors[s0:s1].T, out=sims)
-        colmax = np.maximum.reduceat(sims, offsets[p0:p1] - s0, axis=1)
-        tile = np.add.reduceat(colmax, src_starts, axis=0)
-        tile *= inv_counts
+        sims = product[: (s1 - s0) * n_src].reshape(s1 - s0, n_src)
+        np.matmul(corpus.vectors[s0:s1], src.T, out=sims)
+        colmax, order = _segment_max_rows_permuted(sims, offsets[p0:p1] - s0, lengths[p0:p1], scratch)
+        permuted = np.add.reduceat(colmax, src_starts, axis=1)  # (p1 - p0, n_paragraphs)
+        permuted *= inv_counts
+        tile = np.empty((source.n_paragraphs, p1 - p0), dtype=np.float32)
+        if order is None:
+            tile[...] = permuted.T
+        else:
+            tile[:, order] = permuted.T
         yield p0, p1, tile
 
 

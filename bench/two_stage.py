@@ -1,0 +1,264 @@
+"""Two-stage engine: fidelity to exhaustive SDR, latency at >= 1M sentences, memory.
+
+Side by side in one run:
+
+1. **Fidelity** on IRLeD dev: for every dev query (new text, statistics from the store's reference
+   sample), the fraction of the exhaustive SDR top-10 (same statistics, every corpus document)
+   found in the two-stage top-10, for each candidate aggregation and K. Also against the
+   exhaustive ranking with exact statistics (every corpus paragraph), for information.
+2. **Fidelity on wiki**: a store of the first ``--wiki-docs`` articles, queries drawn from it
+   (indexed sources, stored statistics).
+3. **Latency**: the IRLeD store's real vectors tiled to >= ``--min-sentences`` (each copy gets
+   small noise and is re-normalised, new ids), ~200-sentence indexed sources: p50 / p99 of
+   ``more_like_this`` (candidates + fetch + exact rerank), next to exhaustive exact SDR for the
+   same sources (speed-up).
+4. **Memory**: store size on disk and process RSS per million sentences, next to the raw float32
+   vector bytes.
+
+Vectors come from the embedding cache (run ``sdr eval`` first, or this script encodes).
+Usage: python bench/two_stage.py [--skip-wiki] [--min-sentences 1000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import itertools
+import json
+import os
+import resource
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from indexer.embedded import EmbeddedStore  # noqa: E402
+from indexer.pipeline import index_documents  # noqa: E402
+from indexer.stats_job import refresh_stats  # noqa: E402
+from reranker.engine import MLTSettings, MoreLikeThis  # noqa: E402
+from sdr_core.cache import EmbeddingCache  # noqa: E402
+from sdr_core.documents import Document, read_documents  # noqa: E402
+from sdr_core.embed import embed_documents  # noqa: E402
+from sdr_core.encoder import SentenceEncoder  # noqa: E402
+from sdr_core.evaluation import sdr_rank_scores  # noqa: E402
+from sdr_core.scoring import document_max, paragraph_scores, rank, sdr_scores  # noqa: E402
+from sdr_core.settings import CacheSettings  # noqa: E402
+from sdr_core.vectors import DocVectors  # noqa: E402
+
+DATA = ROOT.parent / "shared" / "data"
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def dir_mb(path: Path) -> float:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 1e6
+
+
+def build_store(path: Path, docs: list[Document], encoder, cache, *, sample: int) -> EmbeddedStore:
+    store = EmbeddedStore(path, create=True)
+    index_documents(store, docs, encoder, cache=cache, progress=True, total=len(docs),
+                    segmentation={"paragraph_unit": "paragraph"})
+    refresh_stats(store, exact=False, sample_size=sample, seed=0, progress=True)
+    return store
+
+
+def exhaustive_top(engine: MoreLikeThis, source, corpus, k: int = 10) -> list[str]:
+    P = paragraph_scores(source.vectors, corpus)
+    scores = sdr_scores(document_max(P, corpus.doc_par_offsets), source.stats)
+    order = rank(list(corpus.ids), scores)
+    out = [corpus.ids[i] for i in order if corpus.ids[i] != source.indexed_id]
+    return out[:k]
+
+
+def fidelity(store, encoder, sources, ks, aggregations, knn_ks, corpus, exact_tops=None) -> list[dict]:
+    rows = []
+    truth = {}
+    engine = MoreLikeThis(store=store, encoder=encoder)
+    for name, src in sources:
+        truth[name] = exhaustive_top(engine, src, corpus)
+    for agg in aggregations:
+        for knn_k in knn_ks:
+            for K in ks:
+                eng = MoreLikeThis(store=store, encoder=encoder,
+                                   settings=MLTSettings(candidates=K, knn_k=knn_k, aggregation=agg))
+                ov, ov_exact, times = [], [], []
+                for name, src in sources:
+                    t = time.perf_counter()
+                    res = eng.search(src, size=10)
+                    times.append(time.perf_counter() - t)
+                    top = [h.id for h in res.hits]
+                    ov.append(len(set(top) & set(truth[name])) / max(1, len(truth[name])))
+                    if exact_tops:
+                        ov_exact.append(len(set(top) & set(exact_tops[name])) / 10)
+                rows.append({"aggregation": agg, "knn_k": knn_k, "K": K, "recall@10": float(np.mean(ov)),
+                             "min": float(np.min(ov)),
+                             "vs_exact_stats": float(np.mean(ov_exact)) if ov_exact else None,
+                             "ms_per_query": float(np.median(times) * 1e3)})
+    return rows
+
+
+def print_fidelity(title: str, rows: list[dict]) -> None:
+    print(f"\n== {title}")
+    print(f"{'aggregation':>11} {'knn_k':>5} {'K':>5} {'top10 recall':>12} {'min':>5} {'vs exact-stats':>14} {'ms/query':>9}")
+    for r in rows:
+        ve = f"{r['vs_exact_stats']:.3f}" if r["vs_exact_stats"] is not None else "-"
+        print(f"{r['aggregation']:>11} {r['knn_k']:>5} {r['K']:>5} {r['recall@10']:12.3f} {r['min']:5.2f} {ve:>14} {r['ms_per_query']:9.1f}")
+
+
+def irled(args, encoder, cache, work: Path):
+    corpus_docs = list(read_documents(DATA / "irled" / "corpus.jsonl.gz"))
+    query_docs = list(read_documents(DATA / "irled" / "queries-dev.jsonl.gz"))
+    t = time.perf_counter()
+    store = build_store(work / "irled", corpus_docs, encoder, cache, sample=args.sample)
+    print(f"IRLeD store built (from cache) in {time.perf_counter() - t:.0f}s: {store.counts()}")
+    corpus = store.all_vectors()
+    engine = MoreLikeThis(store=store, encoder=encoder)
+    sources, exact_tops = [], {}
+    for d, v in embed_documents(query_docs, encoder, cache=cache):
+        src = engine.source_from_vectors(d, v)
+        sources.append((d.id, src))
+        s = sdr_rank_scores(v, corpus)  # exact statistics over every corpus paragraph
+        exact_tops[d.id] = [corpus.ids[i] for i in rank(list(corpus.ids), s)[:10]]
+    rows = fidelity(store, encoder, sources, ks=[50, 100, 200], aggregations=["sdr-bound", "sum", "votes"],
+                    knn_ks=[args.knn_k], corpus=corpus, exact_tops=exact_tops)
+    rows += fidelity(store, encoder, sources, ks=[100], aggregations=["sdr-bound"],
+                     knn_ks=[k for k in (10, 50) if k != args.knn_k], corpus=corpus, exact_tops=exact_tops)
+    print_fidelity("fidelity: IRLeD dev (50 new-text queries, sampled stats R=%d)" % args.sample, rows)
+    return store
+
+
+def wiki(args, encoder, cache, work: Path):
+    path = DATA / "wiki" / "articles-00.jsonl.gz"
+    docs = list(itertools.islice(read_documents(path), args.wiki_docs))
+    store = build_store(work / "wiki", docs, encoder, cache, sample=args.sample)
+    corpus = store.all_vectors()
+    rng = np.random.default_rng(0)
+    engine = MoreLikeThis(store=store, encoder=encoder)
+    picks = rng.choice(len(docs), size=min(args.wiki_queries, len(docs)), replace=False)
+    sources = [(docs[i].id, engine.source_from_id(docs[i].id)) for i in picks]
+    rows = fidelity(store, encoder, sources, ks=[50, 100], aggregations=["sdr-bound", "sum", "votes"],
+                    knn_ks=[args.knn_k], corpus=corpus)
+    print_fidelity(f"fidelity: wiki store of {len(docs)} articles ({corpus.n_sentences} sentences), "
+                   f"{len(sources)} indexed sources", rows)
+    store.close()
+
+
+def latency(args, irled_store: EmbeddedStore, work: Path):
+    base = irled_store.all_vectors()
+    copies = int(np.ceil(args.min_sentences / base.n_sentences))
+    path = work / "tiled"
+    rng = np.random.default_rng(1)
+    store = EmbeddedStore(path, create=True)
+    store.ensure_meta(irled_store.meta())
+    ids = list(base.ids)
+    t = time.perf_counter()
+    for c in range(copies):
+        batch = []
+        for k, doc_id in enumerate(ids):
+            stored = irled_store.get(doc_id)
+            v = stored.vectors.vectors
+            if c:
+                v = v + rng.normal(scale=0.02, size=v.shape).astype(np.float32)
+                v /= np.linalg.norm(v, axis=1, keepdims=True)
+            d = stored.document
+            batch.append((Document(f"{doc_id}#{c}", d.paragraphs, d.title, d.metadata), DocVectors(v, stored.vectors.par_offsets)))
+            if len(batch) == 200:
+                store.put(batch)
+                batch = []
+        if batch:
+            store.put(batch)
+    build = time.perf_counter() - t
+    refresh_stats(store, exact=False, sample_size=args.sample, seed=0, progress=True)
+    store.close()
+    rss0 = rss_mb()
+    store = EmbeddedStore(path)
+    counts = store.counts()
+    engine = MoreLikeThis(store=store, settings=MLTSettings(candidates=100, knn_k=args.knn_k))
+    all_ids = list(store.iter_ids())
+    sizes = {i: store.get(i).vectors.n_sentences for i in all_ids[: len(ids)]}
+    pool = [i for i, n in sizes.items() if 150 <= n <= 250]
+    picks = [pool[i] for i in rng.choice(len(pool), size=min(args.latency_queries, len(pool)), replace=False)]
+    engine.more_like_this(doc_id=picks[0])  # warm up
+    lat, parts = [], []
+    for doc_id in picks:
+        t = time.perf_counter()
+        res = engine.more_like_this(doc_id=doc_id, size=10)
+        lat.append(time.perf_counter() - t)
+        parts.append(res.timings_ms)
+    rss1 = rss_mb()
+    corpus = store.all_vectors()
+    ex = []
+    for doc_id in picks[: args.exhaustive_queries]:
+        src = engine.source_from_id(doc_id)
+        t = time.perf_counter()
+        exhaustive_top(engine, src, corpus)
+        ex.append(time.perf_counter() - t)
+    lat_ms = np.array(lat) * 1e3
+    n_s = counts["sentences"]
+    print(f"\n== latency: tiled store, {copies} copies of IRLeD = {counts['documents']} docs, {n_s} sentences "
+          f"(real vectors; copies >0 with N(0, 0.02) noise, re-normalised); built in {build:.0f}s")
+    print(f"sources: {len(picks)} indexed documents of 150-250 sentences; K=100, knn_k={args.knn_k}")
+    print(f"{'':>28} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8}")
+    print(f"{'two-stage more_like_this':>28} {np.percentile(lat_ms, 50):8.1f} {np.percentile(lat_ms, 99):8.1f} {lat_ms.mean():8.1f}")
+    for part in ("candidates", "fetch", "rerank"):
+        v = np.array([p[part] for p in parts])
+        print(f"{'  of which ' + part:>28} {np.percentile(v, 50):8.1f} {np.percentile(v, 99):8.1f} {v.mean():8.1f}")
+    ex_ms = np.array(ex) * 1e3
+    print(f"{'exhaustive exact SDR':>28} {np.percentile(ex_ms, 50):8.1f} {np.percentile(ex_ms, 99):8.1f} {ex_ms.mean():8.1f}")
+    print(f"speed-up (p50): {np.percentile(ex_ms, 50) / np.percentile(lat_ms, 50):.0f}x")
+    disk = dir_mb(path)
+    raw = n_s * base.dim * 4 / 1e6
+    print(f"\n== memory ({n_s / 1e6:.2f}M sentences, dim {base.dim})")
+    print(f"raw float32 vectors: {raw:.0f} MB ({raw / (n_s / 1e6):.0f} MB per million)")
+    print(f"store on disk:       {disk:.0f} MB ({disk / (n_s / 1e6):.0f} MB per million); files: "
+          + ", ".join(f"{p.name}={p.stat().st_size / 1e6:.0f}MB" for p in sorted(path.iterdir()) if p.is_file()))
+    print(f"process RSS after queries: {rss1:.0f} MB (opened store and queried: +{rss1 - rss0:.0f} MB; "
+          f"{(rss1 - rss0) / (n_s / 1e6):.0f} MB per million sentences)")
+    print(f"peak RSS of the whole bench: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+    store.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sample", type=int, default=5000)
+    ap.add_argument("--knn-k", type=int, default=MLTSettings().knn_k)
+    ap.add_argument("--skip-wiki", action="store_true")
+    ap.add_argument("--skip-latency", action="store_true")
+    ap.add_argument("--wiki-docs", type=int, default=500)
+    ap.add_argument("--wiki-queries", type=int, default=50)
+    ap.add_argument("--min-sentences", type=int, default=1_000_000)
+    ap.add_argument("--latency-queries", type=int, default=100)
+    ap.add_argument("--exhaustive-queries", type=int, default=5)
+    ap.add_argument("--workdir", type=Path, default=None)
+    args = ap.parse_args()
+
+    encoder = SentenceEncoder()
+    cache = EmbeddingCache(CacheSettings().cache_dir / "embeddings.sqlite")
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="sdr-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        store = irled(args, encoder, cache, work)
+        if not args.skip_wiki:
+            wiki(args, encoder, cache, work)
+        if not args.skip_latency:
+            latency(args, store, work)
+        store.close()
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

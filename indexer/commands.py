@@ -1,0 +1,102 @@
+"""Handlers of ``sdr index``, ``sdr stats`` and ``sdr info`` (argument parsing lives in sdr_core.cli)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+
+logger = logging.getLogger("sdr")
+
+__all__ = ["cmd_index", "cmd_stats", "cmd_info", "open_store"]
+
+
+def open_store(args, *, create: bool = False):
+    from .embedded import EmbeddedStore
+
+    return EmbeddedStore(args.store, create=create)
+
+
+def cmd_index(args) -> int:
+    from sdr_core.cli import cache_from_args, encoder_settings, segmentation_settings
+    from sdr_core.documents import ReadReport, read_documents
+    from sdr_core.encoder import SentenceEncoder
+    from sdr_core.sentences import default_splitter
+
+    from .pipeline import index_documents
+    from .stats_job import refresh_stats
+
+    t0 = time.perf_counter()
+    seg = segmentation_settings(args)
+    report = ReadReport()
+    docs = read_documents(args.paths, settings=seg, report=report, strict=args.strict)
+    encoder = SentenceEncoder(settings=encoder_settings(args))
+    cache = cache_from_args(args)
+    segmentation = {"paragraph_unit": seg.paragraph_unit, "splitter": default_splitter().source}
+    with open_store(args, create=True) as store:
+        meta = store.meta()
+        if meta is not None and dict(meta.segmentation) and dict(meta.segmentation) != segmentation:
+            from sdr_core.errors import ModelMismatchError
+
+            raise ModelMismatchError(
+                f"store {args.store} was built with segmentation {dict(meta.segmentation)}, not {segmentation}"
+            )
+        summary = index_documents(
+            store, docs, encoder, cache=cache, progress=not args.no_progress, segmentation=segmentation,
+        )
+        summary.skipped = report.n_skipped
+        stats = None
+        if not args.no_stats and (summary.indexed or store.stats_info().stale):
+            stats = refresh_stats(store, exact=False, sample_size=args.sample, seed=args.seed, progress=not args.no_progress)
+        counts = store.counts()
+    if cache is not None:
+        cache.close()
+    out = {**summary.to_dict(), "store": counts, "seconds": round(time.perf_counter() - t0, 1)}
+    if stats is not None:
+        out["stats"] = stats.to_dict()
+    if summary.failures:
+        out["failures"] = [{"id": i, "error": e} for i, e in summary.failures[:50]]
+    sys.stdout.write(json.dumps(out) + "\n")
+    return 1 if summary.failed else 0
+
+
+def cmd_stats(args) -> int:
+    from .stats_job import refresh_stats
+
+    t0 = time.perf_counter()
+    with open_store(args) as store:
+        info = refresh_stats(
+            store, exact=args.sample is None, sample_size=args.sample or args.reference_size, seed=args.seed,
+            progress=not args.no_progress,
+        )
+    out = {**info.to_dict(), "seconds": round(time.perf_counter() - t0, 1)}
+    sys.stdout.write(json.dumps(out) + "\n")
+    return 0
+
+
+def cmd_info(args) -> int:
+    with open_store(args) as store:
+        meta = store.meta()
+        info = {
+            "store": str(args.store),
+            **store.counts(),
+            "meta": meta.to_dict() if meta else None,
+            "stats": store.stats_info().to_dict(),
+        }
+    if args.json:
+        sys.stdout.write(json.dumps(info) + "\n")
+    else:
+        st = info["stats"]
+        lines = [
+            f"store:      {info['store']}",
+            f"documents:  {info['documents']}",
+            f"paragraphs: {info['paragraphs']}",
+            f"sentences:  {info['sentences']}",
+            f"model:      {meta.model_id if meta else '-'} (dim {meta.dim if meta else '-'})",
+            f"stats:      version {st['version']}, {st['mode'] or 'none'}"
+            + (f" (R={st['sample_size']})" if st["mode"] == "sampled" else "")
+            + (", STALE (run `sdr stats`)" if st["stale"] else ", up to date"),
+        ]
+        sys.stdout.write("\n".join(lines) + "\n")
+    return 0

@@ -1,0 +1,73 @@
+"""Settings of the indexer's stores, read from the environment with documented defaults.
+
+:class:`EmbeddedStoreSettings` (prefix ``SDR_STORE_``) tunes the embedded store. The settings
+that decide how stored bytes are read (vector dtype, HNSW graph shape) are recorded in the store
+when it is created and win over these values when the store is reopened.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["EmbeddedStoreSettings"]
+
+
+class EmbeddedStoreSettings(BaseSettings):
+    """The embedded (single-directory) store: vector file, FAISS HNSW index, SQLite catalogue."""
+
+    model_config = SettingsConfigDict(env_prefix="SDR_STORE_", extra="ignore")
+
+    hnsw_m: int = Field(
+        16,
+        ge=2,
+        le=256,
+        description=(
+            "HNSW graph degree (links per node). Higher raises recall and memory (about "
+            "M x 8 bytes per sentence) and slows indexing. Recorded at creation; a reopened store "
+            "keeps its own value. Default as OpenSearch k-NN."
+        ),
+    )
+    hnsw_ef_construction: int = Field(
+        100,
+        ge=1,
+        description=(
+            "Candidate list size while building the HNSW graph. Higher gives a better graph "
+            "(recall) at the cost of slower indexing. Recorded at creation. Default as OpenSearch k-NN."
+        ),
+    )
+    hnsw_ef_search: int = Field(
+        100,
+        ge=1,
+        description=(
+            "Minimum candidate list size at query time (raised to the number of sentence hits "
+            "fetched when that is larger). Higher raises recall and query latency."
+        ),
+    )
+    vector_dtype: Literal["float32", "float16"] = Field(
+        "float32",
+        description=(
+            "On-disk type of sentence vectors. float16 halves the vector file and the page cache "
+            "it needs; cosines change by about 1e-3. Recorded at creation; a reopened store keeps "
+            "its own dtype whatever this says."
+        ),
+    )
+    knn_oversample: int = Field(
+        4,
+        ge=1,
+        description=(
+            "Sentence hits fetched per wanted document in nested k-NN (k x this). Several "
+            "sentences of one document can occupy the hit list; more oversampling means fewer "
+            "follow-up searches but a slower first search."
+        ),
+    )
+    faiss_save_every: int = Field(
+        50_000,
+        ge=1,
+        description=(
+            "Save the FAISS index after this many new sentence rows (and on close). Smaller means "
+            "less catch-up work after a crash, but more time spent writing the index file."
+        ),
+    )

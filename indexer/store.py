@@ -1,0 +1,190 @@
+"""The store interface that the embedded store and the OpenSearch backend both implement.
+
+A store holds segmented documents with their sentence vectors, per-paragraph normalisation
+statistics, a reference sample for sampled statistics, and index metadata (provenance). Retrieval
+has *nested* semantics, as OpenSearch nested k-NN: for each query vector the store returns the
+top-k **documents**, each scored by its best-matching sentence.
+
+Aggregating those per-sentence hits into candidate documents is backend-independent
+(:mod:`indexer.candidates`), and so is the exact rerank (:mod:`reranker.engine`), so both stores
+give the same ranking.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from sdr_core.documents import Document
+from sdr_core.scoring import NormStats
+from sdr_core.vectors import CorpusVectors, DocVectors
+
+__all__ = [
+    "IndexMeta",
+    "StatsInfo",
+    "StoredDocument",
+    "SentenceHits",
+    "ReferenceParagraphs",
+    "DocumentStore",
+]
+
+
+@dataclass(frozen=True)
+class IndexMeta:
+    """Provenance recorded when an index is created; a query with another encoder is refused."""
+
+    model_id: str
+    encoder_tag: str  # SentenceEncoder.cache_tag: model content hash | token cap | precision | pooling
+    dim: int
+    segmentation: Mapping[str, Any]  # paragraph_unit, splitter source, ...
+    versions: Mapping[str, str] = field(default_factory=dict)  # sdr-search, torch, transformers, faiss, ...
+    created_at: str = ""
+    model_dir: str | None = None  # local model directory; None = the bundled default encoder
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model_id": self.model_id,
+            "encoder_tag": self.encoder_tag,
+            "dim": self.dim,
+            "segmentation": dict(self.segmentation),
+            "versions": dict(self.versions),
+            "created_at": self.created_at,
+            "model_dir": self.model_dir,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "IndexMeta":
+        return cls(
+            d["model_id"], d["encoder_tag"], int(d["dim"]), dict(d["segmentation"]),
+            dict(d.get("versions", {})), d.get("created_at", ""), d.get("model_dir"),
+        )
+
+
+@dataclass(frozen=True)
+class StatsInfo:
+    """State of the normalisation statistics."""
+
+    version: int  # 0 = never computed; +1 at every refresh
+    mode: str | None  # "exact" | "sampled" | None
+    sample_size: int | None
+    seed: int | None
+    stale: bool  # documents were added, changed or deleted since the last refresh
+    computed_at: str | None
+    docs_without_stats: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class StoredDocument:
+    document: Document
+    vectors: DocVectors
+    stats: NormStats | None  # per paragraph; None until stats are computed for this document
+
+
+@dataclass(frozen=True)
+class SentenceHits:
+    """Nested k-NN results: for query vector ``q``, ``doc_ids[q]`` are up to k documents, best
+    first, and ``scores[q]`` their best sentence similarity (cosine)."""
+
+    doc_ids: list[list[str]]
+    scores: list[np.ndarray]
+
+
+@dataclass(frozen=True)
+class ReferenceParagraphs:
+    """The recorded reference sample with its own copy of the vectors (stable under updates)."""
+
+    doc_ids: tuple[str, ...]  # owner of each sampled paragraph
+    paragraph_index: np.ndarray  # (R,) paragraph position inside its document
+    vectors: CorpusVectors  # each sampled paragraph is its own "document"
+    seed: int
+    size: int
+
+
+class DocumentStore(ABC):
+    """Abstract store. Implementations are lazy (nothing opens or connects in ``__init__``
+    beyond cheap checks) and must be closed (or used as a context manager)."""
+
+    # -- metadata ------------------------------------------------------------------------------
+    @abstractmethod
+    def meta(self) -> IndexMeta | None:
+        """Index metadata, None for a store with no document yet."""
+
+    @abstractmethod
+    def ensure_meta(self, meta: IndexMeta) -> IndexMeta:
+        """Record ``meta`` on first use; afterwards raise ``ModelMismatchError`` when ``meta``'s
+        encoder_tag or dim differ from the recorded ones. Returns the recorded meta."""
+
+    @abstractmethod
+    def counts(self) -> dict[str, int]:
+        """``{"documents": .., "paragraphs": .., "sentences": ..}``."""
+
+    # -- documents -----------------------------------------------------------------------------
+    @abstractmethod
+    def put(self, items: Sequence[tuple[Document, DocVectors]]) -> None:
+        """Insert or replace documents. Each document becomes visible completely or not at all.
+        Marks statistics stale."""
+
+    @abstractmethod
+    def delete(self, ids: Sequence[str]) -> int:
+        """Delete documents; returns how many existed. Marks statistics stale."""
+
+    @abstractmethod
+    def get(self, doc_id: str) -> StoredDocument:
+        """Raises ``DocumentNotFoundError``."""
+
+    @abstractmethod
+    def content_keys(self, ids: Sequence[str]) -> dict[str, str]:
+        """Stored content key (hash of encoder tag + sentences) for those ids that exist; used to
+        skip unchanged documents when an interrupted index run resumes."""
+
+    @abstractmethod
+    def iter_ids(self) -> Iterator[str]:
+        """All document ids, in a stable order."""
+
+    # -- retrieval -----------------------------------------------------------------------------
+    @abstractmethod
+    def sentence_knn(self, vectors: np.ndarray, k: int, *, exclude_ids: Sequence[str] = ()) -> SentenceHits:
+        """Nested k-NN: for each row of ``vectors`` the top-``k`` documents by best sentence."""
+
+    @abstractmethod
+    def fetch(self, ids: Sequence[str]) -> CorpusVectors:
+        """Sentence vectors of ``ids`` (in that order) for the exact rerank."""
+
+    @abstractmethod
+    def all_vectors(self) -> CorpusVectors:
+        """The whole corpus (for exhaustive ranking and exact statistics); may be memory-mapped."""
+
+    # -- statistics ----------------------------------------------------------------------------
+    @abstractmethod
+    def stats_info(self) -> StatsInfo:
+        ...
+
+    @abstractmethod
+    def write_stats(
+        self, stats: Mapping[str, NormStats], *, mode: str, sample_size: int | None, seed: int | None
+    ) -> StatsInfo:
+        """Store per-paragraph statistics for every document (one refresh: version + 1, not stale)."""
+
+    @abstractmethod
+    def reference(self) -> ReferenceParagraphs | None:
+        ...
+
+    @abstractmethod
+    def set_reference(self, reference: ReferenceParagraphs) -> None:
+        ...
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def close(self) -> None:  # pragma: no cover - default no-op
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

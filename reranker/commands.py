@@ -1,0 +1,134 @@
+"""Handler of ``sdr mlt`` (argument parsing lives in sdr_core.cli)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+from sdr_core.errors import InputReadError, InvalidInputError
+
+logger = logging.getLogger("sdr")
+
+__all__ = ["cmd_mlt", "cmd_eval_store", "record_from_file"]
+
+
+def record_from_file(path: Path) -> dict:
+    """A source document from a file: ``.txt`` is raw text; ``.json``/``.jsonl`` the first record."""
+    if not path.is_file():
+        raise InputReadError(f"source file {path} does not exist")
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InvalidInputError(f"{path}: not valid UTF-8 (byte 0x{raw[e.start]:02x} at offset {e.start})") from e
+    if path.suffix in (".json", ".jsonl"):
+        line = text.strip().splitlines()[0] if text.strip() else ""
+        try:
+            record = json.loads(text if path.suffix == ".json" else line)
+        except json.JSONDecodeError as e:
+            raise InvalidInputError(f"{path}: invalid JSON ({e.msg})") from e
+        if not isinstance(record, dict):
+            raise InvalidInputError(f"{path}: expected a JSON object")
+        return {k: v for k, v in record.items() if k in ("text", "paragraphs", "sections", "title")}
+    return {"text": text}
+
+
+def encoder_for_store(args, store):
+    """The query encoder: --model / SDR_MODEL when given, else the model the store was built with."""
+    from sdr_core.cli import encoder_settings
+    from sdr_core.encoder import SentenceEncoder
+
+    settings = encoder_settings(args)
+    meta = store.meta()
+    if settings.model is None and meta is not None and meta.model_dir is not None:
+        settings = settings.model_copy(update={"model": meta.model_dir})
+    return SentenceEncoder(settings=settings)
+
+
+def cmd_mlt(args) -> int:
+    from indexer.commands import open_store
+
+    from .engine import MLTSettings, MoreLikeThis
+
+    settings = MLTSettings(**({"candidates": args.candidates} if args.candidates else {}))
+    with open_store(args) as store:
+        encoder = encoder_for_store(args, store) if args.id is None else None
+        engine = MoreLikeThis(store=store, encoder=encoder, settings=settings)
+        if args.id is not None:
+            result = engine.more_like_this(doc_id=args.id, size=args.size, explain=args.explain)
+        else:
+            record = {"text": args.text} if args.text is not None else record_from_file(args.file)
+            result = engine.more_like_this(record=record, size=args.size, explain=args.explain)
+    if args.json:
+        sys.stdout.write(json.dumps(result.to_dict()) + "\n")
+        return 0
+    lines = [f"{'rank':>4}  {'score':>8}  id"]
+    for r, h in enumerate(result.hits, 1):
+        lines.append(f"{r:>4}  {h.score:8.4f}  {h.id}" + (f"  ({h.title})" if h.title else ""))
+        if h.explanation:
+            for p in h.explanation["paragraph_pairs"]:
+                lines.append(
+                    f"        paragraph {p['source_paragraph']} ~ {p['candidate_paragraph']}: "
+                    f"normalised {p['normalised_score']:.3f} (raw {p['paragraph_score']:.3f})"
+                )
+                for sp in p["sentence_pairs"]:
+                    lines.append(f"          {sp['cosine']:.3f}  {sp['source_sentence'][:70]!r}")
+                    lines.append(f"                 ~ {sp['candidate_sentence'][:70]!r}")
+    stale = " (stats stale: run `sdr stats`)" if result.stats_stale else ""
+    lines.append(f"{result.candidates} candidates reranked exactly; stats from {result.stats_origin}{stale}")
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 0
+
+
+def cmd_eval_store(args) -> int:
+    """`sdr eval --store`: every query through the two-stage engine (raw-text sources)."""
+    import time
+
+    from indexer.embedded import EmbeddedStore
+    from sdr_core.cli import cache_from_args, segmentation_settings
+    from sdr_core.documents import ReadReport, read_documents
+    from sdr_core.embed import embed_documents
+    from sdr_core.errors import SDRError
+    from sdr_core.metrics import evaluate, read_qrels, write_run
+
+    from .engine import MLTSettings, MoreLikeThis
+
+    if args.method != "sdr":
+        raise SDRError("with --store only --method sdr is available (two-stage exact SDR)")
+    t0 = time.perf_counter()
+    qrels = read_qrels(args.qrels)
+    report = ReadReport()
+    query_docs = list(read_documents(args.queries, settings=segmentation_settings(args), report=report, strict=args.strict))
+    settings = MLTSettings(**({"candidates": args.candidates} if args.candidates else {}))
+    runs = {}
+    with EmbeddedStore(args.store) as store:
+        encoder = encoder_for_store(args, store)
+        engine = MoreLikeThis(store=store, encoder=encoder, settings=settings)
+        engine.check_encoder()
+        cache = cache_from_args(args)
+        pairs = list(embed_documents(query_docs, encoder, cache=cache, progress=not args.no_progress, total=len(query_docs)))
+        bar = None
+        if not args.no_progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=len(pairs), unit="query", desc="two-stage ranking")
+        for doc, vecs in pairs:
+            source = engine.source_from_vectors(doc, vecs)
+            result = engine.search(source, size=settings.candidates)
+            runs[doc.id] = [(h.id, h.score) for h in result.hits]
+            if bar is not None:
+                bar.update(1)
+        if bar is not None:
+            bar.close()
+        n_docs = store.counts()["documents"]
+    result = evaluate({q: [d for d, _ in r] for q, r in runs.items()}, qrels)
+    if args.run:
+        args.run.parent.mkdir(parents=True, exist_ok=True)
+        write_run(args.run, runs, args.run_tag or "sdr-two-stage")
+    out = {"method": "sdr", "engine": "two-stage", "candidates": settings.candidates, **result,
+           "model": encoder.model_id, "corpus_documents": n_docs,
+           "skipped": {"queries": report.n_skipped}, "seconds": round(time.perf_counter() - t0, 1)}
+    sys.stdout.write(json.dumps(out) + "\n")
+    return 0

@@ -1,0 +1,262 @@
+"""Two-stage "more like this": nested sentence k-NN candidates, then the exact SDR rerank.
+
+Works over any :class:`indexer.store.DocumentStore`. The source is an indexed document (its
+stored vectors and precomputed per-paragraph statistics) or new text (encoded now, normalised
+against the store's recorded reference sample). Candidates come from :mod:`indexer.candidates`;
+the top K are scored exactly (:func:`sdr_core.scoring.score_candidates`) with the source's
+statistics, which never depend on the candidates.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from indexer.candidates import AGGREGATIONS, aggregate_hits, top_candidates
+from indexer.store import DocumentStore
+from sdr_core.documents import Document, parse_record
+from sdr_core.encoder import SentenceEncoder
+from sdr_core.errors import InvalidInputError, ModelMismatchError, StatsUnavailableError
+from sdr_core.scoring import NormStats, paragraph_scores, rank, score_candidates
+from sdr_core.stats import SampledParagraphs, stats_against_sample
+from sdr_core.vectors import CorpusVectors, DocVectors
+
+__all__ = ["MLTSettings", "Source", "Hit", "MLTResult", "MoreLikeThis"]
+
+logger = logging.getLogger(__name__)
+
+
+class MLTSettings(BaseSettings):
+    """Query-time settings of the two-stage engine (env prefix ``SDR_``)."""
+
+    model_config = SettingsConfigDict(env_prefix="SDR_", extra="ignore")
+
+    candidates: int = Field(
+        100, gt=0,
+        description="K: documents reranked exactly. Higher K raises recall of the exact top-10 and "
+        "costs linearly in rerank time (about 0.3 ms per candidate of 200 sentences on 2 cores).",
+    )
+    knn_k: int = Field(
+        20, gt=0,
+        description="Documents returned per source sentence by the nested k-NN stage. Higher finds "
+        "more candidates at the cost of ANN time.",
+    )
+    aggregation: str = Field("sdr-bound", description=f"Candidate aggregation: {', '.join(AGGREGATIONS)}.")
+    max_query_sentences: int = Field(
+        2000, gt=0, description="Largest source accepted for a query (sentences); larger ones are refused."
+    )
+
+
+@dataclass(frozen=True)
+class Source:
+    document: Document
+    vectors: DocVectors
+    stats: NormStats
+    stats_origin: str  # "stored" | "reference-sample"
+    indexed_id: str | None = None  # set when the source is an indexed document (excluded from results)
+
+
+@dataclass(frozen=True)
+class Hit:
+    id: str
+    score: float
+    title: str | None = None
+    explanation: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"id": self.id, "score": self.score}
+        if self.title:
+            d["title"] = self.title
+        if self.explanation is not None:
+            d["explanation"] = self.explanation
+        return d
+
+
+@dataclass(frozen=True)
+class MLTResult:
+    hits: list[Hit]
+    candidates: int
+    stats_origin: str
+    stats_stale: bool
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "hits": [h.to_dict() for h in self.hits],
+            "candidates": self.candidates,
+            "stats": {"origin": self.stats_origin, "stale": self.stats_stale},
+            "timings_ms": self.timings_ms,
+        }
+
+
+def explain_pair(
+    source: Source, candidate: Document, cand_vectors: DocVectors, *, top_paragraphs: int = 3, top_sentences: int = 3
+) -> dict[str, Any]:
+    """The three levels of an SDR score: document score, best paragraph pairs with their
+    normalised scores, and for each pair the best sentence pairs with their cosines."""
+    cv = CorpusVectors.from_docs([candidate.id], [cand_vectors])
+    P = paragraph_scores(source.vectors, cv)  # (n, m)
+    mu = np.asarray(source.stats.mu, dtype=np.float64)[:, None]
+    sigma = np.asarray(source.stats.sigma, dtype=np.float64)[:, None]
+    N = (P - mu) / sigma
+    best_j = N.argmax(axis=1)
+    best_n = N[np.arange(N.shape[0]), best_j]
+    pairs = []
+    for i in np.argsort(-best_n, kind="stable")[:top_paragraphs]:
+        j = int(best_j[i])
+        S = source.vectors.paragraph(int(i)) @ cand_vectors.paragraph(j).T
+        r = S.argmax(axis=1)
+        sims = S[np.arange(S.shape[0]), r]
+        sentence_pairs = [
+            {
+                "source_sentence": source.document.paragraphs[int(i)][int(k)],
+                "candidate_sentence": candidate.paragraphs[j][int(r[k])],
+                "cosine": round(float(sims[k]), 6),
+            }
+            for k in np.argsort(-sims, kind="stable")[:top_sentences]
+        ]
+        pairs.append({
+            "source_paragraph": int(i),
+            "candidate_paragraph": j,
+            "paragraph_score": round(float(P[i, j]), 6),
+            "normalised_score": round(float(N[i, j]), 6),
+            "sentence_pairs": sentence_pairs,
+        })
+    return {"score": float(best_n.mean()), "paragraph_pairs": pairs}
+
+
+class MoreLikeThis:
+    """The two-stage engine over one store."""
+
+    def __init__(self, *, store: DocumentStore, encoder: SentenceEncoder | None = None, settings: MLTSettings | None = None):
+        self.store = store
+        self.encoder = encoder
+        self.settings = settings or MLTSettings()
+        self._sample: SampledParagraphs | None = None
+        self._sample_doc_ids: tuple[str, ...] = ()
+        self._sample_version: int | None = None
+
+    # -- sources ------------------------------------------------------------------------------
+    def _reference(self) -> tuple[SampledParagraphs, tuple[str, ...]]:
+        version = self.store.stats_info().version
+        if self._sample is None or self._sample_version != version:
+            ref = self.store.reference()
+            if ref is None:
+                raise StatsUnavailableError(
+                    "this index has no reference sample for normalisation statistics; run `sdr stats`"
+                )
+            owners = {d: k for k, d in enumerate(dict.fromkeys(ref.doc_ids))}
+            doc_index = np.array([owners[d] for d in ref.doc_ids], dtype=np.int64)
+            self._sample = SampledParagraphs(ref.vectors, doc_index)
+            self._sample_doc_ids = ref.doc_ids
+            self._sample_version = version
+        return self._sample, self._sample_doc_ids
+
+    def _sampled_stats(self, vectors: DocVectors, own_id: str | None) -> NormStats:
+        sample, owners = self._reference()
+        exclude = None
+        if own_id is not None and own_id in owners:
+            exclude = int(sample.doc_index[owners.index(own_id)])
+        return stats_against_sample(vectors, sample, exclude_doc=exclude)
+
+    def source_from_id(self, doc_id: str) -> Source:
+        stored = self.store.get(doc_id)
+        if stored.stats is not None and len(stored.stats.mu) == stored.vectors.n_paragraphs:
+            return Source(stored.document, stored.vectors, stored.stats, "stored", doc_id)
+        stats = self._sampled_stats(stored.vectors, doc_id)
+        return Source(stored.document, stored.vectors, stats, "reference-sample", doc_id)
+
+    def source_from_vectors(self, doc: Document, vectors: DocVectors) -> Source:
+        """A new document already encoded (statistics from the reference sample)."""
+        return Source(doc, vectors, self._sampled_stats(vectors, None), "reference-sample", None)
+
+    def source_from_record(self, record: Mapping[str, Any]) -> Source:
+        """A new document (``{"text": ...}``, ``{"paragraphs": [...]}`` or ``{"sections": ...}``)."""
+        record = {"id": "_query", **record}
+        doc = parse_record(record)
+        if doc.n_sentences > self.settings.max_query_sentences:
+            raise InvalidInputError(
+                f"the source has {doc.n_sentences} sentences, over the limit of "
+                f"{self.settings.max_query_sentences} (SDR_MAX_QUERY_SENTENCES)"
+            )
+        if self.encoder is None:
+            raise InvalidInputError("this engine has no encoder; only indexed documents can be sources")
+        self.check_encoder()
+        flat = self.encoder.encode(doc.sentences)
+        sizes = [len(p) for p in doc.paragraphs]
+        vectors = DocVectors(flat, np.concatenate([[0], np.cumsum(sizes)]))
+        return Source(doc, vectors, self._sampled_stats(vectors, None), "reference-sample", None)
+
+    def check_encoder(self) -> None:
+        meta = self.store.meta()
+        if meta is not None and self.encoder is not None and meta.encoder_tag != self.encoder.cache_tag:
+            raise ModelMismatchError(
+                f"the index was built with model {meta.model_id} ({meta.encoder_tag}); the query encoder is "
+                f"{self.encoder.model_id} ({self.encoder.cache_tag}). Use the index's model or re-index."
+            )
+
+    # -- search -------------------------------------------------------------------------------
+    def candidates(self, source: Source, k: int) -> list[str]:
+        exclude = [source.indexed_id] if source.indexed_id else []
+        hits = self.store.sentence_knn(source.vectors.vectors, self.settings.knn_k, exclude_ids=exclude)
+        ids, scores = aggregate_hits(
+            hits, source.vectors.par_offsets, method=self.settings.aggregation, stats=source.stats
+        )
+        return top_candidates(ids, scores, k)
+
+    def search(
+        self, source: Source, *, size: int = 10, offset: int = 0, candidates: int | None = None, explain: bool = False
+    ) -> MLTResult:
+        if size < 0 or offset < 0:
+            raise InvalidInputError("size and from must be >= 0")
+        K = candidates or self.settings.candidates
+        if K < size + offset:
+            K = size + offset
+        t0 = time.perf_counter()
+        cand_ids = self.candidates(source, K)
+        t1 = time.perf_counter()
+        hits: list[Hit] = []
+        if cand_ids:
+            cv = self.store.fetch(cand_ids)
+            t2 = time.perf_counter()
+            scores = score_candidates(source.vectors, cv, source.stats)
+            order = rank(cand_ids, scores)[offset : offset + size]
+            for i in order:
+                hits.append(Hit(cand_ids[i], float(scores[i])))
+        else:
+            t2 = t1
+        t3 = time.perf_counter()
+        if explain and hits:
+            explained = []
+            for h in hits:
+                stored = self.store.get(h.id)
+                ex = explain_pair(source, stored.document, stored.vectors)
+                explained.append(Hit(h.id, h.score, stored.document.title, ex))
+            hits = explained
+        info = self.store.stats_info()
+        return MLTResult(
+            hits, len(cand_ids), source.stats_origin, info.stale,
+            {"candidates": round((t1 - t0) * 1e3, 2), "fetch": round((t2 - t1) * 1e3, 2),
+             "rerank": round((t3 - t2) * 1e3, 2)},
+        )
+
+    def more_like_this(
+        self,
+        *,
+        doc_id: str | None = None,
+        record: Mapping[str, Any] | None = None,
+        size: int = 10,
+        offset: int = 0,
+        candidates: int | None = None,
+        explain: bool = False,
+    ) -> MLTResult:
+        if (doc_id is None) == (record is None):
+            raise InvalidInputError("give exactly one source: an indexed document id or a new document")
+        source = self.source_from_id(doc_id) if doc_id is not None else self.source_from_record(record)
+        return self.search(source, size=size, offset=offset, candidates=candidates, explain=explain)

@@ -1,0 +1,160 @@
+"""Two-stage engine and the store commands, end to end on a small real corpus (real encoder)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from indexer.embedded import EmbeddedStore
+from indexer.pipeline import index_documents
+from indexer.stats_job import refresh_stats
+from reranker.engine import MLTSettings, MoreLikeThis
+from sdr_core.cli import main
+from sdr_core.documents import parse_record
+from sdr_core.errors import DocumentNotFoundError, IndexNotFoundError, ModelMismatchError, StatsUnavailableError
+from sdr_core.reference import reference_sdr_score
+from sdr_core.scoring import rank
+
+pytestmark = pytest.mark.integration
+
+TOPICS = {
+    "tax": ["The assessee claimed a deduction under the Income Tax Act.", "The revenue disputed the capital gain assessed for that year.",
+            "The tribunal held that the income was taxable in the hands of the assessee.", "Depreciation was disallowed by the officer."],
+    "murder": ["The accused was convicted of murder under Section 302 of the Penal Code.", "The eyewitness saw the accused strike the deceased with a knife.",
+               "The post-mortem report confirmed the injuries caused death.", "The motive for the crime was a land dispute."],
+    "land": ["The State acquired the land for a public purpose.", "The owners sought higher compensation for the acquired agricultural land.",
+             "The collector fixed the market value of the land on the notification date.", "The reference court enhanced the award."],
+    "service": ["The employee was dismissed without an inquiry.", "The tribunal ordered reinstatement with back wages.",
+                "The rules of natural justice were violated by the employer.", "The appointment was made on probation."],
+}
+
+
+def _records():
+    out = []
+    for t, sents in TOPICS.items():
+        for k in range(6):
+            rot = sents[k % 4 :] + sents[: k % 4]
+            out.append({"id": f"{t}_{k}", "title": f"{t} case {k}", "paragraphs": [" ".join(rot[:2]), " ".join(rot[2:3]), rot[3]]})
+    return out
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, encoder):
+    path = tmp_path_factory.mktemp("store") / "s"
+    docs = [parse_record(r) for r in _records()]
+    with EmbeddedStore(path, create=True) as store:
+        summary = index_documents(store, docs, encoder)
+        assert summary.indexed == 24
+        refresh_stats(store, exact=True, sample_size=30, seed=0)
+    return path, docs
+
+
+def test_two_stage_equals_exhaustive_sdr_with_the_same_stats(built, encoder):
+    path, docs = built
+    with EmbeddedStore(path) as store:
+        engine = MoreLikeThis(store=store, encoder=encoder, settings=MLTSettings(candidates=24, knn_k=24))
+        corpus = store.all_vectors()
+        for doc in docs[::5]:
+            src = engine.source_from_id(doc.id)
+            assert src.stats_origin == "stored"
+            res = engine.search(src, size=23)
+            # brute force over every other document with the same (stored, exact) statistics
+            stat_paras = [corpus.doc(k).paragraph(j) for k in range(corpus.n_docs) if corpus.ids[k] != doc.id
+                          for j in range(corpus.doc(k).n_paragraphs)]
+            sp = [src.vectors.paragraph(i) for i in range(src.vectors.n_paragraphs)]
+            ids = [i for i in corpus.ids if i != doc.id]
+            ref = np.array([reference_sdr_score(sp, [corpus.doc(corpus.ids.index(c)).paragraph(j)
+                            for j in range(corpus.doc(corpus.ids.index(c)).n_paragraphs)], stat_paras) for c in ids])
+            order = rank(ids, ref)
+            got = {h.id: h.score for h in res.hits}
+            assert [h.id for h in res.hits][:5] == [ids[i] for i in order][:5]
+            for i in order:
+                assert got[ids[i]] == pytest.approx(ref[i], abs=1e-4)
+            assert doc.id not in got
+
+
+def test_same_topic_ranks_first_and_explain_has_three_levels(built, encoder):
+    path, _ = built
+    with EmbeddedStore(path) as store:
+        engine = MoreLikeThis(store=store, encoder=encoder)
+        res = engine.more_like_this(doc_id="land_0", size=5, explain=True)
+        assert all(h.id.startswith("land_") for h in res.hits)
+        ex = res.hits[0].explanation
+        assert ex["score"] == pytest.approx(res.hits[0].score, abs=1e-4)
+        pair = ex["paragraph_pairs"][0]
+        assert {"source_paragraph", "candidate_paragraph", "normalised_score", "sentence_pairs"} <= set(pair)
+        best = pair["sentence_pairs"][0]
+        land_0 = {s for p in store.get("land_0").document.paragraphs for s in p}
+        assert best["source_sentence"] in land_0 and best["cosine"] > 0.5
+        assert any(best["candidate_sentence"] in p for p in store.get(res.hits[0].id).document.paragraphs)
+        res = engine.more_like_this(record={"text": "The employer dismissed the worker without any inquiry. He asked to be reinstated."}, size=3)
+        assert res.stats_origin == "reference-sample"
+        assert all(h.id.startswith("service_") for h in res.hits)
+
+
+def test_errors(built, encoder, tmp_path):
+    path, _ = built
+    with EmbeddedStore(path) as store:
+        engine = MoreLikeThis(store=store, encoder=encoder)
+        with pytest.raises(DocumentNotFoundError):
+            engine.more_like_this(doc_id="nope")
+    with pytest.raises(IndexNotFoundError, match="sdr index"):
+        EmbeddedStore(tmp_path / "missing").counts()
+    from sdr_core.encoder import SentenceEncoder
+    from sdr_core.settings import EncoderSettings
+
+    other = SentenceEncoder(settings=EncoderSettings(precision="fp32", device="cpu", max_tokens=16))
+    with EmbeddedStore(path) as store:
+        with pytest.raises(ModelMismatchError, match="re-index"):
+            MoreLikeThis(store=store, encoder=other).more_like_this(record={"text": "A new text."})
+
+
+def test_text_source_without_reference_sample_is_a_clear_error(tmp_path, encoder):
+    with EmbeddedStore(tmp_path / "s", create=True) as store:
+        index_documents(store, [parse_record(r) for r in _records()[:3]], encoder)
+        with pytest.raises(StatsUnavailableError, match="sdr stats"):
+            MoreLikeThis(store=store, encoder=encoder).more_like_this(record={"text": "Some text here."})
+
+
+def test_cli_index_info_mlt_stats_and_eval_store(tmp_path, capsys):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("\n".join(json.dumps(r) for r in _records()) + "\n" + json.dumps({"id": "blank", "text": ""}) + "\n")
+    store = tmp_path / "store"
+    common = ["--cache-dir", str(tmp_path / "cache"), "--precision", "fp32"]
+    assert main(["--log-level", "WARNING", "index", "--store", str(store), str(corpus), "--no-progress", "--sample", "40", *common]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["indexed"] == 24 and out["skipped"] == 1 and out["failed"] == 0
+    assert out["stats"]["mode"] == "sampled" and not out["stats"]["stale"]
+    # a second run resumes: nothing re-indexed
+    assert main(["--log-level", "WARNING", "index", "--store", str(store), str(corpus), "--no-progress", *common]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["indexed"] == 0 and out["unchanged"] == 24
+
+    assert main(["info", "--store", str(store), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["documents"] == 24 and info["paragraphs"] == 72 and info["sentences"] == 96
+    assert info["meta"]["dim"] == 384 and info["stats"]["version"] == 1
+
+    assert main(["mlt", "--store", str(store), "--id", "tax_1", "--size", "3", "--json", "--explain"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert [h["id"][:4] for h in res["hits"]] == ["tax_"] * 3
+    assert res["hits"][0]["explanation"]["paragraph_pairs"]
+
+    assert main(["mlt", "--store", str(store), "--text", "The accused killed the deceased with a knife.", "--size", "2", *common]) == 0
+    text = capsys.readouterr().out
+    assert "murder_" in text.splitlines()[1]
+
+    assert main(["stats", "--store", str(store), "--no-progress"]) == 0
+    st = json.loads(capsys.readouterr().out)
+    assert st["mode"] == "exact" and st["version"] == 2
+
+    queries = tmp_path / "q.jsonl"
+    queries.write_text(json.dumps({"id": "q1", "text": "The land was acquired and compensation was enhanced."}) + "\n")
+    qrels = tmp_path / "qrels.txt"
+    qrels.write_text("".join(f"q1 0 land_{k} 1\n" for k in range(6)))
+    assert main(["--log-level", "WARNING", "eval", "--store", str(store), "--queries", str(queries), "--qrels", str(qrels),
+                 "--no-progress", *common]) == 0
+    ev = json.loads(capsys.readouterr().out)
+    assert ev["engine"] == "two-stage" and ev["queries"] == 1 and ev["HR@10"] == 1.0
+
+    assert main(["mlt", "--store", str(store), "--id", "does-not-exist"]) == 2
