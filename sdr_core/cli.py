@@ -126,6 +126,22 @@ def build_parser() -> argparse.ArgumentParser:
     inf.add_argument("--store", required=True, type=Path, metavar="DIR")
     inf.add_argument("--json", action="store_true")
     inf.set_defaults(handler=_lazy("indexer.commands", "cmd_info"))
+
+    db = sub.add_parser(
+        "dashboards", help="OpenSearch Dashboards saved objects (index pattern, saved search, visualizations)",
+        description="Manage sdr-search's OpenSearch Dashboards saved objects.",
+    )
+    db_sub = db.add_subparsers(dest="dashboards_command", metavar="ACTION", required=True)
+    dbi = db_sub.add_parser(
+        "import", help="import mappings/dashboards.ndjson into OpenSearch Dashboards",
+        description="POST the saved objects to URL/api/saved_objects/_import (header osd-xsrf: true; existing "
+        "objects with the same ids are overwritten unless --no-overwrite) and print a JSON summary.",
+    )
+    dbi.add_argument("--url", required=True, help="OpenSearch Dashboards base URL, e.g. http://localhost:5601")
+    dbi.add_argument("--file", type=Path, metavar="PATH", help="saved objects ndjson (default: mappings/dashboards.ndjson)")
+    dbi.add_argument("--no-overwrite", action="store_true", help="report objects that already exist as conflicts instead of replacing them")
+    dbi.add_argument("--timeout", type=float, default=30, help="seconds to wait for an answer (default 30)")
+    dbi.set_defaults(handler=_lazy("indexer.dashboards", "cmd_dashboards_import"))
     return parser
 
 

@@ -94,3 +94,37 @@ class OverloadedError(SDRError):
 
 class StatsUnavailableError(SDRError):
     """Normalisation statistics are needed but have not been computed (run `sdr stats`)."""
+
+
+class DashboardsImportError(SDRError):
+    """OpenSearch Dashboards answered a saved-objects import with an error or ``success: false``.
+
+    ``status`` is the HTTP status of the answer; ``errors`` the per-object errors it listed.
+    """
+
+    def __init__(self, message: str, *, status: int | None = None, errors: list | None = None):
+        self.status = status
+        self.errors = list(errors or [])
+        super().__init__(message)
+
+
+__all__ += ["DashboardsImportError"]
+
+
+class BulkWriteError(StoreError):
+    """Some documents of a bulk write were rejected by the backend (item-level errors).
+
+    ``failed`` maps each rejected document id to the backend's reason; documents not listed were
+    written. Raised after retries of overload rejections (HTTP 429) are exhausted, or at once for
+    any other item error (e.g. a mapping conflict in ``metadata``).
+    """
+
+    def __init__(self, what: str, failed: dict[str, str]):
+        self.failed = dict(failed)
+        shown = list(self.failed.items())[:5]
+        listed = "; ".join(f"{doc_id!r}: {reason}" for doc_id, reason in shown)
+        more = f"; and {len(self.failed) - len(shown)} more" if len(self.failed) > len(shown) else ""
+        super().__init__(f"{what}: {len(self.failed)} document(s) failed: {listed}{more}")
+
+
+__all__ += ["BulkWriteError"]

@@ -469,7 +469,7 @@ def test_interrupted_compaction_is_finished_on_open(tmp_path, monkeypatch, caplo
     store = open_store(tmp_path / "s")
     _churn(store)
     before = _snapshot(store, queries)
-    import indexer.embedded as embedded
+    import indexer.embedded.compaction as embedded  # its os.replace renames the compacted files
 
     real_replace = embedded.os.replace
 
@@ -495,7 +495,7 @@ def test_interrupted_compaction_is_finished_on_open(tmp_path, monkeypatch, caplo
 @pytest.mark.unit
 def test_failed_compaction_rename_is_finished_by_the_same_handle(tmp_path, monkeypatch):
     queries = unit(np.random.default_rng(18), 6)
-    import indexer.embedded as embedded
+    import indexer.embedded.compaction as embedded  # its os.replace renames the compacted files
 
     real_replace = embedded.os.replace
     with open_store(tmp_path / "s") as store:

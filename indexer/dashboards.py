@@ -1,0 +1,320 @@
+"""Import sdr-search's OpenSearch Dashboards saved objects (``mappings/dashboards.ndjson``).
+
+The objects — an index pattern over ``sdr-*``, a saved search and two visualizations of the
+per-document figures — are posted to the Dashboards saved-objects import API::
+
+    POST {url}/api/saved_objects/_import?overwrite=true
+    osd-xsrf: true
+    Content-Type: multipart/form-data; boundary=...      (one part: field "file", filename "dashboards.ndjson")
+
+which answers ``{"success": bool, "successCount": int, "errors": [...]}``.
+
+:func:`build_import_request` and :func:`encode_multipart` are pure (tested without a server);
+:func:`import_saved_objects` does the I/O with the standard library only. Nothing connects at import.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any, Mapping, NamedTuple, Sequence
+
+from sdr_core.errors import (
+    BackendUnavailableError,
+    DashboardsImportError,
+    InputReadError,
+    InvalidInputError,
+)
+
+__all__ = [
+    "IMPORT_PATH",
+    "DEFAULT_NDJSON",
+    "MultipartPart",
+    "ImportRequest",
+    "read_saved_objects",
+    "build_import_request",
+    "encode_multipart",
+    "import_saved_objects",
+    "default_ndjson_path",
+    "cmd_dashboards_import",
+]
+
+logger = logging.getLogger("sdr")
+
+IMPORT_PATH = "/api/saved_objects/_import"
+#: The file next to the source tree (a checkout or an editable install).
+DEFAULT_NDJSON = Path(__file__).resolve().parents[1] / "mappings" / "dashboards.ndjson"
+#: Dashboards checks the extension of the uploaded file name: it must be .ndjson.
+UPLOAD_FILENAME = "dashboards.ndjson"
+UPLOAD_FIELD = "file"
+UPLOAD_CONTENT_TYPE = "application/ndjson"
+# Dashboards' CSRF guard rejects API writes without this header (any value).
+XSRF_HEADER = "osd-xsrf"
+# Answers that mean "Dashboards (or the OpenSearch behind it) is not there yet", not "your request is wrong".
+_UNAVAILABLE_STATUS = frozenset({502, 503, 504})
+_MAX_ERRORS_IN_MESSAGE = 5
+
+
+class MultipartPart(NamedTuple):
+    """One form-data part: a form field ``name`` carrying ``data`` (a file upload when ``filename``)."""
+
+    name: str
+    data: bytes
+    filename: str | None = None
+    content_type: str | None = None
+
+
+class ImportRequest(NamedTuple):
+    """What to send: ``POST {url}{path}?{params}`` with ``headers`` and the multipart ``parts``."""
+
+    path: str
+    params: dict[str, str]
+    headers: dict[str, str]
+    parts: tuple[MultipartPart, ...]
+
+    @property
+    def boundary(self) -> str:
+        return _boundary_of(self.headers["Content-Type"])
+
+    def body(self) -> bytes:
+        """The encoded multipart/form-data body (with the boundary named in ``headers``)."""
+        return encode_multipart(self.parts, boundary=self.boundary)
+
+    def url(self, base_url: str) -> str:
+        query = urllib.parse.urlencode(self.params)
+        return base_url.rstrip("/") + self.path + (f"?{query}" if query else "")
+
+
+def read_saved_objects(ndjson_bytes: bytes, *, source: str = "<ndjson>") -> list[dict[str, Any]]:
+    """Parse saved objects, one JSON object per line (blank lines ignored); each needs ``type`` and ``id``.
+
+    Raises :class:`InvalidInputError` naming the line of the first bad object.
+    """
+    try:
+        text = ndjson_bytes.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InvalidInputError(f"{source}: not UTF-8 ({e})") from e
+    objects: list[dict[str, Any]] = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise InvalidInputError(f"{source}:{lineno}: invalid JSON ({e.msg})") from e
+        if not isinstance(obj, dict) or not isinstance(obj.get("type"), str) or not isinstance(obj.get("id"), str):
+            raise InvalidInputError(f"{source}:{lineno}: a saved object needs string 'type' and 'id' fields")
+        objects.append(obj)
+    if not objects:
+        raise InvalidInputError(f"{source}: no saved object")
+    return objects
+
+
+def build_import_request(
+    ndjson_bytes: bytes, *, overwrite: bool = True, boundary: str | None = None
+) -> ImportRequest:
+    """The import request for ``ndjson_bytes``: path, query parameters, headers and multipart parts.
+
+    ``overwrite=True`` replaces objects with the same ids (re-importing is then idempotent);
+    ``False`` reports them as conflicts instead. ``boundary`` is random unless given (tests).
+    """
+    if not isinstance(ndjson_bytes, (bytes, bytearray)):
+        raise TypeError("ndjson_bytes must be bytes")
+    data = bytes(ndjson_bytes)
+    if boundary is None:
+        boundary = _new_boundary(data)
+    elif boundary.encode("ascii") in data:
+        raise ValueError("the multipart boundary occurs in the file")
+    parts = (MultipartPart(UPLOAD_FIELD, data, filename=UPLOAD_FILENAME, content_type=UPLOAD_CONTENT_TYPE),)
+    headers = {
+        XSRF_HEADER: "true",
+        "Content-Type": f"multipart/form-data; boundary={boundary}",
+        "Accept": "application/json",
+    }
+    params = {"overwrite": "true"} if overwrite else {}
+    return ImportRequest(IMPORT_PATH, params, headers, parts)
+
+
+def encode_multipart(parts: Sequence[MultipartPart], *, boundary: str) -> bytes:
+    """RFC 7578 multipart/form-data encoding of ``parts``."""
+    delimiter = f"--{boundary}".encode("ascii")
+    chunks: list[bytes] = []
+    for part in parts:
+        if delimiter in part.data:
+            raise ValueError("the multipart boundary occurs in a part")
+        disposition = f'form-data; name="{_quote(part.name)}"'
+        if part.filename is not None:
+            disposition += f'; filename="{_quote(part.filename)}"'
+        chunks += [delimiter, b"\r\n", f"Content-Disposition: {disposition}\r\n".encode("utf-8")]
+        if part.content_type:
+            chunks.append(f"Content-Type: {part.content_type}\r\n".encode("ascii"))
+        chunks += [b"\r\n", part.data, b"\r\n"]
+    chunks += [delimiter, b"--\r\n"]
+    return b"".join(chunks)
+
+
+def import_saved_objects(
+    url: str, ndjson_path: str | Path, *, overwrite: bool = True, timeout: float = 30
+) -> dict[str, Any]:
+    """Post ``ndjson_path`` to the Dashboards at ``url`` and return its parsed answer.
+
+    Raises :class:`BackendUnavailableError` when Dashboards cannot be reached (connection refused,
+    timeout, 502/503/504), :class:`DashboardsImportError` with the server's message for any other
+    non-2xx answer or ``success: false``, :class:`InputReadError` / :class:`InvalidInputError` for a
+    missing or malformed file.
+    """
+    base = _check_url(url)
+    path = Path(ndjson_path)
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise InputReadError(f"cannot read saved objects file {path}: {e.strerror or e}") from e
+    objects = read_saved_objects(data, source=str(path))
+    request = build_import_request(data, overwrite=overwrite)
+    full_url = request.url(base)
+    req = urllib.request.Request(full_url, data=request.body(), headers=request.headers, method="POST")
+    logger.info("importing %d saved objects from %s into %s", len(objects), path, base)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            status, raw = resp.status, resp.read()
+    except urllib.error.HTTPError as e:
+        raw = _read_quietly(e)
+        message = _server_message(raw) or (e.reason if isinstance(e.reason, str) else "")
+        if e.code in _UNAVAILABLE_STATUS:
+            raise BackendUnavailableError(
+                f"OpenSearch Dashboards at {base} is not available (HTTP {e.code}): {message}"
+            ) from e
+        raise DashboardsImportError(
+            f"OpenSearch Dashboards at {base} refused the import (HTTP {e.code}): {message}", status=e.code
+        ) from e
+    except urllib.error.URLError as e:
+        raise BackendUnavailableError(f"cannot reach OpenSearch Dashboards at {base}: {e.reason}") from e
+    except (TimeoutError, OSError) as e:  # a timeout or reset while reading the answer
+        raise BackendUnavailableError(f"cannot reach OpenSearch Dashboards at {base}: {e}") from e
+    try:
+        answer = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise DashboardsImportError(
+            f"OpenSearch Dashboards at {base} answered HTTP {status} with a body that is not JSON: {raw[:200]!r}",
+            status=status,
+        ) from e
+    if not isinstance(answer, dict) or "success" not in answer:
+        raise DashboardsImportError(
+            f"OpenSearch Dashboards at {base} answered HTTP {status} without a 'success' field: {str(answer)[:200]}",
+            status=status,
+        )
+    if answer["success"] is not True:
+        errors = answer.get("errors") or []
+        raise DashboardsImportError(
+            f"OpenSearch Dashboards at {base} did not import {path.name}: "
+            f"{answer.get('successCount', 0)} of {len(objects)} objects imported; {_describe_errors(errors)}",
+            status=status,
+            errors=errors,
+        )
+    return answer
+
+
+def default_ndjson_path() -> Path:
+    """``mappings/dashboards.ndjson`` of the source tree, else of the working directory (the Docker image)."""
+    for candidate in (DEFAULT_NDJSON, Path.cwd() / "mappings" / "dashboards.ndjson"):
+        if candidate.is_file():
+            return candidate
+    raise InputReadError(
+        f"saved objects file not found ({DEFAULT_NDJSON} or ./mappings/dashboards.ndjson); pass --file PATH"
+    )
+
+
+def cmd_dashboards_import(args) -> int:
+    """Handler of ``sdr dashboards import --url URL [--file PATH]``: prints one JSON summary."""
+    path = Path(args.file) if getattr(args, "file", None) else default_ndjson_path()
+    overwrite = not getattr(args, "no_overwrite", False)
+    timeout = getattr(args, "timeout", None) or 30
+    answer = import_saved_objects(args.url, path, overwrite=overwrite, timeout=timeout)
+    summary = {
+        "url": args.url,
+        "file": str(path),
+        "overwrite": overwrite,
+        "success": answer["success"],
+        "successCount": answer.get("successCount", 0),
+        "errors": answer.get("errors", []),
+    }
+    sys.stdout.write(json.dumps(summary) + "\n")
+    return 0
+
+
+def _check_url(url: str) -> str:
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise InvalidInputError(f"Dashboards URL must look like http://host:5601, got {url!r}")
+    if parsed.query or parsed.fragment:
+        raise InvalidInputError(f"Dashboards URL must not carry a query or fragment: {url!r}")
+    return url.rstrip("/")
+
+
+def _new_boundary(data: bytes) -> str:
+    while True:
+        boundary = f"sdr-search-{secrets.token_hex(16)}"
+        if boundary.encode("ascii") not in data:
+            return boundary
+
+
+def _boundary_of(content_type: str) -> str:
+    for param in content_type.split(";")[1:]:
+        key, _, value = param.strip().partition("=")
+        if key.lower() == "boundary":
+            return value.strip('"')
+    raise ValueError(f"no boundary in {content_type!r}")
+
+
+def _quote(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\r", " ").replace("\n", " ")
+
+
+def _read_quietly(resp) -> bytes:
+    try:
+        return resp.read() or b""
+    except OSError:
+        return b""
+
+
+def _server_message(raw: bytes) -> str:
+    """Dashboards' error body is ``{"statusCode", "error", "message"}``; fall back to the raw text."""
+    text = raw.decode("utf-8", "replace").strip()
+    try:
+        body = json.loads(text)
+    except json.JSONDecodeError:
+        return text[:500]
+    if isinstance(body, Mapping):
+        parts = [str(body[k]) for k in ("error", "message") if body.get(k)]
+        if parts:
+            return ": ".join(parts)
+    return text[:500]
+
+
+def _describe_errors(errors: Sequence[Any]) -> str:
+    if not errors:
+        return "no error details in the answer"
+    described = []
+    for err in list(errors)[:_MAX_ERRORS_IN_MESSAGE]:
+        if not isinstance(err, Mapping):
+            described.append(str(err))
+            continue
+        detail = err.get("error") if isinstance(err.get("error"), Mapping) else {}
+        what = f"{err.get('type', '?')}/{err.get('id', '?')}"
+        if err.get("title"):
+            what += f" ({err['title']})"
+        why = str(detail.get("type", "error"))
+        if detail.get("message"):
+            why += f": {detail['message']}"
+        if detail.get("references"):
+            missing = ", ".join(f"{r.get('type')}/{r.get('id')}" for r in detail["references"] if isinstance(r, Mapping))
+            why += f" [{missing}]"
+        described.append(f"{what}: {why}")
+    more = len(errors) - _MAX_ERRORS_IN_MESSAGE
+    return "; ".join(described) + (f"; and {more} more" if more > 0 else "")

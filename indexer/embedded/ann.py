@@ -1,0 +1,230 @@
+"""The FAISS HNSW index ``faiss.index`` (inner product) over every row of the vector file; row =
+FAISS id, dead rows included.
+
+The index is a cache of the vector file (crash safety): it is saved with write-temp +
+``os.replace`` (:meth:`AnnIndex.save`); on load it is caught up when it has fewer rows than
+committed and rebuilt when it has more (written after a transaction that was lost) or cannot be
+read (:meth:`AnnIndex.current`).
+
+Nested k-NN (:func:`knn_rounds`) fetches ``k * oversample`` sentence hits per query row, drops
+dead rows and excluded documents and keeps each document's best hit.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from sdr_core.errors import InvalidInputError, ModelMismatchError
+
+from .catalog import meta_set
+from .durable import fsync_path
+from .vectorfile import CHUNK_ROWS, VectorFile
+
+__all__ = ["FAISS", "FAISS_TMP", "AnnIndex", "add_rows", "write_index", "query_matrix", "knn_rounds"]
+
+logger = logging.getLogger(__package__)  # "indexer.embedded", one logger for the whole store
+
+FAISS = "faiss.index"
+FAISS_TMP = "faiss.index.tmp"
+_SERIAL_ADD_ROWS = 4_096  # FAISS additions up to this many rows run single-threaded
+_KNN_ROUNDS = 3  # search rounds (x4 hits each) when a row lacks k distinct documents
+
+
+@contextmanager
+def _serial_faiss(enabled: bool) -> Iterator[None]:
+    """Run the enclosed FAISS calls on one OpenMP thread (when ``enabled``)."""
+    if not enabled:
+        yield
+        return
+    import faiss
+
+    previous = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    try:
+        yield
+    finally:
+        faiss.omp_set_num_threads(previous)
+
+
+def add_rows(index, start: int, stop: int, source: np.ndarray) -> None:
+    """Add rows ``[start, stop)`` of ``source`` (the vector file's rows) to ``index``.
+
+    Small additions (one ``put``) run on one OpenMP thread: for a few hundred rows the thread
+    start-up of HNSW's parallel insert costs more than it saves (measured 10x slower).
+    """
+    with _serial_faiss(stop - start <= _SERIAL_ADD_ROWS):
+        for a in range(start, stop, CHUNK_ROWS):
+            b = min(stop, a + CHUNK_ROWS)
+            index.add(np.ascontiguousarray(source[a:b], dtype=np.float32))
+
+
+def write_index(index, path: Path) -> None:
+    """Write ``index`` to ``path`` and fsync it."""
+    import faiss
+
+    faiss.write_index(index, str(path))
+    fsync_path(path)
+
+
+class AnnIndex:
+    """The FAISS index of the store directory ``directory``, over the rows of ``vectors``.
+
+    The store sets :attr:`hnsw` (``m``, ``ef_construction``) from what it recorded and, read-only,
+    :attr:`read_path` while a compaction is unfinished. :attr:`index` is the loaded index
+    (``None`` until needed); :attr:`base` counts its rows when it was last loaded or saved.
+    """
+
+    def __init__(self, directory: Path, vectors: VectorFile) -> None:
+        self.directory = directory
+        self.hnsw: dict[str, int] = {}
+        self.read_path: Path | None = None  # read-only view of an interrupted compaction
+        self.index = None  # faiss.IndexHNSWFlat
+        self.base = 0  # rows in the index when it was last loaded or saved
+        self._vectors = vectors
+
+    @property
+    def path(self) -> Path:
+        return self.read_path if self.read_path is not None else self.directory / FAISS
+
+    def new_index(self):
+        import faiss
+
+        index = faiss.IndexHNSWFlat(int(self._vectors.dim or 0), int(self.hnsw["m"]), faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = int(self.hnsw["ef_construction"])
+        return index
+
+    def _load(self, committed: int, prior_rows: int):
+        """Read ``faiss.index`` if usable, else ``None`` (logging why).
+
+        ``prior_rows``: rows that should already be in a saved index (committed before the
+        current operation); a missing file is only worth a warning when there are some.
+        """
+        import faiss
+
+        path = self.path
+        if not path.exists():
+            if prior_rows:
+                logger.warning("store %s: no FAISS index file; rebuilding it from the vector file", self.directory)
+            return None
+        try:
+            index = faiss.read_index(str(path))
+        except RuntimeError as e:
+            logger.warning("store %s: FAISS index unreadable (%s); rebuilding it", self.directory, str(e).splitlines()[0])
+            return None
+        if index.d != self._vectors.dim or index.metric_type != faiss.METRIC_INNER_PRODUCT:
+            logger.warning("store %s: FAISS index has the wrong shape; rebuilding it", self.directory)
+            return None
+        if index.ntotal > committed:
+            logger.warning(
+                "store %s: FAISS index has %d rows but only %d are committed (written after a lost "
+                "transaction); rebuilding it", self.directory, index.ntotal, committed,
+            )
+            return None
+        if index.ntotal < prior_rows:
+            logger.warning("store %s: FAISS index catching up %d rows", self.directory, prior_rows - index.ntotal)
+        return index
+
+    def current(self, committed: int, prior_rows: int | None = None):
+        """The FAISS index, loaded or rebuilt, caught up with all ``committed`` rows.
+
+        ``prior_rows`` (default: all committed rows) is only used to decide what to log.
+        """
+        if self.index is None:
+            index = self._load(committed, committed if prior_rows is None else prior_rows)
+            if index is None:
+                index = self.new_index()
+            self.index = index
+            self.base = int(index.ntotal)
+        if self.index.ntotal < committed:
+            add_rows(self.index, int(self.index.ntotal), committed, self._vectors.matrix(committed))
+        return self.index
+
+    def save(self, conn: sqlite3.Connection) -> None:
+        """Write the index atomically and record its rows in ``meta`` (exclusive lock held, index
+        matches this epoch, store writable)."""
+        index = self.index
+        if index is None:
+            return
+        tmp = self.directory / FAISS_TMP
+        write_index(index, tmp)
+        os.replace(tmp, self.directory / FAISS)
+        fsync_path(self.directory)
+        meta_set(conn, "faiss_rows", int(index.ntotal))  # autocommit
+        self.base = int(index.ntotal)
+        logger.debug("store %s: saved FAISS index (%d rows)", self.directory, index.ntotal)
+
+
+# -- nested k-NN ------------------------------------------------------------------------------
+def query_matrix(vectors: np.ndarray, dim: int | None, directory: Path) -> np.ndarray:
+    """Query vectors as a C-contiguous float32 matrix of the store's dimension ``dim``."""
+    q = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
+    if q.ndim != 2:
+        raise InvalidInputError(f"query vectors must be a 2-D array, got shape {np.shape(vectors)}")
+    if dim is not None and q.shape[1] != dim:
+        raise ModelMismatchError(
+            f"query vectors have dimension {q.shape[1]}, store {directory} holds dimension {dim}"
+        )
+    return np.ascontiguousarray(q)
+
+
+def _search(index, q: np.ndarray, n_hits: int, ef_search: int) -> tuple[np.ndarray, np.ndarray]:
+    import faiss
+
+    params = faiss.SearchParametersHNSW()
+    params.efSearch = max(ef_search, n_hits)
+    return index.search(q, n_hits, params=params)
+
+
+def _first_hits(
+    dist: np.ndarray, rows: np.ndarray, row_seq: np.ndarray, exclude: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Best hit per live, non-excluded document, best first, at most ``k``."""
+    valid = rows >= 0
+    rows, dist = rows[valid], dist[valid]
+    seqs = row_seq[rows]
+    keep = seqs >= 0
+    if exclude.size:
+        keep &= ~np.isin(seqs, exclude)
+    seqs, dist = seqs[keep], dist[keep]
+    _, first = np.unique(seqs, return_index=True)
+    first = np.sort(first)[:k]
+    return seqs[first], dist[first]
+
+
+def knn_rounds(
+    index, q: np.ndarray, k: int, want: int, row_seq: np.ndarray, exclude: np.ndarray, *,
+    oversample: int, ef_search: int,
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """For each query row, the ``(seqs, scores)`` of its top-``k`` documents by best sentence.
+
+    ``row_seq``: row -> document seq (``-1`` = dead); ``exclude``: sorted seqs to leave out;
+    ``want``: how many documents a row can get at most. Fetches ``k * oversample`` sentence hits
+    per row in one batched search (``efSearch`` at least ``ef_search``); rows left with fewer than
+    ``want`` documents are searched again with 4x as many hits, up to 3 rounds.
+    """
+    total = int(index.ntotal)
+    n_hits = min(total, k * oversample)
+    results: list[tuple[np.ndarray, np.ndarray]] = [(np.zeros(0, np.int64), np.zeros(0, np.float32))] * q.shape[0]
+    pending = np.arange(q.shape[0])
+    for round_ in range(_KNN_ROUNDS):
+        dist, rows = _search(index, q[pending], n_hits, ef_search)
+        short = []
+        for j, r in enumerate(pending):
+            results[r] = _first_hits(dist[j], rows[j], row_seq, exclude, k)
+            if results[r][0].size < want:
+                short.append(r)
+        if not short or n_hits >= total:
+            break
+        if round_ == _KNN_ROUNDS - 1:
+            logger.debug("nested k-NN: %d query rows got fewer than %d documents", len(short), want)
+            break
+        pending = np.asarray(short)
+        n_hits = min(total, n_hits * 4)
+    return results

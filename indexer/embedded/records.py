@@ -1,0 +1,132 @@
+"""Pure conversions between the store's domain objects and its catalogue rows: documents
+validated and encoded for a ``put`` (:class:`Prepared`), per-paragraph statistics as blobs, and
+the reference sample as ``reference`` table rows.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from sdr_core.cache import document_key
+from sdr_core.documents import Document
+from sdr_core.errors import (
+    DuplicateIdError,
+    InvalidDocumentError,
+    InvalidInputError,
+    ModelMismatchError,
+    StoreError,
+)
+from sdr_core.scoring import NormStats
+from sdr_core.vectors import CorpusVectors, DocVectors
+
+from ..store import IndexMeta, ReferenceParagraphs
+from .rows import offsets
+
+__all__ = ["Prepared", "prepare", "prepare_all", "encode_stats", "decode_stats", "encode_reference",
+           "decode_reference"]
+
+
+# -- documents --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Prepared:
+    """A validated document ready to be written."""
+
+    doc: Document
+    vectors: np.ndarray
+    par_sizes: list[int]
+    content_key: str
+    metadata_json: str
+    paragraphs_json: str
+
+
+def prepare(doc: Document, vectors: DocVectors, meta: IndexMeta, directory: Path) -> Prepared:
+    """Validate one ``put()`` item against the recorded model ``meta`` of the store in ``directory``."""
+    if not isinstance(doc, Document) or not isinstance(vectors, DocVectors):
+        raise InvalidInputError("put() takes (Document, DocVectors) pairs")
+    if vectors.dim != int(meta.dim):
+        raise ModelMismatchError(
+            f"document {doc.id!r}: vectors have dimension {vectors.dim}, but store {directory} holds "
+            f"dimension {meta.dim} (model {meta.model_id})"
+        )
+    sizes = [len(p) for p in doc.paragraphs]
+    if sizes != np.diff(vectors.par_offsets).tolist():
+        raise InvalidDocumentError(
+            doc.id, f"vectors are grouped as {np.diff(vectors.par_offsets).tolist()} sentences per "
+            f"paragraph but the document has {sizes}"
+        )
+    if not np.all(np.isfinite(vectors.vectors)):
+        raise InvalidDocumentError(doc.id, "vectors contain NaN or infinity")
+    try:
+        metadata_json = json.dumps(dict(doc.metadata), ensure_ascii=False)
+    except (TypeError, ValueError) as e:
+        raise InvalidDocumentError(doc.id, f"metadata is not JSON-serialisable: {e}") from e
+    return Prepared(
+        doc, vectors.vectors, sizes, document_key(meta.encoder_tag, doc.paragraphs), metadata_json,
+        json.dumps([list(p) for p in doc.paragraphs], ensure_ascii=False),
+    )
+
+
+def prepare_all(
+    items: Sequence[tuple[Document, DocVectors]], meta: IndexMeta, directory: Path
+) -> list[Prepared]:
+    """:func:`prepare` every item; an id twice in one ``put()`` raises :class:`DuplicateIdError`."""
+    prepared = [prepare(doc, vec, meta, directory) for doc, vec in items]
+    seen: set[str] = set()
+    for p in prepared:
+        if p.doc.id in seen:
+            raise DuplicateIdError(p.doc.id, "appears twice in one put()")
+        seen.add(p.doc.id)
+    return prepared
+
+
+# -- statistics -------------------------------------------------------------------------------
+def encode_stats(stats: NormStats) -> bytes:
+    return np.concatenate([stats.mu, stats.sigma]).astype("<f8").tobytes()
+
+
+def decode_stats(blob: bytes | None, doc_id: str) -> NormStats | None:
+    if blob is None:
+        return None
+    arr = np.frombuffer(blob, dtype="<f8")
+    n = arr.size // 2
+    try:
+        return NormStats(arr[:n].copy(), arr[n:].copy())
+    except ValueError as e:
+        raise StoreError(f"stored statistics of document {doc_id!r} are damaged: {e}") from e
+
+
+# -- reference sample -------------------------------------------------------------------------
+def decode_reference(info: Mapping[str, Any], rows: Sequence[tuple[Any, ...]]) -> ReferenceParagraphs:
+    """The sample of :func:`.catalog.read_reference`'s info and rows."""
+    dim = int(info["dim"])
+    vectors = np.frombuffer(b"".join(r[4] for r in rows), dtype="<f4").reshape(-1, dim)
+    lengths = [r[3] for r in rows]
+    corpus = CorpusVectors(
+        tuple(r[2] for r in rows), vectors.astype(np.float32), offsets(lengths),
+        np.arange(len(rows) + 1, dtype=np.int64),
+    )
+    return ReferenceParagraphs(
+        tuple(r[0] for r in rows), np.asarray([r[1] for r in rows], dtype=np.int64), corpus,
+        int(info["seed"]), int(info["size"]),
+    )
+
+
+def encode_reference(reference: ReferenceParagraphs) -> list[tuple[Any, ...]]:
+    """The reference table rows of ``reference`` (one per sampled paragraph, with its own vectors)."""
+    cv = reference.vectors
+    n = len(reference.doc_ids)
+    if np.asarray(reference.paragraph_index).shape != (n,) or cv.n_docs != n:
+        raise InvalidInputError("reference sample: doc_ids, paragraph_index and vectors must have one entry per paragraph")
+    if not np.array_equal(cv.doc_par_offsets, np.arange(n + 1)):
+        raise InvalidInputError("reference sample: each sampled paragraph must be its own document in vectors")
+    lengths = np.diff(cv.par_offsets)
+    return [
+        (pos, str(reference.doc_ids[pos]), int(reference.paragraph_index[pos]), cv.ids[pos], int(lengths[pos]),
+         np.ascontiguousarray(cv.vectors[cv.par_offsets[pos] : cv.par_offsets[pos + 1]], dtype="<f4").tobytes())
+        for pos in range(n)
+    ]
