@@ -13,9 +13,20 @@ __all__ = ["cmd_index", "cmd_stats", "cmd_info", "open_store"]
 
 
 def open_store(args, *, create: bool = False):
+    """The store named on the command line: ``--store DIR`` (embedded) or ``--opensearch URL``."""
+    if getattr(args, "opensearch", None):
+        from .opensearch import OpenSearchSettings, OpenSearchStore
+
+        settings = OpenSearchSettings()
+        index = args.index or settings.index
+        return OpenSearchStore(args.opensearch, index=index, settings=settings)
     from .embedded import EmbeddedStore
 
     return EmbeddedStore(args.store, create=create)
+
+
+def store_label(args) -> str:
+    return f"{args.opensearch}/{args.index or 'default index'}" if getattr(args, "opensearch", None) else str(args.store)
 
 
 def cmd_index(args) -> int:
@@ -40,7 +51,7 @@ def cmd_index(args) -> int:
             from sdr_core.errors import ModelMismatchError
 
             raise ModelMismatchError(
-                f"store {args.store} was built with segmentation {dict(meta.segmentation)}, not {segmentation}"
+                f"store {store_label(args)} was built with segmentation {dict(meta.segmentation)}, not {segmentation}"
             )
         summary = index_documents(
             store, docs, encoder, cache=cache, progress=not args.no_progress, segmentation=segmentation,
@@ -79,7 +90,7 @@ def cmd_info(args) -> int:
     with open_store(args) as store:
         meta = store.meta()
         info = {
-            "store": str(args.store),
+            "store": store_label(args),
             **store.counts(),
             "meta": meta.to_dict() if meta else None,
             "stats": store.stats_info().to_dict(),

@@ -86,7 +86,7 @@ def cmd_eval_store(args) -> int:
     """`sdr eval --store`: every query through the two-stage engine (raw-text sources)."""
     import time
 
-    from indexer.embedded import EmbeddedStore
+    from indexer.commands import open_store
     from sdr_core.cli import cache_from_args, segmentation_settings
     from sdr_core.documents import ReadReport, read_documents
     from sdr_core.embed import embed_documents
@@ -103,7 +103,7 @@ def cmd_eval_store(args) -> int:
     query_docs = list(read_documents(args.queries, settings=segmentation_settings(args), report=report, strict=args.strict))
     settings = MLTSettings(**({"candidates": args.candidates} if args.candidates else {}))
     runs = {}
-    with EmbeddedStore(args.store) as store:
+    with open_store(args) as store:
         encoder = encoder_for_store(args, store)
         engine = MoreLikeThis(store=store, encoder=encoder, settings=settings)
         engine.check_encoder()

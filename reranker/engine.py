@@ -211,15 +211,18 @@ class MoreLikeThis:
         return top_candidates(ids, scores, k)
 
     def search(
-        self, source: Source, *, size: int = 10, offset: int = 0, candidates: int | None = None, explain: bool = False
+        self, source: Source, *, size: int = 10, offset: int = 0, candidates: int | None = None, explain: bool = False,
+        candidate_ids: Sequence[str] | None = None,
     ) -> MLTResult:
+        """Rank for ``source``. ``candidate_ids`` (optional) skips stage 1 and reranks exactly those
+        documents (e.g. candidates already restricted by a metadata filter)."""
         if size < 0 or offset < 0:
             raise InvalidInputError("size and from must be >= 0")
         K = candidates or self.settings.candidates
         if K < size + offset:
             K = size + offset
         t0 = time.perf_counter()
-        cand_ids = self.candidates(source, K)
+        cand_ids = self.candidates(source, K) if candidate_ids is None else list(candidate_ids)
         t1 = time.perf_counter()
         hits: list[Hit] = []
         if cand_ids:

@@ -40,6 +40,14 @@ def _add_segmentation_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--strict", action="store_true", help="stop at the first bad document instead of skipping it")
 
 
+def _add_store_args(p: argparse.ArgumentParser, *, required: bool = True) -> None:
+    g = p.add_argument_group("store (one of)")
+    x = g.add_mutually_exclusive_group(required=required)
+    x.add_argument("--store", type=Path, metavar="DIR", help="embedded store directory (one machine, no servers)")
+    x.add_argument("--opensearch", metavar="URL", help="OpenSearch URL, e.g. http://localhost:9200 (env SDR_OPENSEARCH_URL)")
+    g.add_argument("--index", metavar="NAME", help="OpenSearch index or alias (default: env SDR_OPENSEARCH_INDEX or sdr)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sdr",
@@ -58,7 +66,6 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     ev.add_argument("--corpus", nargs="+", metavar="PATH", help="corpus: .jsonl[.gz] files or .txt directories (exhaustive ranking)")
-    ev.add_argument("--store", type=Path, metavar="DIR", help="rank with the two-stage engine over this store instead of --corpus")
     ev.add_argument("--candidates", type=int, help="with --store: K documents reranked exactly (default 100; env SDR_CANDIDATES)")
     ev.add_argument("--queries", required=True, nargs="+", metavar="PATH", help="query documents, same formats")
     ev.add_argument("--qrels", required=True, metavar="PATH", help="TREC qrels file")
@@ -73,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--sample", type=int, default=5000, metavar="R", help="reference sample size for --stats sampled (default 5000)")
     ev.add_argument("--seed", type=int, default=0, help="seed of the reference sample (default 0)")
     ev.add_argument("--no-progress", action="store_true", help="no progress bars")
+    _add_store_args(ev, required=False)
     _add_encoder_args(ev)
     _add_segmentation_args(ev)
     ev.set_defaults(handler=cmd_eval)
@@ -83,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Unchanged documents are skipped, so an interrupted run resumes. Ends by refreshing the "
         "normalisation statistics against a reference sample (see `sdr stats`).",
     )
-    ix.add_argument("--store", required=True, type=Path, metavar="DIR")
+    _add_store_args(ix)
     ix.add_argument("paths", nargs="+", metavar="PATH", help=".jsonl[.gz] files or directories of .txt files")
     ix.add_argument("--no-stats", action="store_true", help="leave statistics stale (refresh later with `sdr stats`)")
     ix.add_argument("--sample", type=int, default=5000, metavar="R", help="reference sample size for the statistics (default 5000)")
@@ -97,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
         "mlt", help="more like this: documents of a store most similar to a document",
         description="Two-stage more-like-this: nested sentence k-NN candidates, then the exact SDR score.",
     )
-    ml.add_argument("--store", required=True, type=Path, metavar="DIR")
+    _add_store_args(ml)
     src = ml.add_mutually_exclusive_group(required=True)
     src.add_argument("--id", help="an indexed document")
     src.add_argument("--file", type=Path, help="a new document: .txt (raw text) or .json/.jsonl (a record)")
@@ -114,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Recompute every paragraph's normalisation statistics: exact (against all corpus "
         "paragraphs; O(sentences^2)) by default, or against a reference sample of R paragraphs with --sample R.",
     )
-    st.add_argument("--store", required=True, type=Path, metavar="DIR")
+    _add_store_args(st)
     st.add_argument("--sample", type=int, metavar="R", help="sampled statistics against R paragraphs instead of exact")
     st.add_argument("--reference-size", type=int, default=5000, metavar="R",
                     help="size of the reference sample recorded for new-text queries when computing exact stats (default 5000)")
@@ -123,9 +131,25 @@ def build_parser() -> argparse.ArgumentParser:
     st.set_defaults(handler=_lazy("indexer.commands", "cmd_stats"))
 
     inf = sub.add_parser("info", help="counts, model and statistics state of a store")
-    inf.add_argument("--store", required=True, type=Path, metavar="DIR")
+    _add_store_args(inf)
     inf.add_argument("--json", action="store_true")
     inf.set_defaults(handler=_lazy("indexer.commands", "cmd_info"))
+
+    sv = sub.add_parser(
+        "serve", help="serve more-like-this over HTTP (FastAPI + uvicorn)",
+        description="Serve one store over HTTP: POST /v1/indices/{index}/more_like_this, GET "
+        "/v1/indices/{index}/documents/{id}, /health, /metrics (OpenAPI at /openapi.json). Settings: env "
+        "SDR_SERVICE_* (limits, concurrency, SDR_SERVICE_API_KEY). An embedded store is served as index `default` unless --index "
+        "names it. Without an API key only a loopback host is allowed unless --insecure.",
+    )
+    _add_store_args(sv)
+    sv.add_argument("--host", help="interface to bind (default 127.0.0.1; env SDR_SERVICE_HOST)")
+    sv.add_argument("--port", type=int, help="TCP port (default 8000; env SDR_SERVICE_PORT)")
+    sv.add_argument("--candidates", type=int, help="default K documents reranked exactly (default 100; env SDR_CANDIDATES)")
+    sv.add_argument("--insecure", action="store_true", help="allow a non-loopback host without an API key (logs a warning)")
+    sv.add_argument("--access-log", action="store_true", help="log every request (uvicorn access log)")
+    _add_encoder_args(sv)
+    sv.set_defaults(handler=_lazy("reranker.serve", "cmd_serve"))
 
     db = sub.add_parser(
         "dashboards", help="OpenSearch Dashboards saved objects (index pattern, saved search, visualizations)",
@@ -187,7 +211,7 @@ def cmd_eval(args) -> int:
     from .evaluation import EvalInputs, VECTOR_METHODS, rank_all
     from .metrics import evaluate, read_qrels, write_run
 
-    if args.store is not None:
+    if args.store is not None or args.opensearch is not None:
         from reranker.commands import cmd_eval_store
 
         return cmd_eval_store(args)

@@ -128,3 +128,14 @@ class BulkWriteError(StoreError):
 
 
 __all__ += ["BulkWriteError"]
+
+
+class RequestTooLargeError(InvalidInputError):
+    """A request body or a source document is over the service's size limits (maps to HTTP 413)."""
+
+
+class AuthenticationError(SDRError):
+    """A request lacks the API key the service requires, or gives a wrong one (maps to HTTP 401)."""
+
+
+__all__ += ["RequestTooLargeError", "AuthenticationError"]

@@ -45,8 +45,8 @@ INDEX_MAPPING = ROOT / "mappings" / "index.json"
 # The latest migration of each type in OpenSearch Dashboards 2.x (objects at these versions are
 # imported as they are, without running migrations on them).
 MIGRATION_VERSIONS = {"index-pattern": "7.6.0", "search": "7.9.3", "visualization": "7.10.0"}
-FIGURES = ["doc_id", "title", "n_paragraphs", "n_sentences", "model_id", "stats_version", "indexed_at"]
-SEARCH_COLUMNS = ["doc_id", "title", "n_paragraphs", "n_sentences", "model_id", "stats_version"]
+FIGURES = ["doc_id", "title", "n_paragraphs", "n_sentences", "model_id", "indexed_at"]
+SEARCH_COLUMNS = ["doc_id", "title", "n_paragraphs", "n_sentences", "model_id"]
 # Index-pattern field type -> OpenSearch mapping types it stands for.
 COMPATIBLE_TYPES = {
     "string": {"keyword", "text", "constant_keyword", "wildcard", "match_only_text"},

@@ -1,0 +1,668 @@
+"""Pure builders of OpenSearch request bodies for an sdr-search index, and pure readers of the
+responses. Nothing here imports or calls a client: every function takes plain values and returns
+dicts, strings or arrays, so the JSON is unit-tested without a cluster
+(:mod:`indexer.opensearch.store` sends it).
+
+Two indices make one store (see :mod:`indexer.opensearch.store`):
+
+* the **document index** (``mappings/index.json``): one top-level document per SDR document with
+  its text, paragraphs, counts, provenance, all sentence vectors as one base64 float32 string
+  (``vectors_b64``, the cheap fetch path of the exact rerank) and a ``nested`` field
+  ``sentences`` whose ``knn_vector`` (faiss HNSW, inner product) serves nested k-NN;
+* the **state index** ``<index>-sdr-state`` (``mappings/state.json``): per-document
+  normalisation statistics, the reference sample with its vectors, and one ``state`` document
+  (statistics version, stale flag, reference header).
+
+Version notes (targets: OpenSearch 2.19+ and 3.x with the k-NN plugin):
+
+* **k counts documents (2.12+).** For a ``knn`` query inside ``nested``, each segment returns
+  the ``k`` nearest *parent documents* (each scored by its best nested vector), not the ``k``
+  nearest vectors, so one document with many close sentences cannot crowd out the others
+  (https://opensearch.org/blog/enhanced-multi-vector-support-in-opensearch-knn/). Before 2.12 a
+  query could return fewer than ``k`` documents. ``score_mode: max`` makes the parent's score
+  its best sentence's score explicitly.
+* **expand_nested_docs (2.19+)** scores every nested vector of the returned documents (inner hits
+  for all sentences, parent score = mean, or max with ``score_mode: max``). Not used: the first
+  stage needs one score per document; it could feed sentence-level explanations later.
+* **Derived source (3.x).** ``index.knn.derived_source.enabled`` (default ``true`` for indexes
+  created on 3.0+) keeps vectors out of stored ``_source`` and rebuilds them on read, so
+  ``_update`` and reindex keep working. On 2.19 it is experimental and does not cover nested
+  fields, so there we keep vectors out of ``_source`` with ``_source.excludes`` — which means a
+  partial ``_update`` or a reindex of a document *drops its vectors*. This backend therefore
+  never updates a document in place: statistics live in the state index. Combining excludes with
+  derived source breaks vector reconstruction (opensearch-project/k-NN#3536), so
+  :func:`build_index_body` drops the excludes when ``derived_source`` is on.
+* **Score translation.** See :func:`knn_score_to_cosine`.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from importlib import resources
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from sdr_core.cache import document_key
+from sdr_core.documents import Document
+from sdr_core.errors import (
+    BackendUnavailableError,
+    IndexNotFoundError,
+    OverloadedError,
+    SDRError,
+    StoreError,
+)
+from sdr_core.scoring import NormStats
+from sdr_core.vectors import DocVectors
+
+from indexer.store import IndexMeta, ReferenceParagraphs
+
+__all__ = [
+    "FORMAT_VERSION",
+    "KNN_FIELD",
+    "MAX_ID_BYTES",
+    "STATE_DOC_ID",
+    "load_mapping",
+    "fill_placeholders",
+    "state_index_name",
+    "document_os_id",
+    "stats_os_id",
+    "reference_os_id",
+    "build_meta",
+    "index_meta_from_meta",
+    "build_index_body",
+    "build_state_index_body",
+    "initial_state",
+    "encode_vectors_b64",
+    "decode_vectors_b64",
+    "build_document_source",
+    "build_bulk_actions",
+    "build_delete_actions",
+    "build_stats_update_actions",
+    "build_stats_delete_actions",
+    "build_reference_actions",
+    "build_reference_delete_actions",
+    "bulk_lines",
+    "chunk_by_size",
+    "build_nested_knn_query",
+    "build_msearch_body",
+    "build_msearch_bodies",
+    "parse_knn_responses",
+    "knn_score_to_cosine",
+    "cosine_to_knn_score",
+    "build_mget_body",
+    "build_counts_query",
+    "build_stats_count_query",
+    "build_scan_query",
+    "build_alias_swap",
+    "BulkOutcome",
+    "process_bulk_response",
+    "should_retry",
+    "backoff_delay",
+    "error_from_response",
+]
+
+FORMAT_VERSION = 1
+"""Layout version recorded in ``_meta.sdr.format_version``; a newer layout is refused."""
+
+KNN_FIELD = "sentences.vector"
+MAX_ID_BYTES = 512
+"""OpenSearch refuses a document ``_id`` longer than 512 bytes."""
+
+STATE_DOC_ID = "state"
+_HASHED_ID_PREFIX = "sha256-"
+_PLACEHOLDER = re.compile(r"^\$\{([a-z_]+)\}$")
+_MAPPINGS_PACKAGE_DIR = "mappings"
+
+
+# =============================================================================================
+# mappings
+# =============================================================================================
+def _checkout_mappings_dir() -> Path | None:
+    """``mappings/`` of a source checkout (the file users see and edit), if this is one."""
+    root = Path(__file__).resolve().parents[2]
+    if (root / "pyproject.toml").is_file() and (root / "mappings").is_dir():
+        return root / "mappings"
+    return None
+
+
+def load_mapping(name: str) -> dict[str, Any]:
+    """The JSON body ``name`` (``"index.json"``, ``"state.json"``) with placeholders unfilled.
+
+    Read from the checkout's ``mappings/`` when running from a source tree (editable install),
+    else from the copy packaged in ``indexer/opensearch/mappings/`` (wheel). A unit test keeps
+    the two copies identical.
+    """
+    checkout = _checkout_mappings_dir()
+    if checkout is not None and (checkout / name).is_file():
+        text = (checkout / name).read_text(encoding="utf-8")
+    else:
+        text = resources.files(__package__).joinpath(_MAPPINGS_PACKAGE_DIR, name).read_text(encoding="utf-8")
+    return json.loads(text)
+
+
+def fill_placeholders(node: Any, values: Mapping[str, Any]) -> Any:
+    """A deep copy of ``node`` with every string ``"${name}"`` replaced by ``values[name]``
+    (keeping the value's JSON type). An unknown placeholder raises ``KeyError``."""
+    if isinstance(node, dict):
+        return {k: fill_placeholders(v, values) for k, v in node.items()}
+    if isinstance(node, list):
+        return [fill_placeholders(v, values) for v in node]
+    if isinstance(node, str):
+        m = _PLACEHOLDER.match(node)
+        if m:
+            if m.group(1) not in values:
+                raise KeyError(f"mapping placeholder ${{{m.group(1)}}} has no value")
+            return values[m.group(1)]
+    return copy.deepcopy(node)
+
+
+def state_index_name(index: str) -> str:
+    """The companion state index of the concrete document index ``index``."""
+    return f"{index}-sdr-state"
+
+
+# =============================================================================================
+# ids
+# =============================================================================================
+def document_os_id(doc_id: str) -> str:
+    """Stable ``_id`` of a document: the id itself, or ``sha256-<hex>`` of it when it is longer
+    than 512 UTF-8 bytes (the real id is always in the ``doc_id`` field). Stable ids make a
+    re-delivered write overwrite instead of duplicating."""
+    raw = doc_id.encode("utf-8")
+    if len(raw) <= MAX_ID_BYTES:
+        return doc_id
+    return _HASHED_ID_PREFIX + hashlib.sha256(raw).hexdigest()
+
+
+def stats_os_id(doc_id: str) -> str:
+    """``_id`` of a document's statistics in the state index."""
+    return document_os_id(f"stats:{doc_id}")
+
+
+def reference_os_id(generation: int, position: int) -> str:
+    """``_id`` of paragraph ``position`` of reference sample ``generation`` in the state index."""
+    return f"ref:{generation}:{position}"
+
+
+# =============================================================================================
+# index bodies and provenance
+# =============================================================================================
+def build_meta(
+    index_meta: IndexMeta,
+    *,
+    versions: Mapping[str, str],
+    hnsw: Mapping[str, int],
+    derived_source: bool,
+    created_at: str,
+) -> dict[str, Any]:
+    """The mapping ``_meta`` of a new document index: provenance under the key ``sdr``."""
+    return {
+        "sdr": {
+            "format_version": FORMAT_VERSION,
+            "index_meta": index_meta.to_dict(),
+            "versions": dict(versions),
+            "hnsw": dict(hnsw),
+            "space_type": "innerproduct",
+            "engine": "faiss",
+            "derived_source": bool(derived_source),
+            "created_at": created_at,
+        }
+    }
+
+
+def index_meta_from_meta(meta: Mapping[str, Any] | None) -> IndexMeta | None:
+    """The :class:`IndexMeta` recorded in a mapping ``_meta``; None when there is none.
+
+    Raises :class:`StoreError` for a layout newer than this code reads.
+    """
+    sdr = (meta or {}).get("sdr")
+    if not isinstance(sdr, Mapping) or "index_meta" not in sdr:
+        return None
+    version = int(sdr.get("format_version", 0))
+    if version > FORMAT_VERSION:
+        raise StoreError(
+            f"the index has sdr-search layout version {version}; this sdr-search reads up to "
+            f"version {FORMAT_VERSION}. Upgrade sdr-search."
+        )
+    return IndexMeta.from_dict(sdr["index_meta"])
+
+
+def build_index_body(
+    dim: int,
+    *,
+    m: int,
+    ef_construction: int,
+    ef_search: int,
+    shards: int,
+    replicas: int,
+    meta: Mapping[str, Any],
+    derived_source: bool = False,
+    max_sentences: int = 20_000,
+) -> dict[str, Any]:
+    """Settings and mappings of a document index (``mappings/index.json`` filled in).
+
+    ``meta`` becomes ``mappings._meta`` (see :func:`build_meta`). ``derived_source`` (3.x) sets
+    ``index.knn.derived_source.enabled`` and drops the ``_source.excludes`` of the vectors.
+    ``max_sentences`` raises ``index.mapping.nested_objects.limit`` (default 10,000 nested
+    objects per document) to the largest document accepted (``SDR_MAX_SENTENCES``).
+    """
+    for name, value in {"dim": dim, "m": m, "ef_construction": ef_construction, "ef_search": ef_search,
+                        "shards": shards, "max_sentences": max_sentences}.items():
+        if int(value) < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+    if int(replicas) < 0:
+        raise ValueError(f"replicas must be >= 0, got {replicas}")
+    body = fill_placeholders(load_mapping("index.json"), {
+        "dim": int(dim), "m": int(m), "ef_construction": int(ef_construction), "ef_search": int(ef_search),
+        "shards": int(shards), "replicas": int(replicas), "max_sentences": int(max_sentences),
+    })
+    if derived_source:
+        body["settings"]["index"]["knn.derived_source.enabled"] = True
+        body["mappings"].pop("_source", None)
+    body["mappings"]["_meta"] = copy.deepcopy(dict(meta))
+    return body
+
+
+def build_state_index_body(*, replicas: int) -> dict[str, Any]:
+    """Settings and mappings of the state index (``mappings/state.json`` filled in)."""
+    if int(replicas) < 0:
+        raise ValueError(f"replicas must be >= 0, got {replicas}")
+    return fill_placeholders(load_mapping("state.json"), {"replicas": int(replicas)})
+
+
+def initial_state(created_at: str) -> dict[str, Any]:
+    """``_source`` of the state document of a new store: no statistics, no reference sample."""
+    return {
+        "kind": "state",
+        "state": {
+            "stats": {"version": 0, "mode": None, "sample_size": None, "seed": None,
+                      "computed_at": None, "stale": False},
+            "reference": None,
+            "created_at": created_at,
+        },
+    }
+
+
+# =============================================================================================
+# vectors
+# =============================================================================================
+def encode_vectors_b64(array: np.ndarray) -> str:
+    """Rows of ``array`` as little-endian float32 bytes, base64 (the ``binary`` field format)."""
+    return base64.b64encode(np.ascontiguousarray(array, dtype="<f4").tobytes()).decode("ascii")
+
+
+def decode_vectors_b64(s: str, dim: int) -> np.ndarray:
+    """Inverse of :func:`encode_vectors_b64`: a writable ``(n, dim)`` float32 array (bit-exact).
+
+    Raises :class:`StoreError` when the value is not base64 or not a whole number of rows.
+    """
+    try:
+        raw = base64.b64decode(s, validate=True)
+    except (ValueError, TypeError) as e:
+        raise StoreError(f"stored vectors are not valid base64: {e}") from e
+    if dim < 1 or len(raw) % (4 * dim):
+        raise StoreError(f"stored vectors hold {len(raw)} bytes, not a whole number of {dim}-d float32 rows")
+    return np.frombuffer(bytearray(raw), dtype="<f4").astype(np.float32, copy=False).reshape(-1, dim)
+
+
+# =============================================================================================
+# bulk actions (opensearch-py ``streaming_bulk`` action format)
+# =============================================================================================
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def build_document_source(
+    doc: Document, vectors: DocVectors, *, encoder_tag: str, model_id: str, indexed_at: str
+) -> dict[str, Any]:
+    """``_source`` of one document. ``sentences[r]`` is row ``r`` of the document's vectors
+    (``position`` = sentence index in the document, ``paragraph`` = its paragraph)."""
+    sizes = [len(p) for p in doc.paragraphs]
+    paragraph_of = np.repeat(np.arange(len(sizes)), sizes).tolist()
+    rows = np.asarray(vectors.vectors, dtype=np.float32).tolist()
+    return {
+        "doc_id": doc.id,
+        "title": doc.title,
+        "text": doc.text,
+        "metadata": dict(doc.metadata),
+        "n_paragraphs": len(sizes),
+        "n_sentences": int(sum(sizes)),
+        "model_id": model_id,
+        "encoder_tag": encoder_tag,
+        "content_key": document_key(encoder_tag, doc.paragraphs),
+        "indexed_at": indexed_at,
+        "paragraphs": [list(p) for p in doc.paragraphs],
+        "par_sizes": sizes,
+        "vectors_b64": encode_vectors_b64(vectors.vectors),
+        "sentences": [{"vector": v, "paragraph": p, "position": r} for r, (v, p) in enumerate(zip(rows, paragraph_of))],
+    }
+
+
+def build_bulk_actions(
+    items: Iterable[tuple[Document, DocVectors]],
+    *,
+    index: str,
+    encoder_tag: str,
+    model_id: str,
+    indexed_at: str | None = None,
+) -> list[dict[str, Any]]:
+    """One ``index`` action per document (whole-document writes, never partial updates),
+    with the stable ``_id`` of :func:`document_os_id`."""
+    at = indexed_at or _now()
+    return [
+        {"_op_type": "index", "_index": index, "_id": document_os_id(doc.id),
+         "_source": build_document_source(doc, vec, encoder_tag=encoder_tag, model_id=model_id, indexed_at=at)}
+        for doc, vec in items
+    ]
+
+
+def build_delete_actions(ids: Iterable[str], *, index: str) -> list[dict[str, Any]]:
+    return [{"_op_type": "delete", "_index": index, "_id": document_os_id(i)} for i in ids]
+
+
+def build_stats_update_actions(stats: Mapping[str, NormStats], version: int, *, index: str) -> list[dict[str, Any]]:
+    """Statistics of one refresh as whole ``index`` actions into the *state* index ``index``.
+
+    Not partial updates of the document index: an ``_update`` re-indexes the whole document
+    (re-building its sentence vectors in HNSW) and, on 2.x with ``_source.excludes``, drops them.
+    """
+    return [
+        {"_op_type": "index", "_index": index, "_id": stats_os_id(doc_id),
+         "_source": {"kind": "stats", "doc_id": doc_id, "stats_mu": s.mu.tolist(), "stats_sigma": s.sigma.tolist(),
+                     "stats_version": int(version)}}
+        for doc_id, s in stats.items()
+    ]
+
+
+def build_stats_delete_actions(ids: Iterable[str], *, index: str) -> list[dict[str, Any]]:
+    return [{"_op_type": "delete", "_index": index, "_id": stats_os_id(i)} for i in ids]
+
+
+def build_reference_actions(reference: ReferenceParagraphs, generation: int, *, index: str) -> list[dict[str, Any]]:
+    """One state-index document per sampled paragraph (with its own copy of the vectors)."""
+    cv = reference.vectors
+    return [
+        {"_op_type": "index", "_index": index, "_id": reference_os_id(generation, pos),
+         "_source": {"kind": "reference", "generation": int(generation), "position": pos,
+                     "doc_id": str(reference.doc_ids[pos]), "paragraph_index": int(reference.paragraph_index[pos]),
+                     "label": cv.ids[pos], "n_sentences": int(cv.par_offsets[pos + 1] - cv.par_offsets[pos]),
+                     "vectors_b64": encode_vectors_b64(cv.vectors[cv.par_offsets[pos] : cv.par_offsets[pos + 1]])}}
+        for pos in range(len(reference.doc_ids))
+    ]
+
+
+def build_reference_delete_actions(generation: int, n: int, *, index: str) -> list[dict[str, Any]]:
+    return [{"_op_type": "delete", "_index": index, "_id": reference_os_id(generation, p)} for p in range(n)]
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def bulk_lines(action: Mapping[str, Any]) -> bytes:
+    """The NDJSON lines of one action (header, and source unless a delete), UTF-8, ending in a newline."""
+    op = action.get("_op_type", "index")
+    header = {op: {key: action[key] for key in ("_index", "_id") if key in action}}
+    if op == "delete":
+        return (_dumps(header) + "\n").encode("utf-8")
+    return (_dumps(header) + "\n" + _dumps(action["_source"]) + "\n").encode("utf-8")
+
+
+def chunk_by_size(sizes: Sequence[int], *, max_items: int, max_bytes: int) -> list[range]:
+    """Consecutive chunks of at most ``max_items`` items and ``max_bytes`` bytes (an item larger
+    than ``max_bytes`` goes alone)."""
+    if max_items < 1 or max_bytes < 1:
+        raise ValueError("max_items and max_bytes must be >= 1")
+    chunks: list[range] = []
+    start, size = 0, 0
+    for i, n in enumerate(sizes):
+        if i > start and (i - start >= max_items or size + n > max_bytes):
+            chunks.append(range(start, i))
+            start, size = i, 0
+        size += n
+    if start < len(sizes):
+        chunks.append(range(start, len(sizes)))
+    return chunks
+
+
+# =============================================================================================
+# nested k-NN
+# =============================================================================================
+def build_nested_knn_query(vector: Sequence[float] | np.ndarray, k: int, *, exclude_ids: Sequence[str] = ()) -> dict[str, Any]:
+    """Top-``k`` documents by their best sentence for one query vector.
+
+    Excluded documents are removed after the k-NN (``must_not`` on ``doc_id``), so the k-NN asks
+    for ``k + len(exclude_ids)`` documents: the excluded ones take at most that many places.
+    """
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    excluded = list(dict.fromkeys(str(i) for i in exclude_ids))
+    knn = {"knn": {KNN_FIELD: {"vector": np.asarray(vector, dtype=np.float32).ravel().tolist(), "k": int(k) + len(excluded)}}}
+    query: dict[str, Any] = {"nested": {"path": "sentences", "score_mode": "max", "query": knn}}
+    if excluded:
+        query = {"bool": {"must": [query], "must_not": [{"terms": {"doc_id": excluded}}]}}
+    return {"size": int(k), "_source": False, "docvalue_fields": ["doc_id"], "track_total_hits": False, "query": query}
+
+
+def build_msearch_body(
+    vectors: np.ndarray, k: int, index: str, *, exclude_ids: Sequence[str] = ()
+) -> list[dict[str, Any]]:
+    """``_msearch`` body (header, query, header, query, ...) with one nested k-NN per row."""
+    body: list[dict[str, Any]] = []
+    for row in np.atleast_2d(np.asarray(vectors, dtype=np.float32)):
+        body.append({"index": index})
+        body.append(build_nested_knn_query(row, k, exclude_ids=exclude_ids))
+    return body
+
+
+def build_msearch_bodies(
+    vectors: np.ndarray, k: int, index: str, *, exclude_ids: Sequence[str] = (), batch_size: int = 100
+) -> list[list[dict[str, Any]]]:
+    """The ``_msearch`` bodies for all rows, at most ``batch_size`` searches each, rows in order."""
+    if batch_size < 1:
+        raise ValueError("batch_size must be >= 1")
+    q = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
+    return [build_msearch_body(q[a : a + batch_size], k, index, exclude_ids=exclude_ids)
+            for a in range(0, q.shape[0], batch_size)]
+
+
+def knn_score_to_cosine(score: float | np.ndarray) -> float | np.ndarray:
+    """Inner product (= cosine for unit vectors) from an OpenSearch ``innerproduct`` k-NN score.
+
+    For the faiss (and nmslib) engine the distance is ``d = -x.y`` and the score is
+    ``1 / (1 + d)`` when ``d >= 0`` and ``-d + 1`` otherwise
+    (https://docs.opensearch.org/latest/mappings/supported-field-types/knn-spaces/), so
+    ``x.y = score - 1`` for ``score >= 1`` and ``x.y = 1 - 1 / score`` below. Scores are > 0.
+    """
+    s = np.asarray(score, dtype=np.float64)
+    if np.any(~np.isfinite(s)) or np.any(s <= 0):
+        raise ValueError("k-NN innerproduct scores must be finite and > 0")
+    out = np.where(s >= 1.0, s - 1.0, 1.0 - 1.0 / s)
+    return float(out) if out.ndim == 0 else out
+
+
+def cosine_to_knn_score(cosine: float | np.ndarray) -> float | np.ndarray:
+    """The faiss ``innerproduct`` score OpenSearch reports for inner product ``cosine``."""
+    x = np.asarray(cosine, dtype=np.float64)
+    out = np.where(x > 0, x + 1.0, 1.0 / (1.0 - np.minimum(x, 0.0)))
+    return float(out) if out.ndim == 0 else out
+
+
+def parse_knn_responses(
+    responses: Sequence[Mapping[str, Any]], *, k: int, index: str | None = None
+) -> tuple[list[list[str]], list[np.ndarray]]:
+    """Document ids (from ``fields.doc_id``) and cosines (float32), best first, per response.
+
+    An item with an ``error`` raises the matching domain error (:func:`error_from_response`).
+    """
+    ids: list[list[str]] = []
+    scores: list[np.ndarray] = []
+    for item in responses:
+        if "error" in item:
+            raise error_from_response(item.get("status", 500), item, what="a nested k-NN search", index=index)
+        hits = item.get("hits", {}).get("hits", [])[:k]
+        ids.append([str(h["fields"]["doc_id"][0]) for h in hits])
+        raw = np.asarray([h["_score"] for h in hits], dtype=np.float64)
+        scores.append(np.asarray(knn_score_to_cosine(raw) if raw.size else raw, dtype=np.float32))
+    return ids, scores
+
+
+# =============================================================================================
+# reads
+# =============================================================================================
+def build_mget_body(ids: Iterable[str], fields: Sequence[str] | Mapping[str, Any] | bool, *, index: str | None = None) -> dict[str, Any]:
+    """``_mget`` body for documents ``ids`` (by stable ``_id``) with ``_source`` filter ``fields``
+    (a list of fields, an ``{"includes"/"excludes"}`` dict, or a bool). ``index`` names the
+    index in every entry (for a request spanning indices); otherwise the path names it."""
+    source: Any = fields if isinstance(fields, bool) else (dict(fields) if isinstance(fields, Mapping) else list(fields))
+    docs = []
+    for i in ids:
+        entry: dict[str, Any] = {"_id": document_os_id(i), "_source": copy.deepcopy(source)}
+        if index is not None:
+            entry = {"_index": index, **entry}
+        docs.append(entry)
+    return {"docs": docs}
+
+
+def build_counts_query() -> dict[str, Any]:
+    """Documents (exact total), paragraphs and sentences (sums) in one search."""
+    return {
+        "size": 0,
+        "track_total_hits": True,
+        "aggs": {"paragraphs": {"sum": {"field": "n_paragraphs"}}, "sentences": {"sum": {"field": "n_sentences"}}},
+    }
+
+
+def build_stats_count_query(version: int | None = None) -> dict[str, Any]:
+    """``_count`` body over the state index: statistics documents (of ``version`` if given)."""
+    filters: list[dict[str, Any]] = [{"term": {"kind": "stats"}}]
+    if version is not None:
+        filters.append({"term": {"stats_version": int(version)}})
+    return {"query": {"bool": {"filter": filters}}}
+
+
+def build_scan_query(
+    *, size: int, source: Sequence[str] | bool, search_after: Sequence[Any] | None = None,
+    pit_id: str | None = None, keep_alive: str = "2m",
+) -> dict[str, Any]:
+    """One page of a scan over all documents in ``doc_id`` order (unique, so ``search_after``
+    pages neither repeat nor skip a document). With ``pit_id`` the page reads that point in time
+    (the request then names no index)."""
+    body: dict[str, Any] = {
+        "size": int(size),
+        "_source": source if isinstance(source, bool) else list(source),
+        "sort": [{"doc_id": "asc"}],
+        "track_total_hits": False,
+    }
+    if source is False:
+        body["docvalue_fields"] = ["doc_id"]
+    if search_after is not None:
+        body["search_after"] = list(search_after)
+    if pit_id is not None:
+        body["pit"] = {"id": pit_id, "keep_alive": keep_alive}
+    return body
+
+
+def build_alias_swap(alias: str, new_index: str, old_indices: Iterable[str]) -> dict[str, Any]:
+    """``_aliases`` body moving ``alias`` to ``new_index`` atomically (one request)."""
+    actions: list[dict[str, Any]] = [{"remove": {"index": old, "alias": alias}} for old in old_indices if old != new_index]
+    actions.append({"add": {"index": new_index, "alias": alias}})
+    return {"actions": actions}
+
+
+# =============================================================================================
+# bulk responses, retries, errors
+# =============================================================================================
+@dataclass(frozen=True)
+class BulkOutcome:
+    """What one ``_bulk`` response says, item by item (keys are the caller's document ids)."""
+
+    results: dict[str, str]  # written: key -> result ("created", "updated", "deleted", "not_found", ...)
+    retry: tuple[int, ...]  # positions in the request rejected with 429 (to send again)
+    failed: dict[str, str]  # key -> "status type: reason" for every other rejection
+
+
+def _error_type_reason(info: Any) -> tuple[str, str]:
+    err = info.get("error", info) if isinstance(info, Mapping) else info
+    if isinstance(err, Mapping):
+        cause = err.get("caused_by")
+        reason = str(err.get("reason", ""))
+        if isinstance(cause, Mapping) and cause.get("reason"):
+            reason = f"{reason} (caused by {cause.get('type', '')}: {cause['reason']})"
+        return str(err.get("type", "error")), reason
+    return "error", str(err)
+
+
+def process_bulk_response(
+    response: Mapping[str, Any], keys: Sequence[str], *, accept: Sequence[int] = ()
+) -> BulkOutcome:
+    """Sort the items of a ``_bulk`` response into written, to retry (429) and failed.
+
+    ``keys`` name the request's actions in order. 2xx is written, as is a status in ``accept``
+    (404 for deletes: the document was not there). Raises :class:`StoreError` when the response
+    does not have one item per action.
+    """
+    items = response.get("items")
+    if not isinstance(items, list) or len(items) != len(keys):
+        n = len(items) if isinstance(items, list) else "no"
+        raise StoreError(f"malformed _bulk response: {n} items for {len(keys)} actions")
+    results: dict[str, str] = {}
+    retry: list[int] = []
+    failed: dict[str, str] = {}
+    for pos, (key, item) in enumerate(zip(keys, items)):
+        (op, body), = item.items()
+        status = int(body.get("status", 500))
+        if 200 <= status < 300 or status in accept:
+            results[key] = str(body.get("result", op))
+        elif status == 429:
+            retry.append(pos)
+        elif "error" not in body:
+            failed[key] = f"{status} {body.get('result', 'failed')}"
+        else:
+            etype, reason = _error_type_reason(body)
+            failed[key] = f"{status} {etype}: {reason}"
+    return BulkOutcome(results, tuple(retry), failed)
+
+
+def should_retry(status: int | str, attempt: int, max_retries: int) -> bool:
+    """Retry only an overload rejection (429), and only while retries remain (``attempt`` =
+    retries already made). Anything else (mapping errors, 4xx, 5xx) is reported at once."""
+    return status == 429 and attempt < max_retries
+
+
+def backoff_delay(attempt: int, *, initial: float, maximum: float) -> float:
+    """Seconds to wait before retry number ``attempt + 1``: ``initial * 2**attempt``, capped."""
+    return float(min(maximum, initial * (2 ** attempt)))
+
+
+def error_from_response(status: int | str, info: Any, *, what: str, index: str | None = None) -> SDRError:
+    """The domain error for an OpenSearch error response (status and body).
+
+    404 ``index_not_found_exception`` -> :class:`IndexNotFoundError`; 429 ->
+    :class:`OverloadedError`; 401/403, 5xx and no status (connection) ->
+    :class:`BackendUnavailableError`; any other rejection -> :class:`StoreError`.
+    """
+    etype, reason = _error_type_reason(info)
+    where = f" on index {index!r}" if index else ""
+    if status == 404 and etype == "index_not_found_exception":
+        err = info.get("error") if isinstance(info, Mapping) else None
+        missing = err.get("index", index) if isinstance(err, Mapping) else index
+        return IndexNotFoundError(f"OpenSearch index {missing!r} does not exist; run `sdr index` to build it")
+    if status == 429:
+        return OverloadedError(f"OpenSearch is overloaded (429) during {what}{where}: {reason}")
+    if status in (401, 403):
+        return BackendUnavailableError(
+            f"OpenSearch refused {what}{where} ({status} {etype}: {reason}); check SDR_OPENSEARCH_USERNAME, "
+            "SDR_OPENSEARCH_PASSWORD and the user's permissions"
+        )
+    if not isinstance(status, int) or status >= 500:
+        return BackendUnavailableError(f"OpenSearch failed {what}{where} ({status} {etype}: {reason})")
+    return StoreError(f"OpenSearch rejected {what}{where} ({status} {etype}: {reason})")

@@ -1,0 +1,795 @@
+"""The OpenSearch backend: a :class:`~indexer.store.DocumentStore` on an OpenSearch cluster.
+
+Layout (request bodies in :mod:`indexer.opensearch.requests`, mappings in ``mappings/``):
+
+* **Document index** (the ``index`` setting, or the one index an alias of that name points to):
+  one document per SDR document, ``_id`` = its id (sha256 for ids over 512 bytes). Sentence
+  vectors are stored twice on purpose: in the ``nested`` field ``sentences.vector`` (faiss HNSW,
+  inner product; nested k-NN) and as one base64 float32 string ``vectors_b64`` (fetched with
+  ``_mget`` for the exact rerank: about 4x smaller and far faster to decode than JSON floats).
+  Provenance (:class:`~indexer.store.IndexMeta`, library and cluster versions, HNSW parameters)
+  is the mapping's ``_meta.sdr``.
+* **State index** ``<concrete index>-sdr-state``: one ``stats`` document per document
+  (``stats_mu``, ``stats_sigma``, ``stats_version``), the reference sample (one document per
+  sampled paragraph with its own vectors, under a generation number) and one ``state`` document
+  (statistics version, mode, stale flag, reference header). Statistics are kept out of the
+  document index because updating a document re-indexes all its sentence vectors (and, on 2.x
+  where vectors are excluded from ``_source``, drops them).
+
+Consistency: each document is written by one ``index`` action, so it is visible completely or
+not at all. The state document is only read by id (``GET`` is real-time), so its writes need no
+refresh. ``put`` marks the statistics stale and deletes the documents' old statistics before
+writing them (a document never shows statistics of its previous content); ``delete`` removes
+statistics first. With the default refresh policy (``wait_for``) a write is visible to search,
+counts and statistics when it returns. ``docs_without_stats`` is the number of documents minus
+the number of statistics documents.
+
+Nothing connects in ``__init__``: the opensearch-py client is created on first use and released
+by :meth:`OpenSearchStore.close` (a client passed in is the caller's and is not closed).
+Connection failures raise :class:`~sdr_core.errors.BackendUnavailableError`, a missing index
+:class:`~sdr_core.errors.IndexNotFoundError`, a missing document
+:class:`~sdr_core.errors.DocumentNotFoundError`, rejected bulk items
+:class:`~sdr_core.errors.BulkWriteError` (after retrying 429s with backoff).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from importlib import metadata as importlib_metadata
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from indexer.provenance import library_versions
+from indexer.store import (
+    DocumentStore,
+    IndexMeta,
+    ReferenceParagraphs,
+    SentenceHits,
+    StatsInfo,
+    StoredDocument,
+)
+from sdr_core.documents import Document
+from sdr_core.errors import (
+    BackendUnavailableError,
+    DocumentNotFoundError,
+    DuplicateIdError,
+    IndexNotFoundError,
+    InvalidDocumentError,
+    InvalidInputError,
+    ModelMismatchError,
+    StoreError,
+)
+from sdr_core.scoring import NormStats
+from sdr_core.vectors import CorpusVectors, DocVectors
+
+from .bulk import run_bulk
+from .requests import (
+    STATE_DOC_ID,
+    build_alias_swap,
+    build_bulk_actions,
+    build_counts_query,
+    build_delete_actions,
+    build_index_body,
+    build_meta,
+    build_mget_body,
+    build_msearch_bodies,
+    build_reference_actions,
+    build_reference_delete_actions,
+    build_scan_query,
+    build_state_index_body,
+    build_stats_count_query,
+    build_stats_delete_actions,
+    build_stats_update_actions,
+    bulk_lines,
+    decode_vectors_b64,
+    error_from_response,
+    index_meta_from_meta,
+    initial_state,
+    parse_knn_responses,
+    reference_os_id,
+    state_index_name,
+    stats_os_id,
+)
+from .settings import OpenSearchSettings
+
+__all__ = ["OpenSearchStore"]
+
+logger = logging.getLogger(__name__)
+
+_MGET_CHUNK = 500
+_SMALL_DOCS_PER_BULK = 2_000  # statistics documents and deletes are a few hundred bytes each
+_STATE_CAS_ATTEMPTS = 5
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _offsets(par_sizes: Sequence[int]) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum(np.asarray(par_sizes, dtype=np.int64))]).astype(np.int64)
+
+
+def _chunks(seq: Sequence[Any], n: int) -> Iterator[Sequence[Any]]:
+    for i in range(0, len(seq), n):
+        yield seq[i : i + n]
+
+
+@dataclass(frozen=True)
+class _Target:
+    """The concrete indices behind the configured name, and the recorded provenance."""
+
+    name: str  # concrete document index
+    state: str  # its state index
+    meta: IndexMeta | None
+
+    @property
+    def recorded(self) -> IndexMeta:
+        """The recorded provenance (a target returned by ``_read_target`` always has one)."""
+        if self.meta is None:
+            raise StoreError(f"OpenSearch index {self.name!r} has no model recorded")
+        return self.meta
+
+
+class OpenSearchStore(DocumentStore):
+    """A :class:`DocumentStore` on OpenSearch (see the module docstring for the layout).
+
+    ``url`` and ``index`` default to ``settings.url`` / ``settings.index`` (env
+    ``SDR_OPENSEARCH_URL`` / ``SDR_OPENSEARCH_INDEX``). ``index`` may be an alias of exactly one
+    index; the store pins that index at first use (until :meth:`close`). ``ensure_meta`` creates
+    the index (and its state index) when it does not exist.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        index: str | None = None,
+        settings: OpenSearchSettings | None = None,
+        client: Any = None,
+    ) -> None:
+        self.settings = settings or OpenSearchSettings()
+        self.url = url or self.settings.url
+        self.index = index or self.settings.index
+        if not self.index or self.index != self.index.lower() or self.index.startswith(("_", "-", "+")):
+            raise InvalidInputError(f"invalid OpenSearch index name {self.index!r} (lower case, not starting with _ - +)")
+        self._client = client
+        self._owns_client = client is None
+        self._lock = threading.RLock()
+        self._target: _Target | None = None
+        self._state_checked = False
+
+    # =========================================================================================
+    # client, errors, target
+    # =========================================================================================
+    def _os(self) -> Any:
+        """The opensearch-py client, created on first use."""
+        if self._client is None:
+            with self._lock:
+                if self._client is None:
+                    from opensearchpy import OpenSearch
+
+                    s = self.settings
+                    kwargs: dict[str, Any] = {
+                        "hosts": [self.url], "timeout": s.timeout, "http_compress": s.http_compress,
+                        "verify_certs": s.verify_certs,
+                    }
+                    if s.ca_certs:
+                        kwargs["ca_certs"] = s.ca_certs
+                    if s.username:
+                        kwargs["http_auth"] = (s.username, s.password.get_secret_value() if s.password else "")
+                    if not s.verify_certs:
+                        kwargs["ssl_show_warn"] = False
+                    self._client = OpenSearch(**kwargs)
+        return self._client
+
+    @contextmanager
+    def _calls(self, what: str, index: str | None = None) -> Iterator[None]:
+        """Map opensearch-py exceptions raised inside to domain errors (cause chained)."""
+        from opensearchpy import exceptions as ox
+
+        try:
+            yield
+        except ox.ImproperlyConfigured as e:
+            raise InvalidInputError(f"invalid OpenSearch client settings for {self.url}: {e}") from e
+        except ox.ConnectionError as e:  # includes timeouts and TLS failures
+            raise BackendUnavailableError(f"OpenSearch at {self.url} cannot be reached during {what}: {e}") from e
+        except ox.TransportError as e:
+            err = error_from_response(e.status_code, e.info, what=what, index=index or self.index)
+            if isinstance(err, IndexNotFoundError):
+                self._target = None
+            raise err from e
+        except ox.OpenSearchException as e:
+            raise StoreError(f"OpenSearch client error during {what}: {e}") from e
+
+    def _resolve(self) -> _Target | None:
+        """The concrete index behind ``self.index`` and its provenance; None if it does not exist."""
+        target = self._target
+        if target is not None:
+            return target
+        from opensearchpy import exceptions as ox
+
+        with self._calls("reading the index mapping"):
+            try:
+                mappings = self._os().indices.get_mapping(index=self.index)
+            except ox.NotFoundError as e:
+                if e.error == "index_not_found_exception":
+                    return None
+                raise
+        if not mappings:
+            return None
+        if len(mappings) > 1:
+            raise StoreError(
+                f"{self.index!r} names {len(mappings)} indices ({', '.join(sorted(mappings))}); an sdr store "
+                "needs one index (an alias must point to exactly one)"
+            )
+        (name, body), = mappings.items()
+        target = _Target(name, state_index_name(name), index_meta_from_meta(body.get("mappings", {}).get("_meta")))
+        if target.meta is not None:
+            self._target = target
+        return target
+
+    def _read_target(self) -> _Target:
+        target = self._resolve()
+        if target is None:
+            raise IndexNotFoundError(
+                f"OpenSearch index {self.index!r} does not exist at {self.url}; run `sdr index` to build it"
+            )
+        if target.meta is None:
+            raise StoreError(
+                f"OpenSearch index {target.name!r} was not created by sdr-search (no _meta.sdr in its mapping)"
+            )
+        return target
+
+    def _writable_target(self) -> _Target:
+        target = self._resolve()
+        if target is None or target.meta is None:
+            raise StoreError(f"OpenSearch index {self.index!r} has no model recorded; call ensure_meta() before put()")
+        return target
+
+    @property
+    def index_name(self) -> str | None:
+        """The concrete document index (None while it does not exist)."""
+        target = self._resolve()
+        return target.name if target else None
+
+    # =========================================================================================
+    # creation and metadata
+    # =========================================================================================
+    def _cluster_version(self) -> str:
+        with self._calls("reading the cluster version"):
+            info = self._os().info()
+        return str(info.get("version", {}).get("number", "unknown"))
+
+    def _use_derived_source(self, cluster_version: str) -> bool:
+        mode = self.settings.derived_source
+        if mode != "auto":
+            return mode == "on"
+        try:
+            return int(cluster_version.split(".")[0]) >= 3
+        except ValueError:
+            return False
+
+    def _create_state_index(self, state: str) -> None:
+        from opensearchpy import exceptions as ox
+
+        with self._calls("creating the state index", index=state):
+            try:
+                self._os().indices.create(index=state, body=build_state_index_body(replicas=self.settings.replicas))
+            except ox.RequestError as e:
+                if e.error != "resource_already_exists_exception":
+                    raise
+            try:
+                self._os().index(index=state, id=STATE_DOC_ID, body=initial_state(_now()), params={"op_type": "create"})
+            except ox.ConflictError:
+                pass  # another process created it first
+
+    def _create(self, meta: IndexMeta) -> None:
+        """Create the state index, then the document index with provenance in ``_meta``."""
+        from opensearchpy import exceptions as ox
+
+        s = self.settings
+        cluster = self._cluster_version()
+        derived = self._use_derived_source(cluster)
+        versions = {**library_versions(), "opensearch": cluster}
+        try:
+            versions["opensearch-py"] = importlib_metadata.version("opensearch-py")
+        except importlib_metadata.PackageNotFoundError:  # pragma: no cover - a client was passed in
+            pass
+        hnsw = {"m": s.hnsw_m, "ef_construction": s.hnsw_ef_construction, "ef_search": s.hnsw_ef_search}
+        body = build_index_body(
+            meta.dim, m=s.hnsw_m, ef_construction=s.hnsw_ef_construction, ef_search=s.hnsw_ef_search,
+            shards=s.shards, replicas=s.replicas, derived_source=derived, max_sentences=s.max_sentences,
+            meta=build_meta(meta, versions=versions, hnsw=hnsw, derived_source=derived, created_at=_now()),
+        )
+        self._create_state_index(state_index_name(self.index))
+        with self._calls("creating the index"):
+            try:
+                self._os().indices.create(index=self.index, body=body)
+            except ox.RequestError as e:
+                if e.error != "resource_already_exists_exception":
+                    raise
+                return  # another process created it first; its meta is compared by the caller
+        self._state_checked = True
+        logger.info("created OpenSearch index %s (dim %d, HNSW M=%d, derived source %s, cluster %s)",
+                    self.index, meta.dim, s.hnsw_m, derived, cluster)
+
+    def meta(self) -> IndexMeta | None:
+        target = self._resolve()
+        return target.meta if target else None
+
+    def ensure_meta(self, meta: IndexMeta) -> IndexMeta:
+        with self._lock:
+            target = self._resolve()
+            if target is None:
+                self._create(meta)
+                target = self._resolve()
+                if target is None:
+                    raise StoreError(f"OpenSearch index {self.index!r} could not be created")
+            if target.meta is None:
+                raise StoreError(
+                    f"OpenSearch index {target.name!r} exists but was not created by sdr-search (no _meta.sdr in "
+                    "its mapping); choose another index name or delete it"
+                )
+            stored = target.meta
+            if stored.encoder_tag != meta.encoder_tag or int(stored.dim) != int(meta.dim):
+                raise ModelMismatchError(
+                    f"OpenSearch index {target.name!r} was built with model {stored.model_id} (tag "
+                    f"{stored.encoder_tag}, dim {stored.dim}); it cannot be queried with model {meta.model_id} (tag "
+                    f"{meta.encoder_tag}, dim {meta.dim}). Use --model {stored.model_id} or re-index into a new index."
+                )
+            if not self._state_checked:
+                with self._calls("checking the state index", index=target.state):
+                    exists = bool(self._os().indices.exists(index=target.state))
+                if not exists:
+                    logger.warning("OpenSearch index %s had no state index; creating %s", target.name, target.state)
+                    self._create_state_index(target.state)
+                self._state_checked = True
+            return stored
+
+    def _count(self, index: str, body: Mapping[str, Any] | None = None) -> int:
+        with self._calls("counting documents", index=index):
+            return int(self._os().count(index=index, body=dict(body) if body else None)["count"])
+
+    def counts(self) -> dict[str, int]:
+        target = self._read_target()
+        with self._calls("counting documents", index=target.name):
+            r = self._os().search(index=target.name, body=build_counts_query())
+        aggs = r.get("aggregations", {})
+        return {
+            "documents": int(r["hits"]["total"]["value"]),
+            "paragraphs": int(aggs.get("paragraphs", {}).get("value") or 0),
+            "sentences": int(aggs.get("sentences", {}).get("value") or 0),
+        }
+
+    # =========================================================================================
+    # writes
+    # =========================================================================================
+    def _bulk(self, target: _Target, actions: list[dict[str, Any]], keys: Sequence[str], what: str,
+              *, accept: Sequence[int] = (), refresh: str | None = None, max_items: int | None = None) -> dict[str, str]:
+        """Bulk-write ``actions`` (named ``keys``) with the store's refresh policy, or ``refresh``
+        for writes that are only read back by id (real-time) or refreshed explicitly."""
+        s = self.settings
+        params = {"refresh": refresh or s.refresh}
+
+        def send(body: bytes) -> Mapping[str, Any]:
+            with self._calls(what, index=target.name):
+                return self._os().bulk(body=body, params=params)
+
+        return run_bulk(
+            send, [bulk_lines(a) for a in actions], keys, what=what, max_items=max_items or s.bulk_chunk_docs,
+            max_bytes=s.bulk_chunk_bytes, max_retries=s.max_retries, initial_backoff=s.retry_backoff,
+            max_backoff=s.retry_backoff_max, accept=accept,
+        )
+
+    def _validate(self, items: Sequence[tuple[Document, DocVectors]], target: _Target) -> None:
+        meta = target.recorded
+        seen: set[str] = set()
+        for doc, vectors in items:
+            if not isinstance(doc, Document) or not isinstance(vectors, DocVectors):
+                raise InvalidInputError("put() takes (Document, DocVectors) pairs")
+            if vectors.dim != int(meta.dim):
+                raise ModelMismatchError(
+                    f"document {doc.id!r}: vectors have dimension {vectors.dim}, but OpenSearch index "
+                    f"{target.name!r} holds dimension {meta.dim} (model {meta.model_id})"
+                )
+            sizes = [len(p) for p in doc.paragraphs]
+            if sizes != np.diff(vectors.par_offsets).tolist():
+                raise InvalidDocumentError(
+                    doc.id, f"vectors are grouped as {np.diff(vectors.par_offsets).tolist()} sentences per "
+                    f"paragraph but the document has {sizes}"
+                )
+            if not np.all(np.isfinite(vectors.vectors)):
+                raise InvalidDocumentError(doc.id, "vectors contain NaN or infinity")
+            if vectors.n_sentences > self.settings.max_sentences:
+                raise InvalidDocumentError(
+                    doc.id, f"{vectors.n_sentences} sentences, over the index limit of {self.settings.max_sentences}"
+                )
+            try:
+                json.dumps(dict(doc.metadata), allow_nan=False)
+            except (TypeError, ValueError) as e:
+                raise InvalidDocumentError(doc.id, f"metadata is not JSON-serialisable: {e}") from e
+            if doc.id in seen:
+                raise DuplicateIdError(doc.id, "appears twice in one put()")
+            seen.add(doc.id)
+
+    def _mark_stale(self, target: _Target) -> None:
+        stale = initial_state(_now())
+        stale["state"]["stats"]["stale"] = True
+        body = {"doc": {"state": {"stats": {"stale": True}}}, "upsert": stale}
+        with self._calls("marking statistics stale", index=target.state):
+            self._os().update(index=target.state, id=STATE_DOC_ID, body=body, params={"retry_on_conflict": 5})
+
+    def put(self, items: Sequence[tuple[Document, DocVectors]]) -> None:
+        """Insert or replace documents (one ``index`` action each; see the module docstring).
+
+        Raises :class:`BulkWriteError` naming the documents not written (the others are)."""
+        items = list(items)
+        if not items:
+            return
+        target = self._writable_target()
+        self._validate(items, target)
+        meta = target.recorded
+        ids = [doc.id for doc, _ in items]
+        actions = build_bulk_actions(items, index=target.name, encoder_tag=meta.encoder_tag, model_id=meta.model_id)
+        self._mark_stale(target)
+        self._bulk(target, build_stats_delete_actions(ids, index=target.state), ids,
+                   "deleting replaced statistics", accept=(404,))
+        self._bulk(target, actions, ids, "writing documents")
+
+    def delete(self, ids: Sequence[str]) -> int:
+        ids = list(dict.fromkeys(str(i) for i in ids))
+        if not ids:
+            return 0
+        target = self._read_target()
+        self._bulk(target, build_stats_delete_actions(ids, index=target.state), ids, "deleting statistics", accept=(404,))
+        results = self._bulk(target, build_delete_actions(ids, index=target.name), ids, "deleting documents", accept=(404,))
+        deleted = sum(1 for r in results.values() if r == "deleted")
+        if deleted:
+            self._mark_stale(target)
+        return deleted
+
+    # =========================================================================================
+    # reads
+    # =========================================================================================
+    def _doc_vectors(self, src: Mapping[str, Any], dim: int) -> DocVectors:
+        try:
+            return DocVectors(decode_vectors_b64(src["vectors_b64"], dim), _offsets(src["par_sizes"]))
+        except (KeyError, ValueError) as e:
+            raise StoreError(f"stored vectors of document {src.get('doc_id')!r} are damaged: {e}") from e
+
+    def get(self, doc_id: str) -> StoredDocument:
+        target = self._read_target()
+        docs = build_mget_body([doc_id], {"excludes": ["sentences", "text"]}, index=target.name)["docs"]
+        docs.append({"_index": target.state, "_id": stats_os_id(doc_id), "_source": ["stats_mu", "stats_sigma"]})
+        with self._calls("reading a document", index=target.name):
+            main, stats_doc = self._os().mget(body={"docs": docs})["docs"]
+        if "error" in main:
+            raise error_from_response(404, main, what="reading a document", index=target.name)
+        if not main.get("found"):
+            raise DocumentNotFoundError(doc_id)
+        src = main["_source"]
+        document = Document(
+            str(src["doc_id"]), tuple(tuple(p) for p in src["paragraphs"]), src.get("title"), src.get("metadata") or {}
+        )
+        vectors = self._doc_vectors(src, target.recorded.dim)
+        stats = None
+        if stats_doc.get("found"):
+            s = stats_doc["_source"]
+            if len(s.get("stats_mu", ())) == vectors.n_paragraphs:
+                try:
+                    stats = NormStats(np.asarray(s["stats_mu"]), np.asarray(s["stats_sigma"]))
+                except (KeyError, ValueError) as e:
+                    raise StoreError(f"stored statistics of document {doc_id!r} are damaged: {e}") from e
+        elif "error" in stats_doc:
+            logger.warning("statistics of %r unreadable: %s", doc_id, stats_doc["error"])
+        return StoredDocument(document, vectors, stats)
+
+    def _mget_sources(self, target: _Target, ids: Sequence[str], fields: Sequence[str], what: str) -> dict[str, dict]:
+        """``id -> _source`` (filtered to ``fields``) for the ids that exist."""
+        found: dict[str, dict] = {}
+        for chunk in _chunks(list(dict.fromkeys(ids)), _MGET_CHUNK):
+            with self._calls(what, index=target.name):
+                docs = self._os().mget(index=target.name, body=build_mget_body(chunk, fields))["docs"]
+            for doc_id, d in zip(chunk, docs):
+                if "error" in d:
+                    raise error_from_response(404, d, what=what, index=target.name)
+                if d.get("found"):
+                    found[doc_id] = d["_source"]
+        return found
+
+    def content_keys(self, ids: Sequence[str]) -> dict[str, str]:
+        target = self._read_target()
+        found = self._mget_sources(target, [str(i) for i in ids], ["content_key"], "reading content keys")
+        return {doc_id: src["content_key"] for doc_id, src in found.items()}
+
+    def metadata_of(self, ids: Sequence[str]) -> dict[str, Mapping[str, Any]]:
+        """Metadata of those ``ids`` that exist, with one ``_mget`` per 500 ids and no vectors
+        (what metadata filters need; cheaper than :meth:`get` per document)."""
+        target = self._read_target()
+        found = self._mget_sources(target, [str(i) for i in ids], ["metadata"], "reading metadata")
+        return {doc_id: src.get("metadata") or {} for doc_id, src in found.items()}
+
+    def _scan(self, target: _Target, source: Sequence[str] | bool, size: int) -> Iterator[dict[str, Any]]:
+        """Every document's hit, in ``doc_id`` order, page by page (``search_after``), reading one
+        point in time when the cluster offers it."""
+        pit_id = self._open_pit(target) if source is not False else None
+        try:
+            after = None
+            while True:
+                body = build_scan_query(size=size, source=source, search_after=after, pit_id=pit_id,
+                                        keep_alive=self.settings.pit_keep_alive)
+                with self._calls("scanning documents", index=target.name):
+                    r = self._os().search(body=body) if pit_id else self._os().search(index=target.name, body=body)
+                pit_id = r.get("pit_id", pit_id)
+                hits = r["hits"]["hits"]
+                yield from hits
+                if len(hits) < size:
+                    return
+                after = hits[-1]["sort"]
+        finally:
+            if pit_id:
+                self._close_pit(pit_id)
+
+    def _open_pit(self, target: _Target) -> str | None:
+        from opensearchpy import exceptions as ox
+
+        with self._calls("opening a point in time", index=target.name):
+            try:
+                return self._os().create_pit(index=target.name, params={"keep_alive": self.settings.pit_keep_alive})["pit_id"]
+            except ox.TransportError as e:
+                if isinstance(e, ox.ConnectionError) or e.status_code not in (400, 403, 404, 405) \
+                        or e.error == "index_not_found_exception":
+                    raise
+                logger.info("point in time unavailable (%s %s); scanning without one", e.status_code, e.error)
+                return None
+
+    def _close_pit(self, pit_id: str) -> None:
+        from opensearchpy import exceptions as ox
+
+        try:
+            self._os().delete_pit(body={"pit_id": [pit_id]})
+        except ox.OpenSearchException as e:  # it expires on its own
+            logger.debug("could not delete point in time: %s", e)
+
+    def iter_ids(self) -> Iterator[str]:
+        """Document ids in ``doc_id`` order (stable; fetched page by page while iterating)."""
+        target = self._read_target()
+        return (str(h["fields"]["doc_id"][0]) for h in self._scan(target, False, 10 * self.settings.scan_page_size))
+
+    # =========================================================================================
+    # retrieval
+    # =========================================================================================
+    def sentence_knn(self, vectors: np.ndarray, k: int, *, exclude_ids: Sequence[str] = ()) -> SentenceHits:
+        """Nested k-NN, one ``_msearch`` per ``msearch_batch`` query rows; scores are cosines."""
+        if k < 1:
+            raise InvalidInputError(f"k must be >= 1, got {k}")
+        q = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
+        if q.ndim != 2:
+            raise InvalidInputError(f"query vectors must be a 2-D array, got shape {np.shape(vectors)}")
+        target = self._read_target()
+        if q.shape[1] != int(target.recorded.dim):
+            raise ModelMismatchError(
+                f"query vectors have dimension {q.shape[1]}, OpenSearch index {target.name!r} holds dimension "
+                f"{target.recorded.dim} (model {target.recorded.model_id})"
+            )
+        if not np.all(np.isfinite(q)):
+            raise InvalidInputError("query vectors contain NaN or infinity")
+        ids: list[list[str]] = []
+        scores: list[np.ndarray] = []
+        for body in build_msearch_bodies(q, k, target.name, exclude_ids=[str(i) for i in exclude_ids],
+                                         batch_size=self.settings.msearch_batch):
+            with self._calls("a nested k-NN search", index=target.name):
+                r = self._os().msearch(body=body)
+            batch_ids, batch_scores = parse_knn_responses(r["responses"], k=k, index=target.name)
+            ids += batch_ids
+            scores += batch_scores
+        return SentenceHits(ids, scores)
+
+    def fetch(self, ids: Sequence[str]) -> CorpusVectors:
+        """Sentence vectors of ``ids`` in that order, from ``vectors_b64`` with ``_mget``."""
+        ids = [str(i) for i in ids]
+        if not ids:
+            raise InvalidInputError("fetch() needs at least one document id")
+        target = self._read_target()
+        found = self._mget_sources(target, ids, ["doc_id", "par_sizes", "vectors_b64"], "fetching vectors")
+        for doc_id in ids:
+            if doc_id not in found:
+                raise DocumentNotFoundError(doc_id)
+        decoded = {doc_id: self._doc_vectors(src, target.recorded.dim) for doc_id, src in found.items()}
+        return CorpusVectors.from_docs(ids, [decoded[i] for i in ids])
+
+    def all_vectors(self) -> CorpusVectors:
+        """Every document in ``doc_id`` order (in memory). Raises :class:`StoreError` when empty."""
+        target = self._read_target()
+        ids: list[str] = []
+        docs: list[DocVectors] = []
+        for hit in self._scan(target, ["doc_id", "par_sizes", "vectors_b64"], self.settings.scan_page_size):
+            ids.append(str(hit["_source"]["doc_id"]))
+            docs.append(self._doc_vectors(hit["_source"], target.recorded.dim))
+        if not ids:
+            raise StoreError(f"OpenSearch index {target.name!r} has no documents")
+        return CorpusVectors.from_docs(ids, docs)
+
+    # =========================================================================================
+    # statistics and reference sample
+    # =========================================================================================
+    def _read_state(self, target: _Target) -> tuple[dict[str, Any], tuple[int, int] | None]:
+        """The state document's ``state`` and its ``(seq_no, primary_term)`` (None if missing)."""
+        from opensearchpy import exceptions as ox
+
+        with self._calls("reading the store state", index=target.state):
+            try:
+                r = self._os().get(index=target.state, id=STATE_DOC_ID)
+            except ox.NotFoundError as e:
+                if e.error == "index_not_found_exception":
+                    raise
+                return initial_state(_now())["state"], None
+        return r["_source"]["state"], (int(r["_seq_no"]), int(r["_primary_term"]))
+
+    def stats_info(self) -> StatsInfo:
+        target = self._read_target()
+        state, _ = self._read_state(target)
+        s = state["stats"]
+        documents = self._count(target.name)
+        with_stats = self._count(target.state, build_stats_count_query())
+        return StatsInfo(
+            version=int(s["version"]), mode=s["mode"], sample_size=s["sample_size"], seed=s["seed"],
+            stale=bool(s["stale"]), computed_at=s["computed_at"], docs_without_stats=max(0, documents - with_stats),
+        )
+
+    def write_stats(
+        self, stats: Mapping[str, NormStats], *, mode: str, sample_size: int | None, seed: int | None
+    ) -> StatsInfo:
+        """One refresh: every document's statistics with version + 1 (state index, bulk).
+
+        Ids no longer stored are skipped (logged; the result stays stale). A statistics length
+        that differs from the document's paragraph count raises :class:`InvalidInputError`
+        before anything is written. The result is not stale only if every stored document now
+        has statistics of this version. One refresh at a time per store.
+        """
+        target = self._writable_target()
+        ids = [str(i) for i in stats]
+        n_pars = {d: int(src["n_paragraphs"]) for d, src in
+                  self._mget_sources(target, ids, ["n_paragraphs"], "reading paragraph counts").items()}
+        for doc_id in ids:
+            if doc_id in n_pars and len(stats[doc_id]) != n_pars[doc_id]:
+                raise InvalidInputError(
+                    f"statistics of document {doc_id!r} have {len(stats[doc_id])} paragraphs, the document has "
+                    f"{n_pars[doc_id]}"
+                )
+        unknown = [d for d in ids if d not in n_pars]
+        state, seq = self._read_state(target)
+        version = int(state["stats"]["version"]) + 1
+        known = {d: stats[d] for d in ids if d in n_pars}
+        if known:
+            self._bulk(target, build_stats_update_actions(known, version, index=target.state), list(known),
+                       "writing statistics", refresh="false", max_items=_SMALL_DOCS_PER_BULK)
+        with self._calls("refreshing the indices", index=target.name):  # count what was just written
+            self._os().indices.refresh(index=f"{target.name},{target.state}")
+        behind = self._count(target.name) - self._count(target.state, build_stats_count_query(version))
+        info = {"version": version, "mode": mode, "sample_size": sample_size, "seed": seed,
+                "computed_at": _now(), "stale": bool(behind > 0 or unknown)}
+        self._write_stats_state(target, state, seq, info)
+        if unknown:
+            logger.warning("OpenSearch index %s: statistics for %d unknown documents skipped (e.g. %r); stats stay stale",
+                           target.name, len(unknown), unknown[0])
+        return self.stats_info()
+
+    def _write_stats_state(self, target: _Target, state: dict[str, Any], seq: tuple[int, int] | None,
+                           info: dict[str, Any]) -> None:
+        """Replace the state's statistics info, guarded by the state's sequence number; a write that
+        happened meanwhile (a put marking stale) makes this refresh stale."""
+        from opensearchpy import exceptions as ox
+
+        for _ in range(_STATE_CAS_ATTEMPTS):
+            state = {**state, "stats": info}
+            params: dict[str, Any] = {"op_type": "create"} if seq is None else {"if_seq_no": seq[0], "if_primary_term": seq[1]}
+            with self._calls("writing the store state", index=target.state):
+                try:
+                    self._os().index(index=target.state, id=STATE_DOC_ID, body={"kind": "state", "state": state},
+                                     params=params)
+                    return
+                except ox.ConflictError:
+                    pass
+            state, seq = self._read_state(target)
+            info = {**info, "stale": True}
+        raise StoreError(f"the state of OpenSearch index {target.name!r} changed {_STATE_CAS_ATTEMPTS} times during "
+                         "one statistics refresh; run it again")
+
+    def reference(self) -> ReferenceParagraphs | None:
+        target = self._read_target()
+        state, _ = self._read_state(target)
+        header = state.get("reference")
+        if not header:
+            return None
+        generation, n, dim = int(header["generation"]), int(header["paragraphs"]), int(header["dim"])
+        rows: list[dict[str, Any]] = []
+        fields = ["doc_id", "paragraph_index", "label", "n_sentences", "vectors_b64"]
+        for chunk in _chunks(range(n), _MGET_CHUNK):
+            body = {"docs": [{"_id": reference_os_id(generation, p), "_source": fields} for p in chunk]}
+            with self._calls("reading the reference sample", index=target.state):
+                docs = self._os().mget(index=target.state, body=body)["docs"]
+            for p, d in zip(chunk, docs):
+                if not d.get("found"):
+                    raise StoreError(f"the reference sample of OpenSearch index {target.name!r} lacks paragraph {p}; "
+                                     "run `sdr stats` to record a new one")
+                rows.append(d["_source"])
+        vectors = np.concatenate([decode_vectors_b64(r["vectors_b64"], dim) for r in rows])
+        corpus = CorpusVectors(
+            tuple(str(r["label"]) for r in rows), vectors, _offsets([int(r["n_sentences"]) for r in rows]),
+            np.arange(n + 1, dtype=np.int64),
+        )
+        return ReferenceParagraphs(
+            tuple(str(r["doc_id"]) for r in rows), np.asarray([int(r["paragraph_index"]) for r in rows], dtype=np.int64),
+            corpus, int(header["seed"]), int(header["size"]),
+        )
+
+    def set_reference(self, reference: ReferenceParagraphs) -> None:
+        """Record a new reference sample: its documents under a new generation, then the header,
+        then the old generation is deleted (a reader never sees a half-written sample)."""
+        cv = reference.vectors
+        n = len(reference.doc_ids)
+        if np.asarray(reference.paragraph_index).shape != (n,) or cv.n_docs != n:
+            raise InvalidInputError("reference sample: doc_ids, paragraph_index and vectors must have one entry per paragraph")
+        if not np.array_equal(cv.doc_par_offsets, np.arange(n + 1)):
+            raise InvalidInputError("reference sample: each sampled paragraph must be its own document in vectors")
+        target = self._writable_target()
+        state, _ = self._read_state(target)
+        old = state.get("reference")
+        generation = int(old["generation"]) + 1 if old else 1
+        actions = build_reference_actions(reference, generation, index=target.state)
+        self._bulk(target, actions, [a["_id"] for a in actions], "writing the reference sample", refresh="false")
+        header = {"generation": generation, "seed": int(reference.seed), "size": int(reference.size),
+                  "dim": cv.dim, "paragraphs": n, "at": _now()}
+        with self._calls("writing the store state", index=target.state):
+            self._os().update(index=target.state, id=STATE_DOC_ID, body={"doc": {"state": {"reference": header}}},
+                              params={"retry_on_conflict": 5})
+        if old:
+            stale = build_reference_delete_actions(int(old["generation"]), int(old["paragraphs"]), index=target.state)
+            self._bulk(target, stale, [a["_id"] for a in stale], "deleting the previous reference sample",
+                       accept=(404,), refresh="false", max_items=_SMALL_DOCS_PER_BULK)
+
+    # =========================================================================================
+    # administration and lifecycle
+    # =========================================================================================
+    def point_alias(self, alias: str) -> None:
+        """Point ``alias`` at this store's index, removing it from any other index (atomic)."""
+        from opensearchpy import exceptions as ox
+
+        target = self._read_target()
+        with self._calls("moving an alias", index=target.name):
+            try:
+                current = list(self._os().indices.get_alias(name=alias))
+            except ox.NotFoundError:
+                current = []
+            self._os().indices.update_aliases(body=build_alias_swap(alias, target.name, current))
+
+    def drop(self) -> bool:
+        """Delete the document index and its state index; False when there was nothing to delete."""
+        target = self._resolve()
+        name = target.name if target else self.index
+        with self._calls("deleting the index", index=name):
+            existing = [i for i in (name, state_index_name(name)) if self._os().indices.exists(index=i)]
+            if existing:
+                self._os().indices.delete(index=",".join(existing))
+        self._target = None
+        self._state_checked = False
+        return bool(existing)
+
+    def close(self) -> None:
+        """Release the client (when this store created it). The store can be used again after."""
+        with self._lock:
+            if self._client is not None and self._owns_client:
+                self._client.close()
+                self._client = None
+            self._target = None
+            self._state_checked = False
+
+    def __repr__(self) -> str:
+        return f"OpenSearchStore({self.url!r}, index={self.index!r})"

@@ -1,0 +1,583 @@
+"""Unit tests of the OpenSearch backend without a cluster: every request builder's JSON (golden
+dicts), score translation, base64 vectors, stable ids, msearch batching, bulk item-error handling
+and 429 retries (driven with recorded response dicts), error mapping, and a lazy client."""
+
+from __future__ import annotations
+
+import json
+import socket
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from indexer.opensearch import OpenSearchSettings, OpenSearchStore
+from indexer.opensearch.bulk import run_bulk
+from indexer.opensearch.requests import (
+    FORMAT_VERSION,
+    build_alias_swap,
+    build_bulk_actions,
+    build_counts_query,
+    build_delete_actions,
+    build_index_body,
+    build_meta,
+    build_mget_body,
+    build_msearch_bodies,
+    build_msearch_body,
+    build_nested_knn_query,
+    build_reference_actions,
+    build_reference_delete_actions,
+    build_scan_query,
+    build_state_index_body,
+    build_stats_count_query,
+    build_stats_delete_actions,
+    build_stats_update_actions,
+    backoff_delay,
+    bulk_lines,
+    chunk_by_size,
+    cosine_to_knn_score,
+    decode_vectors_b64,
+    document_os_id,
+    encode_vectors_b64,
+    error_from_response,
+    fill_placeholders,
+    index_meta_from_meta,
+    initial_state,
+    knn_score_to_cosine,
+    load_mapping,
+    parse_knn_responses,
+    process_bulk_response,
+    should_retry,
+    state_index_name,
+    stats_os_id,
+)
+from indexer.store import IndexMeta, ReferenceParagraphs
+from sdr_core.cache import document_key
+from sdr_core.documents import parse_record
+from sdr_core.errors import (
+    BackendUnavailableError,
+    BulkWriteError,
+    IndexNotFoundError,
+    InvalidInputError,
+    OverloadedError,
+    StoreError,
+)
+from sdr_core.scoring import NormStats
+from sdr_core.vectors import CorpusVectors, DocVectors
+
+pytestmark = pytest.mark.unit
+
+REPO = Path(__file__).resolve().parents[1]
+META = IndexMeta("model-a", "tag-a", 2, {"paragraph_unit": "paragraph"}, {"numpy": "2.0"}, "2025-01-01T00:00:00+00:00")
+AT = "2025-01-02T03:04:05+00:00"
+
+
+def small_doc(doc_id: str = "a"):
+    doc = parse_record({"id": doc_id, "title": "T", "paragraphs": ["The cat sat. The dog ran.", "A bird flew."], "lang": "en"})
+    vectors = DocVectors(np.array([[1.0, 0.0], [0.0, 1.0], [0.5, -0.25]], np.float32), [0, 2, 3])
+    return doc, vectors
+
+
+# -- mappings -------------------------------------------------------------------------------------
+def test_index_body_golden():
+    meta = build_meta(META, versions={"numpy": "2.0", "opensearch": "2.19.1"}, hnsw={"m": 16, "ef_construction": 100},
+                      derived_source=False, created_at=AT)
+    body = build_index_body(384, m=16, ef_construction=128, ef_search=100, shards=2, replicas=1, meta=meta)
+    assert body == {
+        "settings": {"index": {
+            "number_of_shards": 2, "number_of_replicas": 1, "knn": True, "knn.algo_param.ef_search": 100,
+            "mapping.nested_objects.limit": 20000,
+        }},
+        "mappings": {
+            "dynamic": "strict",
+            "date_detection": False,
+            "_source": {"excludes": ["sentences.vector"]},
+            "properties": {
+                "doc_id": {"type": "keyword"},
+                "title": {"type": "text", "fields": {"keyword": {"type": "keyword", "ignore_above": 1024}}},
+                "text": {"type": "text"},
+                "metadata": {"type": "object", "dynamic": True},
+                "n_paragraphs": {"type": "integer"},
+                "n_sentences": {"type": "integer"},
+                "model_id": {"type": "keyword"},
+                "encoder_tag": {"type": "keyword"},
+                "content_key": {"type": "keyword"},
+                "indexed_at": {"type": "date"},
+                "paragraphs": {"type": "object", "enabled": False},
+                "par_sizes": {"type": "integer", "index": False, "doc_values": False},
+                "vectors_b64": {"type": "binary"},
+                "sentences": {"type": "nested", "properties": {
+                    "vector": {"type": "knn_vector", "dimension": 384, "method": {
+                        "name": "hnsw", "engine": "faiss", "space_type": "innerproduct",
+                        "parameters": {"m": 16, "ef_construction": 128}}},
+                    "paragraph": {"type": "integer"},
+                    "position": {"type": "integer"},
+                }},
+            },
+            "_meta": {"sdr": {
+                "format_version": FORMAT_VERSION,
+                "index_meta": META.to_dict(),
+                "versions": {"numpy": "2.0", "opensearch": "2.19.1"},
+                "hnsw": {"m": 16, "ef_construction": 100},
+                "space_type": "innerproduct",
+                "engine": "faiss",
+                "derived_source": False,
+                "created_at": AT,
+            }},
+        },
+    }
+
+
+def test_index_body_derived_source_drops_excludes():
+    body = build_index_body(8, m=8, ef_construction=64, ef_search=32, shards=1, replicas=0, meta={},
+                            derived_source=True, max_sentences=50_000)
+    assert "_source" not in body["mappings"]
+    assert body["settings"]["index"]["knn.derived_source.enabled"] is True
+    assert body["settings"]["index"]["mapping.nested_objects.limit"] == 50_000
+    assert body["mappings"]["_meta"] == {}
+
+
+def test_index_body_rejects_bad_parameters():
+    with pytest.raises(ValueError, match="dim"):
+        build_index_body(0, m=16, ef_construction=100, ef_search=100, shards=1, replicas=0, meta={})
+    with pytest.raises(ValueError, match="replicas"):
+        build_index_body(4, m=16, ef_construction=100, ef_search=100, shards=1, replicas=-1, meta={})
+
+
+def test_state_index_body_golden():
+    assert build_state_index_body(replicas=0) == {
+        "settings": {"index": {"number_of_shards": 1, "number_of_replicas": 0}},
+        "mappings": {"dynamic": "strict", "properties": {
+            "kind": {"type": "keyword"},
+            "doc_id": {"type": "keyword"},
+            "stats_mu": {"type": "double", "index": False, "doc_values": False},
+            "stats_sigma": {"type": "double", "index": False, "doc_values": False},
+            "stats_version": {"type": "integer"},
+            "state": {"type": "object", "enabled": False},
+            "generation": {"type": "integer"},
+            "position": {"type": "integer"},
+            "paragraph_index": {"type": "integer"},
+            "label": {"type": "keyword"},
+            "n_sentences": {"type": "integer"},
+            "vectors_b64": {"type": "binary"},
+        }},
+    }
+    assert state_index_name("sdr-v2") == "sdr-v2-sdr-state"
+
+
+def test_initial_state_golden():
+    assert initial_state(AT) == {"kind": "state", "state": {
+        "stats": {"version": 0, "mode": None, "sample_size": None, "seed": None, "computed_at": None, "stale": False},
+        "reference": None, "created_at": AT,
+    }}
+
+
+def test_meta_provenance_round_trip():
+    meta = build_meta(META, versions={"sdr-search": "0.1.0", "opensearch-py": "3.2.0"}, hnsw={"m": 16},
+                      derived_source=True, created_at=AT)
+    body = build_index_body(2, m=16, ef_construction=100, ef_search=100, shards=1, replicas=0, meta=meta)
+    sdr = body["mappings"]["_meta"]["sdr"]
+    assert sdr["versions"] == {"sdr-search": "0.1.0", "opensearch-py": "3.2.0"}
+    assert sdr["index_meta"]["encoder_tag"] == "tag-a" and sdr["index_meta"]["dim"] == 2
+    assert index_meta_from_meta(json.loads(json.dumps(body["mappings"]["_meta"]))) == META
+    assert index_meta_from_meta(None) is None and index_meta_from_meta({"other": 1}) is None
+    newer = {"sdr": {**sdr, "format_version": FORMAT_VERSION + 1}}
+    with pytest.raises(StoreError, match="Upgrade"):
+        index_meta_from_meta(newer)
+
+
+@pytest.mark.parametrize("name", ["index.json", "state.json"])
+def test_packaged_mapping_is_the_checkout_file(name):
+    checkout = (REPO / "mappings" / name).read_bytes()
+    packaged = resources.files("indexer.opensearch").joinpath("mappings", name).read_bytes()
+    assert packaged == checkout, f"indexer/opensearch/mappings/{name} must be a copy of mappings/{name}"
+    assert load_mapping(name) == json.loads(checkout)
+
+
+def test_fill_placeholders():
+    assert fill_placeholders({"a": ["${x}", "${x}y", 3]}, {"x": 7}) == {"a": [7, "${x}y", 3]}
+    with pytest.raises(KeyError, match="nope"):
+        fill_placeholders({"a": "${nope}"}, {})
+
+
+# -- ids and vectors ---------------------------------------------------------------------------------
+def test_long_ids_are_hashed_stably():
+    assert document_os_id("d-1") == "d-1"
+    exact = "x" * 512
+    assert document_os_id(exact) == exact
+    long_id = "x" * 513
+    hashed = document_os_id(long_id)
+    assert hashed.startswith("sha256-") and len(hashed) == 7 + 64
+    assert all(c in "0123456789abcdef" for c in hashed[7:])
+    assert document_os_id(long_id) == hashed  # stable
+    assert document_os_id("x" * 514) != hashed
+    multibyte = "é" * 257  # 257 characters, 514 UTF-8 bytes
+    assert document_os_id(multibyte).startswith("sha256-")
+    assert document_os_id("é" * 256) == "é" * 256  # 512 bytes
+    assert stats_os_id("d-1") == "stats:d-1"
+    assert len(stats_os_id(exact).encode()) <= 512
+
+
+def test_long_id_hash_is_sha256_of_utf8():
+    import hashlib
+
+    long_id = "ü" * 300
+    assert document_os_id(long_id) == "sha256-" + hashlib.sha256(long_id.encode("utf-8")).hexdigest()
+
+
+def test_b64_golden_and_bit_exact_round_trip():
+    assert encode_vectors_b64(np.array([[1, 0], [0, 1], [0.5, -0.25]], np.float32)) == "AACAPwAAAAAAAAAAAACAPwAAAD8AAIC+"
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((37, 16)).astype(np.float32)
+    x[0, :4] = [-0.0, np.float32(1e-45), np.finfo(np.float32).max, np.finfo(np.float32).tiny]
+    back = decode_vectors_b64(encode_vectors_b64(x), 16)
+    assert back.dtype == np.float32 and back.shape == (37, 16) and back.flags.writeable
+    np.testing.assert_array_equal(back.view(np.uint32), x.view(np.uint32))
+    big_endian = x.astype(">f4")
+    np.testing.assert_array_equal(decode_vectors_b64(encode_vectors_b64(big_endian), 16), x)
+
+
+def test_b64_rejects_damaged_values():
+    with pytest.raises(StoreError, match="whole number"):
+        decode_vectors_b64(encode_vectors_b64(np.zeros((2, 3), np.float32)), 4)
+    with pytest.raises(StoreError, match="base64"):
+        decode_vectors_b64("not base64!", 2)
+
+
+# -- bulk actions ----------------------------------------------------------------------------------------
+def test_bulk_actions_golden():
+    doc, vectors = small_doc()
+    actions = build_bulk_actions([(doc, vectors)], index="sdr-1", encoder_tag="tag-a", model_id="model-a", indexed_at=AT)
+    assert actions == [{
+        "_op_type": "index", "_index": "sdr-1", "_id": "a",
+        "_source": {
+            "doc_id": "a",
+            "title": "T",
+            "text": "T\n\nThe cat sat. The dog ran.\n\nA bird flew.",
+            "metadata": {"lang": "en"},
+            "n_paragraphs": 2,
+            "n_sentences": 3,
+            "model_id": "model-a",
+            "encoder_tag": "tag-a",
+            "content_key": document_key("tag-a", doc.paragraphs),
+            "indexed_at": AT,
+            "paragraphs": [["The cat sat.", "The dog ran."], ["A bird flew."]],
+            "par_sizes": [2, 1],
+            "vectors_b64": "AACAPwAAAAAAAAAAAACAPwAAAD8AAIC+",
+            "sentences": [
+                {"vector": [1.0, 0.0], "paragraph": 0, "position": 0},
+                {"vector": [0.0, 1.0], "paragraph": 0, "position": 1},
+                {"vector": [0.5, -0.25], "paragraph": 1, "position": 2},
+            ],
+        },
+    }]
+    assert actions[0]["_source"]["content_key"] == document_key("tag-a", (("The cat sat.", "The dog ran."), ("A bird flew.",)))
+
+
+def test_bulk_actions_long_id_keeps_real_id():
+    long_id = "L" * 600
+    doc, vectors = small_doc(long_id)
+    (action,) = build_bulk_actions([(doc, vectors)], index="i", encoder_tag="t", model_id="m", indexed_at=AT)
+    assert action["_id"] == document_os_id(long_id) and action["_id"].startswith("sha256-")
+    assert action["_source"]["doc_id"] == long_id
+    assert build_delete_actions([long_id], index="i") == [{"_op_type": "delete", "_index": "i", "_id": action["_id"]}]
+
+
+def test_bulk_lines_exact_bytes():
+    action = {"_op_type": "index", "_index": "i", "_id": "é", "_source": {"x": [0.5], "t": "ü"}}
+    assert bulk_lines(action) == '{"index":{"_index":"i","_id":"é"}}\n{"x":[0.5],"t":"ü"}\n'.encode()
+    assert bulk_lines({"_op_type": "delete", "_index": "i", "_id": "a"}) == b'{"delete":{"_index":"i","_id":"a"}}\n'
+    with pytest.raises(ValueError):
+        bulk_lines({"_op_type": "index", "_index": "i", "_id": "a", "_source": {"x": float("nan")}})
+
+
+def test_delete_stats_and_reference_actions_golden():
+    assert build_delete_actions(["a", "b"], index="i") == [
+        {"_op_type": "delete", "_index": "i", "_id": "a"}, {"_op_type": "delete", "_index": "i", "_id": "b"}]
+    stats = {"a": NormStats(np.array([0.25, 0.5]), np.array([1.0, 2.0]))}
+    assert build_stats_update_actions(stats, 3, index="i-sdr-state") == [{
+        "_op_type": "index", "_index": "i-sdr-state", "_id": "stats:a",
+        "_source": {"kind": "stats", "doc_id": "a", "stats_mu": [0.25, 0.5], "stats_sigma": [1.0, 2.0], "stats_version": 3},
+    }]
+    assert build_stats_delete_actions(["a"], index="s") == [{"_op_type": "delete", "_index": "s", "_id": "stats:a"}]
+    assert build_reference_delete_actions(4, 2, index="s") == [
+        {"_op_type": "delete", "_index": "s", "_id": "ref:4:0"}, {"_op_type": "delete", "_index": "s", "_id": "ref:4:1"}]
+
+
+def test_reference_actions_golden():
+    vectors = CorpusVectors(("p7", "p9"), np.array([[1, 0], [0, 1], [0.5, -0.25]], np.float32), [0, 2, 3], [0, 1, 2])
+    ref = ReferenceParagraphs(("d1", "d2"), np.array([3, 0]), vectors, seed=5, size=2)
+    assert build_reference_actions(ref, 2, index="s") == [
+        {"_op_type": "index", "_index": "s", "_id": "ref:2:0", "_source": {
+            "kind": "reference", "generation": 2, "position": 0, "doc_id": "d1", "paragraph_index": 3, "label": "p7",
+            "n_sentences": 2, "vectors_b64": "AACAPwAAAAAAAAAAAACAPw=="}},
+        {"_op_type": "index", "_index": "s", "_id": "ref:2:1", "_source": {
+            "kind": "reference", "generation": 2, "position": 1, "doc_id": "d2", "paragraph_index": 0, "label": "p9",
+            "n_sentences": 1, "vectors_b64": "AAAAPwAAgL4="}},
+    ]
+
+
+def test_chunk_by_size():
+    assert chunk_by_size([10, 10, 10, 10, 10], max_items=2, max_bytes=100) == [range(0, 2), range(2, 4), range(4, 5)]
+    assert chunk_by_size([60, 50, 10, 200, 5], max_items=10, max_bytes=100) == [range(0, 1), range(1, 3), range(3, 4), range(4, 5)]
+    assert chunk_by_size([], max_items=1, max_bytes=1) == []
+
+
+# -- k-NN --------------------------------------------------------------------------------------------------
+def test_nested_knn_query_golden():
+    assert build_nested_knn_query(np.array([0.5, -0.25], np.float32), 5) == {
+        "size": 5, "_source": False, "docvalue_fields": ["doc_id"], "track_total_hits": False,
+        "query": {"nested": {"path": "sentences", "score_mode": "max", "query": {
+            "knn": {"sentences.vector": {"vector": [0.5, -0.25], "k": 5}}}}},
+    }
+
+
+def test_nested_knn_query_with_exclusions_golden():
+    assert build_nested_knn_query([1.0, 0.0], 3, exclude_ids=["x", "y", "x"]) == {
+        "size": 3, "_source": False, "docvalue_fields": ["doc_id"], "track_total_hits": False,
+        "query": {"bool": {
+            "must": [{"nested": {"path": "sentences", "score_mode": "max", "query": {
+                "knn": {"sentences.vector": {"vector": [1.0, 0.0], "k": 5}}}}}],
+            "must_not": [{"terms": {"doc_id": ["x", "y"]}}],
+        }},
+    }
+    with pytest.raises(ValueError):
+        build_nested_knn_query([1.0], 0)
+
+
+def test_msearch_body_golden():
+    body = build_msearch_body(np.array([[1, 0], [0, 1]], np.float32), 2, "sdr-1")
+    assert body == [
+        {"index": "sdr-1"}, build_nested_knn_query([1.0, 0.0], 2),
+        {"index": "sdr-1"}, build_nested_knn_query([0.0, 1.0], 2),
+    ]
+
+
+def test_msearch_batching_keeps_order():
+    q = np.arange(250 * 2, dtype=np.float32).reshape(250, 2)
+    bodies = build_msearch_bodies(q, 4, "i", exclude_ids=["z"], batch_size=100)
+    assert [len(b) for b in bodies] == [200, 200, 100]
+    sent = [line["query"]["bool"]["must"][0]["nested"]["query"]["knn"]["sentences.vector"]["vector"]
+            for body in bodies for line in body[1::2]]
+    assert sent == q.tolist()
+    assert all(h == {"index": "i"} for body in bodies for h in body[0::2])
+    assert len(build_msearch_bodies(q[:100], 4, "i", batch_size=100)) == 1
+    assert build_msearch_bodies(q[:0], 4, "i") == []
+
+
+def test_score_translation_round_trip():
+    assert knn_score_to_cosine(2.0) == 1.0 and knn_score_to_cosine(1.0) == 0.0 and knn_score_to_cosine(0.5) == -1.0
+    assert cosine_to_knn_score(1.0) == 2.0 and cosine_to_knn_score(0.0) == 1.0 and cosine_to_knn_score(-1.0) == 0.5
+    cos = np.linspace(-1.0, 1.0, 2001)
+    scores = cosine_to_knn_score(cos)
+    assert np.all(np.diff(scores) > 0)  # order preserving
+    np.testing.assert_allclose(knn_score_to_cosine(scores), cos, atol=1e-12)
+    # what a float32 score from the cluster gives back: within float32 resolution
+    np.testing.assert_allclose(knn_score_to_cosine(scores.astype(np.float32)), cos, atol=3e-7)
+    with pytest.raises(ValueError):
+        knn_score_to_cosine(0.0)
+
+
+def test_parse_knn_responses_recorded():
+    responses = [
+        {"took": 3, "timed_out": False, "status": 200, "hits": {"total": {"value": 2, "relation": "eq"}, "max_score": 2.0,
+         "hits": [{"_index": "i", "_id": "a", "_score": 2.0, "fields": {"doc_id": ["a"]}},
+                  {"_index": "i", "_id": "sha256-00", "_score": 0.8, "fields": {"doc_id": ["L" * 600]}}]}},
+        {"took": 1, "timed_out": False, "status": 200, "hits": {"total": {"value": 0, "relation": "eq"}, "hits": []}},
+    ]
+    ids, scores = parse_knn_responses(responses, k=5)
+    assert ids == [["a", "L" * 600], []]
+    assert scores[0].dtype == np.float32
+    np.testing.assert_allclose(scores[0], [1.0, 1.0 - 1.0 / 0.8], atol=1e-7)
+    assert scores[1].shape == (0,)
+    missing = {"status": 404, "error": {"type": "index_not_found_exception", "reason": "no such index [i]", "index": "i"}}
+    with pytest.raises(IndexNotFoundError, match="'i'"):
+        parse_knn_responses([responses[0], missing], k=5)
+    busy = {"status": 429, "error": {"type": "rejected_execution_exception", "reason": "queue full"}}
+    with pytest.raises(OverloadedError, match="queue full"):
+        parse_knn_responses([busy], k=5)
+
+
+# -- reads ---------------------------------------------------------------------------------------------------
+def test_read_bodies_golden():
+    assert build_mget_body(["a", "b"], ["par_sizes", "vectors_b64"]) == {"docs": [
+        {"_id": "a", "_source": ["par_sizes", "vectors_b64"]}, {"_id": "b", "_source": ["par_sizes", "vectors_b64"]}]}
+    assert build_mget_body(["a"], {"excludes": ["sentences"]}, index="i") == {"docs": [
+        {"_index": "i", "_id": "a", "_source": {"excludes": ["sentences"]}}]}
+    assert build_counts_query() == {"size": 0, "track_total_hits": True, "aggs": {
+        "paragraphs": {"sum": {"field": "n_paragraphs"}}, "sentences": {"sum": {"field": "n_sentences"}}}}
+    assert build_stats_count_query() == {"query": {"bool": {"filter": [{"term": {"kind": "stats"}}]}}}
+    assert build_stats_count_query(4) == {"query": {"bool": {"filter": [
+        {"term": {"kind": "stats"}}, {"term": {"stats_version": 4}}]}}}
+
+
+def test_scan_query_golden():
+    assert build_scan_query(size=100, source=["doc_id", "vectors_b64"]) == {
+        "size": 100, "_source": ["doc_id", "vectors_b64"], "sort": [{"doc_id": "asc"}], "track_total_hits": False}
+    assert build_scan_query(size=10, source=False, search_after=["d9"], pit_id="P", keep_alive="1m") == {
+        "size": 10, "_source": False, "sort": [{"doc_id": "asc"}], "track_total_hits": False,
+        "docvalue_fields": ["doc_id"], "search_after": ["d9"], "pit": {"id": "P", "keep_alive": "1m"}}
+
+
+def test_alias_swap_golden():
+    assert build_alias_swap("sdr", "sdr-v2", ["sdr-v1", "sdr-v2"]) == {"actions": [
+        {"remove": {"index": "sdr-v1", "alias": "sdr"}}, {"add": {"index": "sdr-v2", "alias": "sdr"}}]}
+    assert build_alias_swap("sdr", "sdr-v1", []) == {"actions": [{"add": {"index": "sdr-v1", "alias": "sdr"}}]}
+
+
+# -- bulk responses and retries ---------------------------------------------------------------------------
+MIXED_RESPONSE = {"took": 30, "errors": True, "items": [
+    {"index": {"_index": "i", "_id": "a", "_version": 1, "result": "created", "status": 201}},
+    {"index": {"_index": "i", "_id": "b", "_version": 2, "result": "updated", "status": 200}},
+    {"index": {"_index": "i", "_id": "c", "status": 429, "error": {
+        "type": "rejected_execution_exception", "reason": "rejected execution of coordinating operation"}}},
+    {"index": {"_index": "i", "_id": "d", "status": 400, "error": {
+        "type": "mapper_parsing_exception", "reason": "failed to parse field [metadata.year] of type [long]",
+        "caused_by": {"type": "illegal_argument_exception", "reason": "For input string: \"abc\""}}}},
+]}
+
+
+def test_process_bulk_response_item_by_item():
+    out = process_bulk_response(MIXED_RESPONSE, ["a", "b", "c", "d"])
+    assert out.results == {"a": "created", "b": "updated"}
+    assert out.retry == (2,)
+    assert out.failed == {"d": '400 mapper_parsing_exception: failed to parse field [metadata.year] of type [long] '
+                               '(caused by illegal_argument_exception: For input string: "abc")'}
+
+
+def test_process_bulk_response_deletes_accept_404():
+    resp = {"errors": False, "items": [
+        {"delete": {"_id": "a", "result": "deleted", "status": 200}},
+        {"delete": {"_id": "b", "result": "not_found", "status": 404}}]}
+    assert process_bulk_response(resp, ["a", "b"], accept=(404,)).results == {"a": "deleted", "b": "not_found"}
+    assert process_bulk_response(resp, ["a", "b"]).failed == {"b": "404 not_found"}
+    with pytest.raises(StoreError, match="malformed"):
+        process_bulk_response(resp, ["a"])
+
+
+def test_retry_decision_only_429():
+    assert should_retry(429, 0, 3) and should_retry(429, 2, 3)
+    assert not should_retry(429, 3, 3) and not should_retry(429, 0, 0)
+    for status in (400, 404, 409, 500, 503, "N/A"):
+        assert not should_retry(status, 0, 3)
+    assert [backoff_delay(a, initial=1.0, maximum=5.0) for a in range(5)] == [1.0, 2.0, 4.0, 5.0, 5.0]
+
+
+def _ok(ids):
+    return {"errors": False, "items": [{"index": {"_id": i, "result": "created", "status": 201}} for i in ids]}
+
+
+def _lines(ids):
+    return [bulk_lines({"_op_type": "index", "_index": "i", "_id": i, "_source": {"doc_id": i}}) for i in ids]
+
+
+def test_run_bulk_retries_only_the_429_items():
+    sent, sleeps = [], []
+    replies = iter([{"errors": True, "items": [MIXED_RESPONSE["items"][0], MIXED_RESPONSE["items"][2]]}, _ok(["c"])])
+
+    def send(body):
+        sent.append(body)
+        return next(replies)
+
+    results = run_bulk(send, _lines(["a", "c"]), ["a", "c"], what="put", max_items=10, max_bytes=10**6,
+                       max_retries=3, initial_backoff=0.5, max_backoff=10, sleep=sleeps.append)
+    assert results == {"a": "created", "c": "created"}
+    assert sent[1] == _lines(["c"])[0]  # only the rejected item went again
+    assert sleeps == [0.5]
+
+
+def test_run_bulk_reports_failed_ids_and_stops():
+    calls = []
+
+    def send(body):
+        calls.append(body)
+        return {"errors": True, "items": [MIXED_RESPONSE["items"][0], MIXED_RESPONSE["items"][3]]}
+
+    with pytest.raises(BulkWriteError) as err:
+        run_bulk(send, _lines(["a", "d", "e", "f"]), ["a", "d", "e", "f"], what="writing documents", max_items=2,
+                 max_bytes=10**6, max_retries=3, initial_backoff=1, max_backoff=1, sleep=lambda s: None)
+    assert len(calls) == 1  # a non-429 item error is never retried, and later chunks are not sent
+    assert set(err.value.failed) == {"d", "e", "f"}
+    assert err.value.failed["d"].startswith("400 mapper_parsing_exception")
+    assert "not attempted" in err.value.failed["e"]
+    assert "writing documents: 3 document(s) failed" in str(err.value) and "'d'" in str(err.value)
+
+
+def test_run_bulk_gives_up_after_max_retries():
+    sleeps = []
+    busy = {"errors": True, "items": [MIXED_RESPONSE["items"][2]]}
+    with pytest.raises(BulkWriteError, match="429") as err:
+        run_bulk(lambda body: busy, _lines(["c"]), ["c"], what="put", max_items=10, max_bytes=10**6, max_retries=2,
+                 initial_backoff=1.0, max_backoff=60, sleep=sleeps.append)
+    assert sleeps == [1.0, 2.0] and list(err.value.failed) == ["c"]
+
+
+def test_run_bulk_retries_a_request_rejected_with_429():
+    replies = [OverloadedError("busy"), _ok(["a", "b"])]
+
+    def send(body):
+        reply = replies.pop(0)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    sleeps = []
+    assert run_bulk(send, _lines(["a", "b"]), ["a", "b"], what="put", max_items=10, max_bytes=10**6, max_retries=1,
+                    initial_backoff=2, max_backoff=60, sleep=sleeps.append) == {"a": "created", "b": "created"}
+    assert sleeps == [2]
+
+
+# -- errors, settings, laziness ----------------------------------------------------------------------------
+def test_error_mapping():
+    nf = error_from_response(404, {"error": {"type": "index_not_found_exception", "reason": "no such index", "index": "x"}},
+                             what="reading")
+    assert isinstance(nf, IndexNotFoundError) and "'x'" in str(nf)
+    assert isinstance(error_from_response(429, {"error": {"type": "t", "reason": "r"}}, what="w"), OverloadedError)
+    for status in (401, 403, 500, 503, "N/A"):
+        assert isinstance(error_from_response(status, "boom", what="w"), BackendUnavailableError)
+    bad = error_from_response(400, {"error": {"type": "mapper_parsing_exception", "reason": "bad"}}, what="w", index="i")
+    assert type(bad) is StoreError and "mapper_parsing_exception" in str(bad) and "'i'" in str(bad)
+
+
+def test_settings_from_environment(monkeypatch):
+    monkeypatch.setenv("SDR_OPENSEARCH_URL", "https://search.example:9200")
+    monkeypatch.setenv("SDR_OPENSEARCH_INDEX", "judgments")
+    monkeypatch.setenv("SDR_OPENSEARCH_REFRESH", "false")
+    monkeypatch.setenv("SDR_OPENSEARCH_PASSWORD", "s3cret")
+    s = OpenSearchSettings()
+    assert (s.url, s.index, s.refresh, s.hnsw_m, s.max_retries) == ("https://search.example:9200", "judgments", "false", 16, 5)
+    assert "s3cret" not in repr(s)
+    store = OpenSearchStore(settings=s)
+    assert (store.url, store.index) == ("https://search.example:9200", "judgments")
+    for name, field in OpenSearchSettings.model_fields.items():
+        assert field.description, name
+
+
+def test_init_is_lazy(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("OpenSearchStore connected during construction")
+
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    store = OpenSearchStore("http://127.0.0.1:9", index="x")
+    assert store._client is None
+    store.close()
+    with OpenSearchStore("http://127.0.0.1:9", index="x") as other:
+        assert other._client is None
+
+
+def test_invalid_index_name():
+    with pytest.raises(InvalidInputError, match="index name"):
+        OpenSearchStore("http://127.0.0.1:9", index="Upper")
+
+
+def test_unreachable_node_is_backend_unavailable():
+    store = OpenSearchStore("http://127.0.0.1:9", index="x", settings=OpenSearchSettings(timeout=2))
+    try:
+        with pytest.raises(BackendUnavailableError, match="cannot be reached") as err:
+            store.counts()
+        assert err.value.__cause__ is not None
+    finally:
+        store.close()
+    assert store._client is None
