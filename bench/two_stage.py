@@ -121,7 +121,12 @@ def irled(args, encoder, cache, work: Path):
     corpus_docs = list(read_documents(DATA / "irled" / "corpus.jsonl.gz"))
     query_docs = list(read_documents(DATA / "irled" / "queries-dev.jsonl.gz"))
     t = time.perf_counter()
-    store = build_store(work / "irled", corpus_docs, encoder, cache, sample=args.sample)
+    if args.reuse and (work / "irled" / "store.sqlite").exists():
+        store = EmbeddedStore(work / "irled")
+    else:
+        store = build_store(work / "irled", corpus_docs, encoder, cache, sample=args.sample)
+    if args.latency_only:
+        return store
     print(f"IRLeD store built (from cache) in {time.perf_counter() - t:.0f}s: {store.counts()}")
     corpus = store.all_vectors()
     engine = MoreLikeThis(store=store, encoder=encoder)
@@ -160,11 +165,12 @@ def latency(args, irled_store: EmbeddedStore, work: Path):
     copies = int(np.ceil(args.min_sentences / base.n_sentences))
     path = work / "tiled"
     rng = np.random.default_rng(1)
+    reuse = args.reuse and (path / "store.sqlite").exists()
     store = EmbeddedStore(path, create=True)
     store.ensure_meta(irled_store.meta())
     ids = list(base.ids)
     t = time.perf_counter()
-    for c in range(copies):
+    for c in range(0 if reuse else copies):
         batch = []
         for k, doc_id in enumerate(ids):
             stored = irled_store.get(doc_id)
@@ -180,7 +186,8 @@ def latency(args, irled_store: EmbeddedStore, work: Path):
         if batch:
             store.put(batch)
     build = time.perf_counter() - t
-    refresh_stats(store, exact=False, sample_size=args.sample, seed=0, progress=True)
+    if not reuse:
+        refresh_stats(store, exact=False, sample_size=args.sample, seed=0, progress=True)
     store.close()
     rss0 = rss_mb()
     store = EmbeddedStore(path)
@@ -242,6 +249,8 @@ def main() -> None:
     ap.add_argument("--latency-queries", type=int, default=100)
     ap.add_argument("--exhaustive-queries", type=int, default=5)
     ap.add_argument("--workdir", type=Path, default=None)
+    ap.add_argument("--reuse", action="store_true", help="reuse stores already built in --workdir")
+    ap.add_argument("--latency-only", action="store_true", help="skip the fidelity sections")
     args = ap.parse_args()
 
     encoder = SentenceEncoder()
@@ -250,7 +259,7 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     try:
         store = irled(args, encoder, cache, work)
-        if not args.skip_wiki:
+        if not args.skip_wiki and not args.latency_only:
             wiki(args, encoder, cache, work)
         if not args.skip_latency:
             latency(args, store, work)

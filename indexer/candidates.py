@@ -5,8 +5,9 @@ sentence (nested k-NN semantics). These per-sentence hits are aggregated into on
 document, and the top K documents go to the exact rerank. Aggregations:
 
 - ``votes``: in how many source sentences' hit lists the document appears;
-- ``sum``: sum over source sentences of the document's best similarity (0 when absent);
-- ``sdr-bound`` (default): an SDR-shaped upper bound. For source sentence k and document c,
+- ``sum`` (the engine's default, chosen by measurement in ``bench/two_stage.py``): sum over
+  source sentences of the document's best similarity (0 when absent);
+- ``sdr-bound``: an SDR-shaped upper bound. For source sentence k and document c,
   ``b_k(c)`` is the hit similarity when c was returned for k, otherwise the lowest similarity
   in k's hit list (with exact k-NN, c's best sentence scores at most that). Then
   ``A_i(c) = mean_{k in paragraph i} b_k(c)`` is >= the best paragraph score ``max_j P_ij`` of
@@ -26,7 +27,7 @@ from .store import SentenceHits
 
 __all__ = ["AGGREGATIONS", "aggregate_hits", "top_candidates"]
 
-AGGREGATIONS = ("sdr-bound", "sum", "votes")
+AGGREGATIONS = ("sum", "sdr-bound", "votes")
 
 
 def _hit_matrix(hits: SentenceHits) -> tuple[list[str], np.ndarray, np.ndarray]:
