@@ -1,5 +1,7 @@
-"""reranker: applies the exact SDR score (:mod:`sdr_core.scoring`) to retrieved candidates.
+"""reranker: the two-stage "more like this" engine and its HTTP service.
 
-The HTTP "more like this" service lives here once the "Reranker service" issue lands; the
-scoring math it uses is in :mod:`sdr_core.scoring` so that indexer, workers and reranker share it.
+- :mod:`reranker.engine` - candidates from any store, exact SDR rerank, explanations
+- :mod:`reranker.service` - FastAPI app (``sdr serve``); errors mapped to HTTP in :mod:`reranker.errors`
+
+The scoring math is in :mod:`sdr_core.scoring`, shared with indexer and workers.
 """

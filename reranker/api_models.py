@@ -1,0 +1,221 @@
+"""Request and response schemas of the HTTP service (pydantic; they define the OpenAPI spec).
+
+Bounds here are part of the API contract and fixed (they appear in ``openapi.json``); operational
+limits (body bytes, source sentences, concurrency) are :class:`reranker.settings.ServiceSettings`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
+
+__all__ = [
+    "MAX_SIZE",
+    "MAX_FROM",
+    "MAX_CANDIDATES",
+    "MAX_FILTER_FIELDS",
+    "INDEX_PATTERN",
+    "Section",
+    "MoreLikeThisRequest",
+    "SentencePair",
+    "ParagraphPair",
+    "Explanation",
+    "Hit",
+    "StatsState",
+    "MoreLikeThisResponse",
+    "DocumentResponse",
+    "IndexHealth",
+    "EncoderHealth",
+    "HealthResponse",
+    "ErrorBody",
+    "ErrorResponse",
+]
+
+MAX_SIZE = 100
+MAX_FROM = 900
+MAX_CANDIDATES = 1000
+MAX_FILTER_FIELDS = 16
+INDEX_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+
+# A paragraph or text must hold a character that is not white space in Python's sense
+# (str.isspace, as the segmenter strips): a blank source has no sentence to encode. The schema
+# states the same rule as a pattern (written for ECMA and Python regex engines alike).
+_NOT_BLANK = r"[^\s\x1c-\x1f\x85]"
+
+
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must contain a character other than white space")
+    return value
+
+
+NonBlank = Annotated[
+    str, AfterValidator(_not_blank), WithJsonSchema({"type": "string", "minLength": 1, "pattern": _NOT_BLANK})
+]
+Scalar = Union[str, int, float, bool]
+
+
+def _drop_null_defaults(schema: dict[str, Any]) -> None:
+    """Optional fields are typed without ``None``: an explicit JSON null is rejected and the schema says
+    "string", not "string or null"; an absent field keeps the default ``None``, which the schema omits."""
+    for prop in schema.get("properties", {}).values():
+        if "default" in prop and prop["default"] is None:
+            del prop["default"]
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra=lambda schema, cls: _drop_null_defaults(schema))
+
+    title: str = Field(None, max_length=10_000, description="Section title (not scored).")  # type: ignore[assignment]
+    paragraphs: list[NonBlank] = Field(..., min_length=1, description="Paragraphs of raw text.")
+
+
+def _request_schema(schema: dict[str, Any]) -> None:
+    _drop_null_defaults(schema)
+    schema["oneOf"] = [{"required": [k]} for k in SOURCE_FIELDS]
+    schema["examples"] = [
+        {"id": "doc-42", "size": 10},
+        {"text": "The appellant was convicted of murder.\n\nThe appeal was dismissed.", "size": 5,
+         "filter": {"court": "supreme"}, "explain": True},
+    ]
+
+
+SOURCE_FIELDS = ("id", "text", "paragraphs", "sections")
+
+
+class MoreLikeThisRequest(BaseModel):
+    """Exactly one source: an indexed document (``id``) or a new document (``text``,
+    ``paragraphs`` or ``sections``)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra=lambda schema, cls: _request_schema(schema),
+    )
+
+    id: str = Field(  # type: ignore[assignment]
+        None, min_length=1, max_length=512, description="An indexed document (left out of its own results)."
+    )
+    text: NonBlank = Field(  # type: ignore[assignment]
+        None,
+        description="A new document as raw text: paragraphs separated by blank lines (or by line breaks when "
+        "there is no blank line).",
+    )
+    paragraphs: list[NonBlank] = Field(  # type: ignore[assignment]
+        None, min_length=1, description="A new document as a list of paragraphs."
+    )
+    sections: list[Section] = Field(  # type: ignore[assignment]
+        None, min_length=1, description="A new document as sections (title + paragraphs)."
+    )
+    size: int = Field(10, ge=1, le=MAX_SIZE, description="Hits to return.")
+    offset: int = Field(0, alias="from", ge=0, le=MAX_FROM, description="Hits to skip (paging).")
+    candidates: int = Field(  # type: ignore[assignment]
+        None, ge=1, le=MAX_CANDIDATES,
+        description="K: documents reranked exactly (default: the server's SDR_CANDIDATES, 100). Raised to "
+        "from + size when smaller.",
+    )
+    filter: dict[str, Union[Scalar, list[Scalar]]] = Field(  # type: ignore[assignment]
+        None, max_length=MAX_FILTER_FIELDS,
+        description="Metadata equality filters {field: value}; every field must match. A list value matches "
+        "any of its items; a stored list matches when any of its items equals the value. Filters restrict "
+        "the candidates of stage 1 (over-fetched, then filtered) before the exact rerank and the cut to "
+        "`size`, so every hit matches; a rare filter can return fewer than `size` hits.",
+    )
+    explain: bool = Field(
+        False,
+        description="Add to each hit the three levels of its SDR score: the document score, the best paragraph "
+        "pairs with raw and normalised scores, and for each pair the best sentence pairs with their cosines.",
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "MoreLikeThisRequest":
+        given = [k for k in SOURCE_FIELDS if getattr(self, k) is not None]
+        if len(given) != 1:
+            found = ", ".join(given) if given else "none"
+            raise ValueError(f"give exactly one source: 'id', 'text', 'paragraphs' or 'sections' (found: {found})")
+        return self
+
+    def record(self) -> dict[str, Any]:
+        """The new-document record for :func:`sdr_core.documents.parse_record` (not for ``id``)."""
+        if self.text is not None:
+            return {"text": self.text}
+        if self.paragraphs is not None:
+            return {"paragraphs": list(self.paragraphs)}
+        return {"sections": [s.model_dump(exclude_none=True) for s in self.sections]}
+
+
+class SentencePair(BaseModel):
+    source_sentence: str
+    candidate_sentence: str
+    cosine: float
+
+
+class ParagraphPair(BaseModel):
+    source_paragraph: int = Field(..., description="Position of the source paragraph.")
+    candidate_paragraph: int = Field(..., description="Position of its best candidate paragraph.")
+    paragraph_score: float = Field(..., description="P_ij: mean over source sentences of the best cosine.")
+    normalised_score: float = Field(..., description="N_ij = (P_ij - mu_i) / sigma_i.")
+    sentence_pairs: list[SentencePair]
+
+
+class Explanation(BaseModel):
+    score: float = Field(..., description="S(s, c): mean over source paragraphs of the best normalised score.")
+    paragraph_pairs: list[ParagraphPair]
+
+
+class Hit(BaseModel):
+    id: str
+    score: float
+    title: str | None = Field(None, description="Set with explain.")
+    explanation: Explanation | None = None
+
+
+class StatsState(BaseModel):
+    origin: Literal["stored", "reference-sample"] = Field(
+        ..., description="Where the source's normalisation statistics came from."
+    )
+    stale: bool = Field(..., description="Documents changed since the last statistics refresh (`sdr stats`).")
+
+
+class MoreLikeThisResponse(BaseModel):
+    index: str
+    hits: list[Hit]
+    candidates: int = Field(..., description="Documents reranked exactly (after the filter, when one is given).")
+    stats: StatsState
+    timings_ms: dict[str, float]
+
+
+class DocumentResponse(BaseModel):
+    id: str
+    title: str | None = None
+    metadata: dict[str, Any]
+    paragraphs: list[list[str]] = Field(..., description="SDR paragraphs, each a list of sentences.")
+
+
+class IndexHealth(BaseModel):
+    status: Literal["ok", "unavailable"]
+    documents: int | None = None
+    error: str | None = None
+
+
+class EncoderHealth(BaseModel):
+    status: Literal["ok", "unavailable", "absent"]
+    model: str | None = None
+    error: str | None = None
+
+
+class HealthResponse(BaseModel):
+    status: Literal["ok", "unavailable"]
+    indices: dict[str, IndexHealth]
+    encoder: EncoderHealth
+
+
+class ErrorBody(BaseModel):
+    type: str = Field(..., description="Error class, e.g. DocumentNotFoundError, RequestValidationError.")
+    message: str
+    details: list[dict[str, Any]] | None = Field(None, description="Per-field problems of a validation error.")
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody
+

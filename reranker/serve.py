@@ -1,0 +1,83 @@
+"""Handler of ``sdr serve`` (argument parsing lives in sdr_core.cli): the HTTP service over one
+store, with uvicorn.
+
+Binding: without an API key (``SDR_SERVICE_API_KEY``) the server binds to 127.0.0.1 by default, and
+binding to any non-loopback interface without a key is refused (exit status 2) unless
+``--insecure`` is given, which logs a warning instead.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import re
+
+from sdr_core.errors import SDRError
+
+__all__ = ["cmd_serve", "is_loopback", "check_bind"]
+
+logger = logging.getLogger("sdr")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names a loopback interface (``localhost``, 127.0.0.0/8, ``::1``)."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # any other host name may resolve to a public interface
+
+
+def check_bind(host: str, *, has_api_key: bool, insecure: bool) -> None:
+    """Refuse a non-loopback bind without an API key unless ``insecure`` (then warn)."""
+    if has_api_key or is_loopback(host):
+        return
+    if not insecure:
+        raise SDRError(
+            f"refusing to serve on {host} without an API key: set SDR_SERVICE_API_KEY, bind to 127.0.0.1, "
+            "or pass --insecure to serve an open API"
+        )
+    logger.warning("serving on %s WITHOUT an API key (--insecure): anyone who can reach it can query it", host)
+
+
+def cmd_serve(args) -> int:
+    import uvicorn
+
+    from indexer.commands import open_store
+
+    from .api_models import INDEX_PATTERN
+    from .commands import encoder_for_store
+    from .engine import MLTSettings
+    from .service import create_app
+    from .settings import ServiceSettings
+
+    overrides = {k: v for k, v in {"host": args.host, "port": args.port}.items() if v is not None}
+    settings = ServiceSettings(**overrides)
+    check_bind(settings.host, has_api_key=settings.api_key is not None, insecure=args.insecure)
+    if args.opensearch:
+        from indexer.opensearch import OpenSearchSettings
+
+        name = args.index or OpenSearchSettings().index
+    else:
+        name = args.index or "default"
+    if not re.match(INDEX_PATTERN, name):
+        raise SDRError(f"index name {name!r} cannot be served (letters, digits, '.', '_', '-'; at most 128)")
+    mlt = MLTSettings(**({"candidates": args.candidates} if args.candidates else {}))
+    with open_store(args) as store:
+        counts = store.counts()  # the store exists and answers before the server starts
+        encoder = encoder_for_store(args, store)
+        logger.info("loading encoder %s", encoder.model_id)
+        encoder.dim  # load now: a broken model directory ends the command instead of the first request
+        app = create_app(stores={name: store}, encoder=encoder, settings=settings, mlt_settings=mlt)
+        logger.info(
+            "serving index %r (%d documents) on http://%s:%d (API key %s)",
+            name, counts.get("documents", 0), settings.host, settings.port,
+            "required" if settings.api_key is not None else "not required",
+        )
+        config = uvicorn.Config(
+            app, host=settings.host, port=settings.port, log_config=None, access_log=args.access_log,
+            timeout_graceful_shutdown=5,
+        )
+        uvicorn.Server(config).run()
+    return 0

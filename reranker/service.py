@@ -1,0 +1,400 @@
+"""The HTTP "more like this" service: :func:`create_app` builds a FastAPI app over one or more
+:class:`~indexer.store.DocumentStore` (embedded or OpenSearch alike).
+
+Routes (the OpenAPI spec is served at ``/openapi.json`` and committed as ``openapi.json``)::
+
+    POST /v1/indices/{index}/more_like_this      two-stage SDR more-like-this (by id or new text)
+    GET  /v1/indices/{index}/documents/{id}      a stored document (no vectors)
+    GET  /health                                 every store answers and the encoder loads (else 503)
+    GET  /metrics                                Prometheus text format
+
+Nothing is loaded or connected at import or in :func:`create_app`: stores open on first use and
+the encoder loads on the first new-text request (or the first ``/health``). CPU work (sentence
+splitting, encoding, the k-NN stage and the exact rerank) runs in worker threads so the event
+loop stays responsive; encoder calls are serialised by one lock (a torch model is not safe to call
+from several threads at once). At most ``max_concurrency`` more-like-this requests compute at
+once, at most ``max_queue`` wait (each at most ``queue_timeout_s``); any more answer 429 at once.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import threading
+import time
+from contextlib import asynccontextmanager
+from typing import Annotated, Any, Callable, Mapping, Sequence, Union
+
+import anyio
+import numpy as np
+from fastapi import APIRouter, Depends, FastAPI, Path, Request, Security
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, Response
+from fastapi.security import APIKeyHeader
+
+from indexer.store import DocumentStore
+from sdr_core.documents import Document, parse_record
+from sdr_core.errors import (
+    AuthenticationError,
+    IndexNotFoundError,
+    InvalidInputError,
+    RequestTooLargeError,
+    SDRError,
+)
+from sdr_core.settings import SegmentationSettings
+from sdr_core.vectors import DocVectors
+
+from . import api_models as m
+from .engine import MLTResult, MLTSettings, MoreLikeThis, Source
+from .errors import error_body, install_error_handlers
+from .filters import filter_candidates
+from .limits import BodyLimitMiddleware, ConcurrencyLimiter
+from .metrics import CONTENT_TYPE_LATEST, MetricsMiddleware, ServiceMetrics
+from .settings import ServiceSettings
+
+__all__ = ["create_app", "StoreFactory", "LockedEncoder", "API_KEY_HEADER"]
+
+logger = logging.getLogger(__name__)
+
+API_KEY_HEADER = "X-API-Key"
+StoreFactory = Callable[[str], DocumentStore]
+
+_ERRORS = {
+    401: "No or wrong X-API-Key (only when the server has an API key).",
+    404: "Unknown index or document.",
+    409: "The index was built with another model, or has no normalisation statistics yet (`sdr stats`).",
+    413: "Request body or source document over the server's limits.",
+    422: "Invalid request (every problem is listed).",
+    429: "Too many concurrent requests; retry after the Retry-After header's seconds.",
+    500: "Internal error.",
+    503: "The store's backend cannot be reached.",
+}
+
+
+def _responses(*codes: int) -> dict[int | str, dict[str, Any]]:
+    return {c: {"model": m.ErrorResponse, "description": _ERRORS[c]} for c in codes}
+
+
+class LockedEncoder:
+    """A :class:`~sdr_core.encoder.SentenceEncoder` whose loading and encoding are serialised by one
+    lock; every other attribute is the wrapped encoder's."""
+
+    def __init__(self, encoder: Any) -> None:
+        self._encoder = encoder
+        self._lock = threading.Lock()
+
+    def encode(self, sentences: Sequence[str], **kwargs: Any):
+        with self._lock:
+            return self._encoder.encode(sentences, **kwargs)
+
+    def ensure_loaded(self) -> str:
+        """Resolve the model directory and load the model (once); returns the model id."""
+        with self._lock:
+            _ = self._encoder.model_dir
+            _ = self._encoder.dim
+            _ = self._encoder.cache_tag
+        return str(self._encoder.model_id)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._encoder, name)
+
+
+class _Index:
+    def __init__(self, name: str, store: DocumentStore, engine: MoreLikeThis) -> None:
+        self.name = name
+        self.store = store
+        self.engine = engine
+        self._segmentation: SegmentationSettings | None = None
+
+    def segmentation(self) -> SegmentationSettings:
+        """Segment new text the way the index was built (its recorded paragraph unit)."""
+        if self._segmentation is None:
+            meta = self.store.meta()
+            unit = dict(meta.segmentation).get("paragraph_unit") if meta is not None else None
+            self._segmentation = SegmentationSettings(**({"paragraph_unit": unit} if unit else {}))
+        return self._segmentation
+
+
+class _Indices:
+    """Index name -> store and engine. A mapping is served as given (the caller owns and closes its
+    stores); a factory opens stores on demand, keeps only those that answer, and closes them."""
+
+    def __init__(self, stores: Union[Mapping[str, DocumentStore], StoreFactory], encoder: LockedEncoder | None,
+                 mlt_settings: MLTSettings) -> None:
+        self._factory: StoreFactory | None = None if isinstance(stores, Mapping) else stores
+        self._mlt = mlt_settings
+        self._encoder = encoder
+        self._lock = threading.Lock()
+        self._open: dict[str, _Index] = {}
+        if isinstance(stores, Mapping):
+            for name, store in stores.items():
+                self._open[name] = self._make(name, store)
+
+    def _make(self, name: str, store: DocumentStore) -> _Index:
+        return _Index(name, store, MoreLikeThis(store=store, encoder=self._encoder, settings=self._mlt))
+
+    def names(self) -> list[str]:
+        return sorted(self._open)
+
+    def items(self) -> list[_Index]:
+        return [self._open[k] for k in self.names()]
+
+    def get(self, name: str) -> _Index:
+        """Blocking (a factory may connect): call from a worker thread."""
+        found = self._open.get(name)
+        if found is not None:
+            return found
+        if self._factory is None:
+            served = ", ".join(self.names()) or "none"
+            raise IndexNotFoundError(f"no index named {name!r} (this server serves: {served})")
+        with self._lock:
+            found = self._open.get(name)
+            if found is not None:
+                return found
+            store = self._factory(name)
+            try:
+                store.counts()  # the index exists and answers; otherwise it is not kept
+            except BaseException:
+                store.close()
+                raise
+            self._open[name] = found = self._make(name, store)
+            return found
+
+    def close_owned(self) -> None:
+        if self._factory is None:
+            return
+        with self._lock:
+            for index in self._open.values():
+                try:
+                    index.store.close()
+                except (OSError, SDRError) as e:
+                    logger.warning("closing index %s: %s", index.name, e)
+            self._open.clear()
+
+
+class _Service:
+    """What the routes share: settings, indices, encoder, limiter, metrics."""
+
+    def __init__(self, *, indices: _Indices, encoder: LockedEncoder | None, settings: ServiceSettings,
+                 metrics: ServiceMetrics) -> None:
+        self.indices = indices
+        self.encoder = encoder
+        self.settings = settings
+        self.metrics = metrics
+        self.limiter = ConcurrencyLimiter(
+            settings.max_concurrency, max_queue=settings.max_queue, timeout_s=settings.queue_timeout_s
+        )
+        key = settings.api_key.get_secret_value() if settings.api_key is not None else None
+        self.api_key: bytes | None = key.encode("utf-8") if key else None
+
+    # -- more like this (runs in a worker thread) ----------------------------------------------
+    def _new_source(self, index: _Index, req: m.MoreLikeThisRequest) -> Source:
+        doc: Document = parse_record({"id": "_query", **req.record()}, settings=index.segmentation())
+        limit = self.settings.max_source_sentences
+        if doc.n_sentences > limit:
+            raise RequestTooLargeError(
+                f"the source has {doc.n_sentences} sentences, over the limit of {limit} (SDR_SERVICE_MAX_SOURCE_SENTENCES)"
+            )
+        if self.encoder is None:
+            raise InvalidInputError("this server has no encoder: only indexed documents ('id') can be sources")
+        index.engine.check_encoder()
+        flat = self.encoder.encode(doc.sentences)
+        offsets = np.concatenate([[0], np.cumsum([len(p) for p in doc.paragraphs])]).astype(np.int64)
+        return index.engine.source_from_vectors(doc, DocVectors(flat, offsets))
+
+    def more_like_this(self, index_name: str, req: m.MoreLikeThisRequest) -> tuple[MLTResult, dict[str, float]]:
+        index = self.indices.get(index_name)
+        engine = index.engine
+        t0 = time.perf_counter()
+        source = engine.source_from_id(req.id) if req.id is not None else self._new_source(index, req)
+        t1 = time.perf_counter()
+        timings = {"source": round((t1 - t0) * 1e3, 2)}
+        K = max(req.candidates or engine.settings.candidates, req.offset + req.size)
+        cand_ids: list[str] | None = None
+        if req.filter:
+            pool_size = min(K * self.settings.filter_oversample, max(self.settings.max_filter_candidates, K))
+            pool = engine.candidates(source, pool_size)
+            t2 = time.perf_counter()
+            cand_ids = filter_candidates(index.store, pool, req.filter, limit=K)
+            timings["candidates"] = round((t2 - t1) * 1e3, 2)
+            timings["filter"] = round((time.perf_counter() - t2) * 1e3, 2)
+        result = engine.search(
+            source, size=req.size, offset=req.offset, candidates=K, explain=req.explain, candidate_ids=cand_ids
+        )
+        for k, v in result.timings_ms.items():
+            if cand_ids is None or k != "candidates":
+                timings[k] = v
+        return result, timings
+
+    def get_document(self, index_name: str, doc_id: str) -> m.DocumentResponse:
+        index = self.indices.get(index_name)
+        doc = index.store.get(doc_id).document
+        return m.DocumentResponse(
+            id=doc.id, title=doc.title, metadata=dict(doc.metadata), paragraphs=[list(p) for p in doc.paragraphs]
+        )
+
+    # -- health ---------------------------------------------------------------------------------
+    async def health(self) -> tuple[int, dict[str, Any]]:
+        indices: dict[str, dict[str, Any]] = {}
+        ok = True
+        for index in self.indices.items():
+            try:
+                with anyio.fail_after(self.settings.health_timeout_s):
+                    counts = await anyio.to_thread.run_sync(index.store.counts, abandon_on_cancel=True)
+                indices[index.name] = {"status": "ok", "documents": int(counts.get("documents", 0))}
+            except TimeoutError:
+                ok = False
+                indices[index.name] = {"status": "unavailable", "error": f"no answer within {self.settings.health_timeout_s} s"}
+            except SDRError as e:
+                ok = False
+                indices[index.name] = {"status": "unavailable", "error": f"{type(e).__name__}: {e}"}
+            except Exception as e:  # a health check reports every failure instead of raising
+                ok = False
+                logger.warning("health: index %s failed", index.name, exc_info=e)
+                indices[index.name] = {"status": "unavailable", "error": type(e).__name__}
+        if self.encoder is None:
+            encoder: dict[str, Any] = {"status": "absent"}
+        else:
+            try:
+                model = await anyio.to_thread.run_sync(self.encoder.ensure_loaded)
+                encoder = {"status": "ok", "model": model}
+            except SDRError as e:
+                ok = False
+                encoder = {"status": "unavailable", "error": f"{type(e).__name__}: {e}"}
+            except Exception as e:  # e.g. a torch error while loading weights
+                ok = False
+                logger.warning("health: the encoder failed to load", exc_info=e)
+                encoder = {"status": "unavailable", "error": type(e).__name__}
+        body = {"status": "ok" if ok else "unavailable", "indices": indices, "encoder": encoder}
+        return (200 if ok else 503), body
+
+
+def _service(request: Request) -> _Service:
+    return request.app.state.sdr
+
+
+_api_key_header = APIKeyHeader(
+    name=API_KEY_HEADER, auto_error=False,
+    description="Required on /v1/... only when the server runs with SDR_SERVICE_API_KEY set.",
+)
+
+
+async def _require_api_key(request: Request, key: Annotated[str | None, Security(_api_key_header)] = None) -> None:
+    expected = _service(request).api_key
+    if expected is None:
+        return
+    if key is None or not hmac.compare_digest(key.encode("utf-8", "surrogateescape"), expected):
+        raise AuthenticationError(f"this server requires a valid {API_KEY_HEADER} header")
+
+
+IndexName = Annotated[
+    str, Path(pattern=m.INDEX_PATTERN, description="Index name (an embedded store is served as `default`).")
+]
+DocId = Annotated[str, Path(min_length=1, max_length=512, description="Document id.")]
+
+
+def _build_router() -> APIRouter:
+    v1 = APIRouter(prefix="/v1", dependencies=[Depends(_require_api_key)], tags=["v1"])
+
+    @v1.post(
+        "/indices/{index}/more_like_this",
+        response_model=m.MoreLikeThisResponse,
+        response_model_exclude_none=True,
+        responses=_responses(401, 404, 409, 413, 422, 429, 500, 503),
+        summary="Documents most similar to a document (two-stage SDR)",
+        operation_id="moreLikeThis",
+        description="Stage 1: nested sentence k-NN candidates (filtered by `filter` when given); stage 2: the "
+        "exact SDR score of the top K with corpus-wide normalisation. An indexed source is left out of its "
+        "own results.",
+    )
+    async def more_like_this(index: IndexName, body: m.MoreLikeThisRequest, request: Request) -> m.MoreLikeThisResponse:
+        svc = _service(request)
+        async with svc.limiter.slot():
+            result, timings = await run_in_threadpool(svc.more_like_this, index, body)
+        svc.metrics.candidates.observe(result.candidates)
+        svc.metrics.rerank.observe(result.timings_ms.get("rerank", 0.0) / 1e3)
+        return m.MoreLikeThisResponse(
+            index=index,
+            hits=[m.Hit.model_validate(h.to_dict()) for h in result.hits],
+            candidates=result.candidates,
+            stats=m.StatsState(origin=result.stats_origin, stale=result.stats_stale),  # type: ignore[arg-type]
+            timings_ms=timings,
+        )
+
+    @v1.get(
+        "/indices/{index}/documents/{doc_id:path}",
+        response_model=m.DocumentResponse,
+        responses=_responses(401, 404, 422, 500, 503),
+        summary="A stored document (title, metadata, paragraphs as sentences; no vectors)",
+        operation_id="getDocument",
+    )
+    async def get_document(index: IndexName, doc_id: DocId, request: Request) -> m.DocumentResponse:
+        return await run_in_threadpool(_service(request).get_document, index, doc_id)
+
+    return v1
+
+
+def create_app(
+    *,
+    stores: Union[Mapping[str, DocumentStore], StoreFactory],
+    encoder: Any = None,
+    settings: ServiceSettings | None = None,
+    mlt_settings: MLTSettings | None = None,
+) -> FastAPI:
+    """The service over ``stores`` (index name -> store, or a factory ``name -> store``).
+
+    ``encoder`` (a :class:`~sdr_core.encoder.SentenceEncoder`, loaded lazily) encodes new-text
+    sources; without one only indexed documents can be sources. Stores given as a mapping belong to
+    the caller (close them after the server stops); stores opened by a factory are closed at shutdown.
+    """
+    settings = settings or ServiceSettings()
+    locked = LockedEncoder(encoder) if encoder is not None else None
+    indices = _Indices(stores, locked, mlt_settings or MLTSettings())
+    metrics = ServiceMetrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        try:
+            yield
+        finally:
+            indices.close_owned()
+
+    app = FastAPI(
+        title="sdr-search reranker",
+        version="1",
+        summary="Long-document 'more like this' with SDR (self-supervised document similarity ranking).",
+        description="Errors answer `{\"error\": {\"type\", \"message\"}}`: 401 missing/wrong API key, 404 unknown "
+        "index or document, 409 model mismatch or missing statistics, 413 body or source too large, 422 "
+        "invalid request, 429 overloaded (Retry-After), 503 backend unreachable. With `SDR_SERVICE_API_KEY` "
+        "set, /v1/... requires the `X-API-Key` header; /health and /metrics stay open.",
+        lifespan=lifespan,
+    )
+    app.state.sdr = _Service(indices=indices, encoder=locked, settings=settings, metrics=metrics)
+    install_error_handlers(app, on_error=metrics.error)
+    app.include_router(_build_router())
+
+    @app.get(
+        "/health", response_model=m.HealthResponse, tags=["ops"],
+        responses={503: {"model": m.HealthResponse, "description": "A store or the encoder is unavailable."}},
+        summary="Every index answers and the encoder model loads",
+        operation_id="health",
+    )
+    async def health(request: Request):
+        status, body = await _service(request).health()
+        return JSONResponse(body, status_code=status)
+
+    @app.get(
+        "/metrics", tags=["ops"], response_class=Response,
+        responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Prometheus text format."}},
+        summary="Prometheus metrics",
+        operation_id="metrics",
+    )
+    async def prometheus(request: Request) -> Response:
+        return Response(_service(request).metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    app.add_middleware(
+        BodyLimitMiddleware, max_bytes=settings.max_body_bytes,
+        on_reject=lambda: metrics.error("RequestTooLargeError", 413), body=error_body,
+    )
+    app.add_middleware(MetricsMiddleware, metrics=metrics, routes=lambda: app.router.routes)
+    return app
