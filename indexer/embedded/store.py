@@ -79,7 +79,9 @@ class EmbeddedStore(DocumentStore):
         settings: EmbeddedStoreSettings | None = None,
         read_only: bool = False,
     ) -> None:
-        self.path = Path(path)
+        # Resolved once: a store opened through an alias symlink (sdr reindex) keeps reading the
+        # directory the link pointed to when it was opened, even after the link is switched.
+        self.path = Path(path).resolve()
         self.settings = settings or EmbeddedStoreSettings()
         self.read_only = read_only
         self._create = create
