@@ -166,6 +166,45 @@ def build_parser() -> argparse.ArgumentParser:
     dbi.add_argument("--no-overwrite", action="store_true", help="report objects that already exist as conflicts instead of replacing them")
     dbi.add_argument("--timeout", type=float, default=30, help="seconds to wait for an answer (default 30)")
     dbi.set_defaults(handler=_lazy("indexer.dashboards", "cmd_dashboards_import"))
+
+    rx = sub.add_parser(
+        "reindex", help="build a new index from documents and switch the live name to it atomically",
+        description="Index documents into a NEW index (embedded: a directory DIR-<timestamp> beside DIR, then "
+        "DIR, a symbolic link, is switched to it in one rename; OpenSearch: a concrete index ALIAS-<timestamp>, "
+        "then one _aliases call moves ALIAS). Readers see the old index or the new one, never a half-built one. "
+        "Batches go through Celery workers when a broker is configured (--workers-broker, SDR_BROKER_URL or "
+        "REDIS_URL), else they are encoded in this process. Resumable: re-running after an interruption "
+        "continues into the same new index and skips documents already there. Prints a JSON summary.",
+    )
+    _add_store_args(rx)
+    rx.add_argument("paths", nargs="+", metavar="PATH", help=".jsonl[.gz] files or directories of .txt files")
+    rx.add_argument("--workers-broker", metavar="URL", help="Celery broker (default: env SDR_BROKER_URL, else REDIS_URL; none: in-process)")
+    rx.add_argument("--in-process", action="store_true", help="encode in this process even when a broker is configured")
+    rx.add_argument("--batch-docs", type=int, metavar="N", help="most documents per task (default 64; env SDR_BATCH_DOCS; SDR_BATCH_CHARS caps the text per task)")
+    rx.add_argument("--restart", action="store_true", help="ignore an unfinished reindex and start a new target")
+    rx.add_argument("--timeout", type=float, metavar="SECONDS", help="give up (resumable) after this long (default: wait)")
+    rx.add_argument("--max-failed-fraction", type=float, default=0.01, metavar="F",
+                    help="do not switch when more than this fraction of documents failed (default 0.01)")
+    rx.add_argument("--no-stats", action="store_true", help="switch without computing statistics (run `sdr stats` later)")
+    rx.add_argument("--sample", type=int, default=5000, metavar="R", help="reference sample size for the statistics (default 5000)")
+    rx.add_argument("--seed", type=int, default=0)
+    rx.add_argument("--no-progress", action="store_true")
+    _add_encoder_args(rx)
+    _add_segmentation_args(rx)
+    rx.set_defaults(handler=_lazy("workers.commands", "cmd_reindex"))
+
+    wk = sub.add_parser(
+        "worker", help="run a Celery worker that embeds and indexes batches for `sdr reindex`",
+        description="Start a Celery worker consuming the indexing queue (env SDR_QUEUE, default sdr-index). Each "
+        "process loads the encoder once. With N processes on C cores each gets C/N torch threads unless "
+        "--threads or SDR_TORCH_THREADS says otherwise.",
+    )
+    wk.add_argument("--broker", metavar="URL", help="Celery broker (default: env SDR_BROKER_URL, else REDIS_URL)")
+    wk.add_argument("--concurrency", type=int, default=1, metavar="N", help="worker processes (default 1)")
+    wk.add_argument("--pool", choices=["prefork", "solo", "threads"], help="Celery pool (default: solo for 1 process, else prefork)")
+    wk.add_argument("--threads", type=int, metavar="T", help="torch threads per process (default: cores / N)")
+    wk.add_argument("--name", metavar="NAME", help="worker node name, e.g. w1@%%h (default: celery@hostname)")
+    wk.set_defaults(handler=_lazy("workers.commands", "cmd_worker"))
     return parser
 
 

@@ -1,0 +1,446 @@
+"""Integration tests of ``sdr reindex`` with a REAL Redis and REAL worker processes (``sdr worker``
+subprocesses, solo pool, the real default encoder in fp32 on CPU):
+
+(a) a worker SIGKILLed mid-batch: a new worker finishes the job, every document indexed once;
+(b) Redis restarted mid-run (nothing persisted): the command re-sends what was lost;
+(c) poison records end in the failed count, the others are indexed;
+(d) no broker: the in-process path builds the same store as the queue path;
+(e) the live name switches atomically: an open reader keeps answering from the old store.
+
+Redis: ``REDIS_URL`` when set, else a private ``redis-server`` (started in a temporary directory on
+a free port, stopped afterwards); skipped with the reason when neither exists. Test (b) always
+needs the binary (it kills and restarts the server).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from indexer.embedded import EmbeddedStore
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[1]
+REDIS_SERVER = shutil.which("redis-server")
+N_DOCS = 60
+SENTENCES_PER_DOC = 15
+WORDS = ("court appeal judgment evidence witness contract party claim statute section order held decision "
+         "trial defendant plaintiff law right duty breach damages tenant lease notice").split()
+
+
+# =============================================================================================
+# helpers: corpus, redis, workers, the command
+# =============================================================================================
+def corpus(n: int = N_DOCS, *, prefix: str = "d", seed: int = 0) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    docs = []
+    for i in range(n):
+        paragraphs = []
+        for _ in range(3):
+            sents = [" ".join(rng.choice(WORDS, size=int(rng.integers(6, 14)))).capitalize() + "."
+                     for _ in range(SENTENCES_PER_DOC // 3)]
+            paragraphs.append(" ".join(sents))
+        docs.append({"id": f"{prefix}{i:03d}", "paragraphs": paragraphs})
+    return docs
+
+
+def write_jsonl(path: Path, records: list, extra_lines: tuple[str, ...] = ()) -> Path:
+    with path.open("w") as fh:
+        for r in records:
+            fh.write(json.dumps(r) + "\n")
+        for line in extra_lines:
+            fh.write(line + "\n")
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ping(url: str, timeout: float = 1.0) -> bool:
+    import redis
+
+    try:
+        client = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
+    except (redis.exceptions.RedisError, OSError):
+        return False
+
+
+class RedisServer:
+    """A private redis-server that keeps nothing on disk."""
+
+    def __init__(self, directory: Path, port: int | None = None) -> None:
+        self.dir = directory
+        self.port = port or free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "RedisServer":
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(
+            [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", str(self.dir)],
+            stdout=(self.dir / "redis.log").open("a"), stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 10
+        while not ping(self.url, 0.2):
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise RuntimeError(f"redis-server did not start: {(self.dir / 'redis.log').read_text()[-2000:]}")
+            time.sleep(0.05)
+        return self
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def base_env(broker: str, queue: str, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({
+        "SDR_BROKER_URL": broker, "SDR_QUEUE": queue, "SDR_PRECISION": "fp32", "SDR_DEVICE": "cpu",
+        "SDR_NO_CACHE": "1", "SDR_TORCH_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+        "PYTHONUNBUFFERED": "1",
+    })
+    env.update(extra)
+    return env
+
+
+class Worker:
+    """An ``sdr worker`` subprocess (one solo process) with its log in a file."""
+
+    def __init__(self, env: dict[str, str], log: Path, name: str) -> None:
+        self.log = log
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "sdr_core", "worker", "--concurrency", "1", "--pool", "solo",
+             "--name", f"{name}@%h"],
+            cwd=REPO, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
+        )
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_ready(self, timeout: float = 60) -> "Worker":
+        deadline = time.monotonic() + timeout
+        while " ready." not in self.text():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"worker did not start:\n{self.text()[-3000:]}")
+            time.sleep(0.1)
+        return self
+
+    def count(self, what: str) -> int:
+        """Log lines about index batches containing ``what`` ("received", "succeeded")."""
+        return sum(1 for line in self.text().splitlines() if "sdr.index_batch[" in line and what in line)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()  # warm shutdown: closes stores
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+class Reindex:
+    """An ``sdr reindex`` subprocess."""
+
+    def __init__(self, env: dict[str, str], args: list[str], log: Path) -> None:
+        self.log = log
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "sdr_core", "reindex", "--no-progress", "--no-cache", *args],
+            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=log.open("w"), text=True,
+        )
+
+    def result(self, timeout: float = 90) -> dict:
+        try:
+            out, _ = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, _ = self.proc.communicate()
+            raise AssertionError(f"reindex did not finish:\n{self.log.read_text()[-3000:]}")
+        assert out.strip(), f"no summary (exit {self.proc.returncode}):\n{self.log.read_text()[-3000:]}"
+        return json.loads(out.strip().splitlines()[-1])
+
+
+def wait_for(predicate, timeout: float, what: str, poll: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(poll)
+
+
+def check_exactly_once(live: Path, records: list[dict], encoder) -> None:
+    """Every record stored once: counts, unique ids, no dead rows, vectors = a fresh encoding."""
+    from sdr_core.documents import parse_record
+
+    with EmbeddedStore(live) as store:
+        ids = list(store.iter_ids())
+        assert sorted(ids) == sorted(r["id"] for r in records) and len(ids) == len(set(ids))
+        docs = {r["id"]: parse_record(r) for r in records}
+        counts = store.counts()
+        assert counts["documents"] == len(records)
+        assert counts["sentences"] == sum(d.n_sentences for d in docs.values())
+        info = store.storage_info()
+        assert info["dead_rows"] == 0 and info["live_rows"] == counts["sentences"]
+        for doc_id in ids[:: max(1, len(ids) // 6)]:
+            stored = store.get(doc_id)
+            fresh = encoder.encode(docs[doc_id].sentences)
+            np.testing.assert_allclose(stored.vectors.vectors, fresh, atol=2e-5)
+
+
+# =============================================================================================
+# fixtures
+# =============================================================================================
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory):
+    url = os.environ.get("REDIS_URL")
+    if url:
+        if not ping(url):
+            pytest.skip(f"REDIS_URL={url} does not answer")
+        yield url
+        return
+    if REDIS_SERVER is None:
+        pytest.skip("needs Redis: set REDIS_URL or install redis-server")
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    yield server.url
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def shared_worker(redis_url, tmp_path_factory):
+    """One worker for the tests that do not kill anything; its own queue."""
+    queue = f"sdr-test-{uuid.uuid4().hex[:8]}"
+    env = base_env(redis_url, queue)
+    worker = Worker(env, tmp_path_factory.mktemp("worker") / "worker.log", f"shared-{queue}")
+    try:
+        worker.wait_ready()
+        yield env
+    finally:
+        worker.stop()
+
+
+@pytest.fixture()
+def workers_to_stop():
+    started: list[Worker] = []
+    yield started
+    for w in started:
+        w.stop()
+
+
+# =============================================================================================
+# tests
+# =============================================================================================
+def test_worker_killed_mid_batch_job_completes_exactly_once(redis_url, tmp_path, workers_to_stop, encoder):
+    records = corpus()
+    data = write_jsonl(tmp_path / "docs.jsonl", records)
+    live = tmp_path / "live"
+    queue = f"sdr-test-{uuid.uuid4().hex[:8]}"
+    env = base_env(redis_url, queue, SDR_RESEND_AFTER="6", SDR_VISIBILITY_TIMEOUT="600")
+    w1 = Worker(env, tmp_path / "w1.log", f"w1-{queue}")
+    workers_to_stop.append(w1)
+    w1.wait_ready()
+    job = Reindex(env, ["--store", str(live), str(data), "--batch-docs", "10", "--timeout", "120"], tmp_path / "reindex.log")
+    # Kill the worker right after it received its second batch (the first one is written).
+    wait_for(lambda: w1.count("received") >= 2, 60, "the worker to start its second batch", poll=0.02)
+    w1.kill()
+    assert w1.count("succeeded") == w1.count("received") - 1, "the worker was not killed mid-batch"
+    target = json.loads((tmp_path / ".live.reindex.json").read_text())["target"]
+    with EmbeddedStore(target) as s:
+        assert 0 < s.counts()["documents"] < N_DOCS
+    w2 = Worker(env, tmp_path / "w2.log", f"w2-{queue}")
+    workers_to_stop.append(w2)
+    out = job.result()
+    assert out["complete"] and out["swapped"]
+    assert (out["indexed"], out["skipped"], out["failed"]) == (N_DOCS, 0, 0)
+    assert out["resends"] >= 1  # the killed batch was sent again
+    w2.stop()  # closes its store handle cleanly
+    check_exactly_once(live, records, encoder)
+
+
+def test_redis_restart_mid_run_job_completes_exactly_once(tmp_path, workers_to_stop, encoder):
+    if REDIS_SERVER is None:
+        pytest.skip("restarting Redis needs the redis-server binary (a server given by REDIS_URL cannot be restarted)")
+    server = RedisServer(tmp_path / "redis").start()
+    try:
+        records = corpus()
+        data = write_jsonl(tmp_path / "docs.jsonl", records)
+        live = tmp_path / "live"
+        queue = f"sdr-test-{uuid.uuid4().hex[:8]}"
+        # resend_after is long: recovery must come from noticing the restart, not from the stall timer.
+        env = base_env(server.url, queue, SDR_RESEND_AFTER="300")
+        w = Worker(env, tmp_path / "w.log", f"w-{queue}")
+        workers_to_stop.append(w)
+        w.wait_ready()
+        job = Reindex(env, ["--store", str(live), str(data), "--batch-docs", "10", "--timeout", "120"], tmp_path / "reindex.log")
+        wait_for(lambda: w.count("succeeded") >= 1, 60, "a first batch to finish", poll=0.02)
+        server.kill()  # every queued message, result and binding is gone
+        time.sleep(1.0)
+        server.start()
+        out = job.result()
+        assert out["complete"] and out["swapped"]
+        assert (out["indexed"], out["skipped"], out["failed"]) == (N_DOCS, 0, 0)
+        assert out["resends"] >= 1
+        assert "the broker restarted" in (tmp_path / "reindex.log").read_text()
+        w.stop()
+        check_exactly_once(live, records, encoder)
+    finally:
+        server.stop()
+
+
+def test_delivery_ledger_marks_a_document_after_two_worker_deaths(redis_url):
+    import redis
+
+    from workers.ledger import RedisLedger
+
+    task_id = f"test-{uuid.uuid4().hex}"
+
+    def ledger() -> RedisLedger:  # each delivery runs in a new worker process
+        return RedisLedger(redis_url, task_id)
+
+    d1 = ledger().start()
+    assert (d1.number, d1.careful) == (1, False)  # whole batch; the worker dies somewhere in it
+    d2 = ledger().start()
+    assert d2.careful and d2.poison == frozenset()  # one document at a time from now on
+    ledger().doing("d7")  # ... and the worker dies on d7
+    d3 = ledger().start()
+    assert d3.number == 3 and d3.poison == frozenset()  # one death may be an accident: d7 is tried again
+    ledger().doing("d7")  # ... and it dies on d7 again
+    d4 = ledger().start()
+    assert d4.number == 4 and d4.poison == frozenset({"d7"})  # reported failed, the rest is indexed
+    retried = ledger()
+    assert retried.start().number == 5
+    retried.release()  # a transient error: the retry is not counted as a death
+    assert ledger().start().number == 5
+    ledger().finish()
+    assert not redis.Redis.from_url(redis_url).exists(f"sdr:deliveries:{task_id}")
+
+
+def test_poison_records_fail_and_the_others_are_indexed(shared_worker, tmp_path, encoder):
+    records = corpus()
+    poison = [{"id": "bad-text", "text": 123}, {"id": "bad-paragraphs", "paragraphs": ["ok.", 7]},
+              {"id": "empty", "text": "   "}]
+    data = write_jsonl(tmp_path / "docs.jsonl", records[:30] + poison + records[30:], extra_lines=("{not json",))
+    live = tmp_path / "live"
+    out = Reindex(shared_worker, ["--store", str(live), str(data), "--batch-docs", "10",
+                                  "--max-failed-fraction", "0.1", "--timeout", "90"], tmp_path / "reindex.log").result()
+    assert (out["indexed"], out["skipped"], out["failed"]) == (N_DOCS, 0, 4)
+    reasons = {f["id"]: f["error"] for f in out["failures"]}
+    assert "'text' must be a string" in reasons["bad-text"]
+    assert "only strings" in reasons["bad-paragraphs"] and "no sentence" in reasons["empty"]
+    assert any("invalid JSON" in f["error"] for f in out["failures"] if f["id"] is None)
+    assert out["swapped"]
+    with EmbeddedStore(live) as s:
+        assert s.counts()["documents"] == N_DOCS
+
+
+def test_in_process_and_queue_build_the_same_store(shared_worker, tmp_path):
+    records = corpus(24, prefix="q", seed=1)
+    data = write_jsonl(tmp_path / "docs.jsonl", records)
+    via_queue, local = tmp_path / "queue", tmp_path / "local"
+    a = Reindex(shared_worker, ["--store", str(via_queue), str(data), "--batch-docs", "5", "--timeout", "90"],
+                tmp_path / "queue.log").result()
+    env = {k: v for k, v in shared_worker.items() if k not in ("SDR_BROKER_URL", "REDIS_URL")}
+    env["SDR_TORCH_THREADS"] = "2"
+    b = Reindex(env, ["--store", str(local), str(data), "--batch-docs", "5"], tmp_path / "local.log").result()
+    assert "no broker" in (tmp_path / "local.log").read_text()
+    for out in (a, b):
+        assert (out["indexed"], out["failed"], out["swapped"]) == (24, 0, True)
+    with EmbeddedStore(via_queue) as q, EmbeddedStore(local) as l:
+        assert q.counts() == l.counts() and sorted(q.iter_ids()) == sorted(l.iter_ids())
+        ids = list(q.iter_ids())
+        assert q.content_keys(ids) == l.content_keys(ids)
+        assert q.meta().encoder_tag == l.meta().encoder_tag
+        for doc_id in ids:
+            dq, dl = q.get(doc_id), l.get(doc_id)
+            np.testing.assert_allclose(dq.vectors.vectors, dl.vectors.vectors, atol=2e-5)
+            # The reference sample (R = 5000) holds every paragraph, so statistics do not depend on order.
+            np.testing.assert_allclose(dq.stats.mu, dl.stats.mu, atol=1e-5)
+            np.testing.assert_allclose(dq.stats.sigma, dl.stats.sigma, atol=1e-5)
+
+
+def test_live_name_switches_atomically_and_open_readers_keep_answering(tmp_path, monkeypatch, capsys, encoder):
+    from sdr_core.cli import main
+
+    for var in ("SDR_BROKER_URL", "REDIS_URL"):
+        monkeypatch.delenv(var, raising=False)
+    old_docs, new_docs = corpus(8, prefix="old", seed=2), corpus(11, prefix="new", seed=3)
+    old_path = write_jsonl(tmp_path / "old.jsonl", old_docs)
+    new_path = write_jsonl(tmp_path / "new.jsonl", new_docs)
+    live = tmp_path / "live"
+    common = ["--no-progress", "--no-cache", "--precision", "fp32", "--device", "cpu", "--batch-docs", "4"]
+    assert main(["reindex", "--store", str(live), str(old_path), *common]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert live.is_symlink() and first["previous"] is None
+
+    # Opened by the live name: EmbeddedStore resolves the link once, at construction.
+    reader = EmbeddedStore(live)
+    probe = encoder.encode(["The court held the tenant in breach of the lease."])
+    before = reader.sentence_knn(probe, 3).doc_ids
+    assert reader.counts()["documents"] == 8
+
+    seen: set[int] = set()
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def watch() -> None:  # keeps opening the live name while the new index is built and switched
+        while not stop.is_set():
+            try:
+                with EmbeddedStore(live) as s:
+                    seen.add(s.counts()["documents"])
+            except BaseException as e:  # noqa: BLE001 - collected and asserted below
+                errors.append(e)
+            time.sleep(0.01)
+
+    t = threading.Thread(target=watch)
+    t.start()
+    try:
+        assert main(["reindex", "--store", str(live), str(new_path), *common]) == 0
+        wait_for(lambda: 11 in seen or bool(errors), 10, "the watcher to open the new store")
+    finally:
+        stop.set()
+        t.join()
+    second = json.loads(capsys.readouterr().out)
+    assert second["previous"] == os.path.realpath(tmp_path / first["index"])
+    assert not errors and seen <= {8, 11} and 11 in seen  # the old store or the new one, never a partial one
+
+    assert reader.counts()["documents"] == 8  # the open reader still answers, from the old store
+    assert reader.sentence_knn(probe, 3).doc_ids == before
+    stored = reader.get("old000")
+    np.testing.assert_allclose(stored.vectors.vectors, encoder.encode(stored.document.sentences), atol=2e-5)
+    reader.close()
+    with EmbeddedStore(live) as fresh:
+        assert fresh.counts()["documents"] == 11
+        assert all(i.startswith("new") for i in fresh.sentence_knn(probe, 3).doc_ids[0])
