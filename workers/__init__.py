@@ -1,4 +1,4 @@
-"""workers: Celery tasks that embed documents in batches (the "Celery workers" issue).
+"""workers: Celery tasks that embed documents in batches, and `sdr reindex` / `sdr worker`.
 
 They reuse :class:`sdr_core.encoder.SentenceEncoder` (model loaded once per process, batches
 under a token budget) and :mod:`sdr_core.embed`.
