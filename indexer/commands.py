@@ -9,7 +9,7 @@ import time
 
 logger = logging.getLogger("sdr")
 
-__all__ = ["cmd_index", "cmd_stats", "cmd_info", "open_store"]
+__all__ = ["cmd_index", "cmd_stats", "cmd_info", "cmd_defaults", "open_store"]
 
 
 def open_store(args, *, create: bool = False):
@@ -60,10 +60,14 @@ def cmd_index(args) -> int:
         stats = None
         if not args.no_stats and (summary.indexed or store.stats_info().stale):
             stats = refresh_stats(store, exact=False, sample_size=args.sample, seed=args.seed, progress=not args.no_progress)
+        lexical = getattr(store, "refresh_lexical", None)  # embedded: build the BM25 index now, not at the first query
+        lexical_docs = lexical() if callable(lexical) else None
         counts = store.counts()
     if cache is not None:
         cache.close()
     out = {**summary.to_dict(), "store": counts, "seconds": round(time.perf_counter() - t0, 1)}
+    if lexical_docs is not None:
+        out["lexical_documents"] = lexical_docs
     if stats is not None:
         out["stats"] = stats.to_dict()
     if summary.failures:
@@ -110,4 +114,22 @@ def cmd_info(args) -> int:
             + (", STALE (run `sdr stats`)" if st["stale"] else ", up to date"),
         ]
         sys.stdout.write("\n".join(lines) + "\n")
+    return 0
+
+
+def cmd_defaults(args) -> int:
+    """``sdr defaults``: show, change (``--method``, ``--fusion``, ``--weights``, ``--rank-constant``)
+    or clear (``--clear``) the index's recorded search defaults; prints them as JSON."""
+    from sdr_core.fusion import parse_weights
+
+    changes = {k: v for k, v in {
+        "method": args.method, "fusion": args.fusion,
+        "weights": parse_weights(args.weights) if args.weights else None,
+        "rank_constant": args.rank_constant,
+    }.items() if v is not None}
+    with open_store(args) as store:
+        current = {} if args.clear else store.search_defaults()
+        if changes or args.clear:
+            current = store.set_search_defaults({**current, **changes})
+    sys.stdout.write(json.dumps({"store": store_label(args), "search_defaults": current}) + "\n")
     return 0

@@ -5,6 +5,11 @@ statistics, a reference sample for sampled statistics, and index metadata (prove
 has *nested* semantics, as OpenSearch nested k-NN: for each query vector the store returns the
 top-k **documents**, each scored by its best-matching sentence.
 
+Lexical retrieval (:meth:`DocumentStore.lexical_search`) is BM25 over each document's text
+(title and paragraphs), the whole source text as the query: bm25s in the embedded store,
+OpenSearch's own BM25 on the ``text`` field there. Hybrid "more like this" fuses it with the
+vector signals (:mod:`sdr_core.fusion`, :mod:`reranker.engine`).
+
 Aggregating those per-sentence hits into candidate documents is backend-independent
 (:mod:`indexer.candidates`), and so is the exact rerank (:mod:`reranker.engine`), so both stores
 give the same ranking.
@@ -27,6 +32,7 @@ __all__ = [
     "StatsInfo",
     "StoredDocument",
     "SentenceHits",
+    "LexicalHits",
     "ReferenceParagraphs",
     "DocumentStore",
 ]
@@ -96,6 +102,26 @@ class SentenceHits:
 
 
 @dataclass(frozen=True)
+class LexicalHits:
+    """Lexical (BM25) results for one source text: the top ``ids`` with their ``scores``, best
+    first, and ``scored``: the BM25 score of each document asked for by ``score_ids`` (0.0 for a
+    document that shares no indexed term with the source, or is not stored)."""
+
+    ids: list[str]
+    scores: np.ndarray  # float32, descending
+    scored: dict[str, float] = field(default_factory=dict)
+
+    def score_of(self, doc_id: str) -> float:
+        """The BM25 score of ``doc_id`` if this result knows it (top hit or scored), else 0.0."""
+        if doc_id in self.scored:
+            return self.scored[doc_id]
+        try:
+            return float(self.scores[self.ids.index(doc_id)])
+        except ValueError:
+            return 0.0
+
+
+@dataclass(frozen=True)
 class ReferenceParagraphs:
     """The recorded reference sample with its own copy of the vectors (stable under updates)."""
 
@@ -153,6 +179,14 @@ class DocumentStore(ABC):
         """Nested k-NN: for each row of ``vectors`` the top-``k`` documents by best sentence."""
 
     @abstractmethod
+    def lexical_search(
+        self, text: str, k: int, *, exclude_ids: Sequence[str] = (), score_ids: Sequence[str] = ()
+    ) -> LexicalHits:
+        """BM25 of the whole ``text`` against every stored document's text: the top ``k``
+        (``k = 0``: none) without ``exclude_ids``, and the score of every id in ``score_ids``
+        (so fusion has a lexical score for vector candidates the lexical top-k missed)."""
+
+    @abstractmethod
     def fetch(self, ids: Sequence[str]) -> CorpusVectors:
         """Sentence vectors of ``ids`` (in that order) for the exact rerank."""
 
@@ -178,6 +212,18 @@ class DocumentStore(ABC):
     @abstractmethod
     def set_reference(self, reference: ReferenceParagraphs) -> None:
         ...
+
+    # -- search defaults -----------------------------------------------------------------------
+    def search_defaults(self) -> dict[str, Any]:
+        """The index's recorded search defaults (``method``, ``fusion``, ``weights``,
+        ``rank_constant``; see :func:`sdr_core.fusion.check_search_defaults`); ``{}`` when none."""
+        return {}
+
+    def set_search_defaults(self, defaults: Mapping[str, Any]) -> dict[str, Any]:
+        """Record ``defaults`` (validated; ``{}`` clears them) and return them as recorded."""
+        from sdr_core.errors import StoreError
+
+        raise StoreError(f"{type(self).__name__} cannot record search defaults")
 
     # -- lifecycle -----------------------------------------------------------------------------
     def close(self) -> None:  # pragma: no cover - default no-op

@@ -17,10 +17,14 @@ __all__ = [
     "MAX_FILTER_FIELDS",
     "INDEX_PATTERN",
     "Section",
+    "Weights",
     "MoreLikeThisRequest",
     "SentencePair",
     "ParagraphPair",
     "Explanation",
+    "SignalScore",
+    "HybridExplanation",
+    "Fusion",
     "Hit",
     "StatsState",
     "MoreLikeThisResponse",
@@ -36,6 +40,8 @@ MAX_SIZE = 100
 MAX_FROM = 900
 MAX_CANDIDATES = 1000
 MAX_FILTER_FIELDS = 16
+MAX_WEIGHT = 1000.0
+MAX_RANK_CONSTANT = 10_000
 INDEX_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 
 # A paragraph or text must hold a character that is not white space in Python's sense
@@ -71,17 +77,52 @@ class Section(BaseModel):
     paragraphs: list[NonBlank] = Field(..., min_length=1, description="Paragraphs of raw text.")
 
 
+class Weights(BaseModel):
+    """Weight per hybrid signal; a signal left out weighs 0; at least one weight must be > 0."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=lambda schema, cls: _weights_schema(schema))
+
+    bm25: float = Field(None, ge=0, le=MAX_WEIGHT, allow_inf_nan=False,  # type: ignore[assignment]
+                        description="Lexical BM25 of the whole source text.")
+    sdr: float = Field(None, ge=0, le=MAX_WEIGHT, allow_inf_nan=False,  # type: ignore[assignment]
+                       description="Exact SDR score.")
+    mean: float = Field(None, ge=0, le=MAX_WEIGHT, allow_inf_nan=False,  # type: ignore[assignment]
+                        description="Cosine of the mean sentence vectors (one vector per document).")
+
+    @model_validator(mode="after")
+    def _one_positive(self) -> "Weights":
+        if not any((v or 0) > 0 for v in (self.bm25, self.sdr, self.mean)):
+            raise ValueError("at least one of bm25, sdr, mean needs a weight > 0")
+        return self
+
+    def as_dict(self) -> dict[str, float]:
+        return {k: float(v) for k, v in (("bm25", self.bm25), ("sdr", self.sdr), ("mean", self.mean)) if v is not None}
+
+
+def _weights_schema(schema: dict[str, Any]) -> None:
+    _drop_null_defaults(schema)
+    schema["anyOf"] = [
+        {"required": [k], "properties": {k: {"type": "number", "exclusiveMinimum": 0}}} for k in ("bm25", "sdr", "mean")
+    ]
+
+
 def _request_schema(schema: dict[str, Any]) -> None:
     _drop_null_defaults(schema)
     schema["oneOf"] = [{"required": [k]} for k in SOURCE_FIELDS]
+    schema["not"] = {  # fusion options contradict method "sdr"
+        "required": ["method"], "properties": {"method": {"const": "sdr"}},
+        "anyOf": [{"required": [k]} for k in HYBRID_OPTIONS],
+    }
     schema["examples"] = [
         {"id": "doc-42", "size": 10},
         {"text": "The appellant was convicted of murder.\n\nThe appeal was dismissed.", "size": 5,
          "filter": {"court": "supreme"}, "explain": True},
+        {"id": "doc-42", "method": "hybrid", "fusion": "zscore", "weights": {"bm25": 1, "mean": 1, "sdr": 0.5}},
     ]
 
 
 SOURCE_FIELDS = ("id", "text", "paragraphs", "sections")
+HYBRID_OPTIONS = ("fusion", "weights", "rank_constant")
 
 
 class MoreLikeThisRequest(BaseModel):
@@ -127,12 +168,34 @@ class MoreLikeThisRequest(BaseModel):
         "pairs with raw and normalised scores, and for each pair the best sentence pairs with their cosines.",
     )
 
+    method: Literal["sdr", "hybrid"] = Field(  # type: ignore[assignment]
+        None,
+        description="'sdr': vector candidates ranked by exact SDR. 'hybrid': lexical (BM25) candidates too, and "
+        "BM25, SDR and the mean-vector cosine fused per query. Default: the index's default, else the server's "
+        "SDR_METHOD (sdr); `fusion`, `weights` or `rank_constant` without a method mean 'hybrid'.",
+    )
+    fusion: Literal["zscore", "minmax", "rrf"] = Field(  # type: ignore[assignment]
+        None,
+        description="Hybrid only: normalise each signal over the candidates (z-score or min-max) and take the "
+        "weighted mean, or reciprocal-rank fusion. Default: the index's, else SDR_FUSION (zscore).",
+    )
+    weights: Weights = Field(  # type: ignore[assignment]
+        None, description="Hybrid only: weight per signal. Default: the index's, else SDR_HYBRID_WEIGHTS (bm25=1, mean=1)."
+    )
+    rank_constant: int = Field(  # type: ignore[assignment]
+        None, ge=1, le=MAX_RANK_CONSTANT, description="Hybrid rrf only: k in 1 / (k + rank). Default 60."
+    )
+
     @model_validator(mode="after")
     def _one_source(self) -> "MoreLikeThisRequest":
         given = [k for k in SOURCE_FIELDS if getattr(self, k) is not None]
         if len(given) != 1:
             found = ", ".join(given) if given else "none"
             raise ValueError(f"give exactly one source: 'id', 'text', 'paragraphs' or 'sections' (found: {found})")
+        if self.method == "sdr":
+            extra = [k for k in HYBRID_OPTIONS if getattr(self, k) is not None]
+            if extra:
+                raise ValueError(f"{', '.join(extra)} {'applies' if len(extra) == 1 else 'apply'} to method 'hybrid' only")
         return self
 
     def record(self) -> dict[str, Any]:
@@ -158,9 +221,31 @@ class ParagraphPair(BaseModel):
     sentence_pairs: list[SentencePair]
 
 
+class SignalScore(BaseModel):
+    raw: float = Field(..., description="The signal's score for this document.")
+    normalised: float | None = Field(
+        None, description="After per-query normalisation (for rrf: 1 / (k + rank)); absent for a signal of weight 0."
+    )
+    weight: float
+
+
+class HybridExplanation(BaseModel):
+    score: float = Field(..., description="The fused score (the hit's score).")
+    fusion: Literal["zscore", "minmax", "rrf"]
+    rank_constant: int | None = None
+    signals: dict[str, SignalScore] = Field(..., description="bm25, sdr and mean: raw and normalised scores.")
+
+
 class Explanation(BaseModel):
     score: float = Field(..., description="S(s, c): mean over source paragraphs of the best normalised score.")
     paragraph_pairs: list[ParagraphPair]
+    hybrid: HybridExplanation | None = Field(None, description="Hybrid hits: how the fused score was made.")
+
+
+class Fusion(BaseModel):
+    fusion: Literal["zscore", "minmax", "rrf"]
+    weights: dict[str, float]
+    rank_constant: int | None = None
 
 
 class Hit(BaseModel):
@@ -179,6 +264,8 @@ class StatsState(BaseModel):
 
 class MoreLikeThisResponse(BaseModel):
     index: str
+    method: Literal["sdr", "hybrid"]
+    hybrid: Fusion | None = Field(None, description="The fusion used (method hybrid).")
     hits: list[Hit]
     candidates: int = Field(..., description="Documents reranked exactly (after the filter, when one is given).")
     stats: StatsState

@@ -8,10 +8,11 @@ import sys
 from pathlib import Path
 
 from sdr_core.errors import InputReadError, InvalidInputError
+from sdr_core.fusion import format_weights, parse_weights
 
 logger = logging.getLogger("sdr")
 
-__all__ = ["cmd_mlt", "cmd_eval_store", "record_from_file"]
+__all__ = ["cmd_mlt", "cmd_eval_store", "record_from_file", "fusion_args"]
 
 
 def record_from_file(path: Path) -> dict:
@@ -35,6 +36,21 @@ def record_from_file(path: Path) -> dict:
     return {"text": text}
 
 
+def fusion_args(args) -> dict:
+    """``method``/``fusion``/``weights``/``rank_constant`` given on the command line (for
+    :meth:`reranker.engine.MoreLikeThis.resolve`); absent ones are left to the defaults."""
+    out: dict = {}
+    if getattr(args, "method", None):
+        out["method"] = args.method
+    if getattr(args, "fusion", None):
+        out["fusion"] = args.fusion
+    if getattr(args, "weights", None):
+        out["weights"] = parse_weights(args.weights)
+    if getattr(args, "rank_constant", None) is not None:
+        out["rank_constant"] = args.rank_constant
+    return out
+
+
 def encoder_for_store(args, store):
     """The query encoder: --model / SDR_MODEL when given, else the model the store was built with."""
     from sdr_core.cli import encoder_settings
@@ -53,20 +69,26 @@ def cmd_mlt(args) -> int:
     from .engine import MLTSettings, MoreLikeThis
 
     settings = MLTSettings(**({"candidates": args.candidates} if args.candidates else {}))
+    fusion = fusion_args(args)
     with open_store(args) as store:
         encoder = encoder_for_store(args, store) if args.id is None else None
         engine = MoreLikeThis(store=store, encoder=encoder, settings=settings)
         if args.id is not None:
-            result = engine.more_like_this(doc_id=args.id, size=args.size, explain=args.explain)
+            result = engine.more_like_this(doc_id=args.id, size=args.size, explain=args.explain, **fusion)
         else:
             record = {"text": args.text} if args.text is not None else record_from_file(args.file)
-            result = engine.more_like_this(record=record, size=args.size, explain=args.explain)
+            result = engine.more_like_this(record=record, size=args.size, explain=args.explain, **fusion)
     if args.json:
         sys.stdout.write(json.dumps(result.to_dict()) + "\n")
         return 0
     lines = [f"{'rank':>4}  {'score':>8}  id"]
     for r, h in enumerate(result.hits, 1):
         lines.append(f"{r:>4}  {h.score:8.4f}  {h.id}" + (f"  ({h.title})" if h.title else ""))
+        if h.explanation and h.signals:
+            lines.append("        " + "  ".join(
+                f"{name} {v['raw']:.3f}" + (f" -> {v['normalised']:.3f} x{v['weight']:g}" if "normalised" in v else "")
+                for name, v in h.signals.items()
+            ))
         if h.explanation:
             for p in h.explanation["paragraph_pairs"]:
                 lines.append(
@@ -77,7 +99,9 @@ def cmd_mlt(args) -> int:
                     lines.append(f"          {sp['cosine']:.3f}  {sp['source_sentence'][:70]!r}")
                     lines.append(f"                 ~ {sp['candidate_sentence'][:70]!r}")
     stale = " (stats stale: run `sdr stats`)" if result.stats_stale else ""
-    lines.append(f"{result.candidates} candidates reranked exactly; stats from {result.stats_origin}{stale}")
+    how = "reranked exactly" if result.hybrid is None else (
+        f"fused ({result.hybrid['fusion']}, weights {format_weights(result.hybrid['weights'])})")
+    lines.append(f"{result.candidates} candidates {how}; stats from {result.stats_origin}{stale}")
     sys.stdout.write("\n".join(lines) + "\n")
     return 0
 
@@ -95,8 +119,8 @@ def cmd_eval_store(args) -> int:
 
     from .engine import MLTSettings, MoreLikeThis
 
-    if args.method != "sdr":
-        raise SDRError("with --store only --method sdr is available (two-stage exact SDR)")
+    if args.method not in ("sdr", "hybrid"):
+        raise SDRError("with --store only --method sdr (two-stage exact SDR) and --method hybrid are available")
     t0 = time.perf_counter()
     qrels = read_qrels(args.qrels)
     report = ReadReport()
@@ -107,6 +131,7 @@ def cmd_eval_store(args) -> int:
         encoder = encoder_for_store(args, store)
         engine = MoreLikeThis(store=store, encoder=encoder, settings=settings)
         engine.check_encoder()
+        spec = engine.resolve(**fusion_args(args))
         cache = cache_from_args(args)
         pairs = list(embed_documents(query_docs, encoder, cache=cache, progress=not args.no_progress, total=len(query_docs)))
         bar = None
@@ -116,7 +141,7 @@ def cmd_eval_store(args) -> int:
             bar = tqdm(total=len(pairs), unit="query", desc="two-stage ranking")
         for doc, vecs in pairs:
             source = engine.source_from_vectors(doc, vecs)
-            result = engine.search(source, size=settings.candidates)
+            result = engine.search(source, size=settings.candidates, hybrid=spec)
             runs[doc.id] = [(h.id, h.score) for h in result.hits]
             if bar is not None:
                 bar.update(1)
@@ -126,8 +151,9 @@ def cmd_eval_store(args) -> int:
     result = evaluate({q: [d for d, _ in r] for q, r in runs.items()}, qrels)
     if args.run:
         args.run.parent.mkdir(parents=True, exist_ok=True)
-        write_run(args.run, runs, args.run_tag or "sdr-two-stage")
-    out = {"method": "sdr", "engine": "two-stage", "candidates": settings.candidates, **result,
+        write_run(args.run, runs, args.run_tag or f"{args.method}-two-stage")
+    extra = {"hybrid": spec.to_dict()} if spec is not None else {}
+    out = {"method": args.method, "engine": "two-stage", "candidates": settings.candidates, **extra, **result,
            "model": encoder.model_id, "corpus_documents": n_docs,
            "skipped": {"queries": report.n_skipped}, "seconds": round(time.perf_counter() - t0, 1)}
     sys.stdout.write(json.dumps(out) + "\n")

@@ -1,10 +1,25 @@
-"""Two-stage "more like this": nested sentence k-NN candidates, then the exact SDR rerank.
+"""Two-stage "more like this": nested sentence k-NN candidates, then the exact SDR rerank; or
+hybrid: lexical candidates too, and the signals fused.
 
 Works over any :class:`indexer.store.DocumentStore`. The source is an indexed document (its
 stored vectors and precomputed per-paragraph statistics) or new text (encoded now, normalised
 against the store's recorded reference sample). Candidates come from :mod:`indexer.candidates`;
 the top K are scored exactly (:func:`sdr_core.scoring.score_candidates`) with the source's
 statistics, which never depend on the candidates.
+
+Methods:
+
+- ``sdr``: the K vector candidates ranked by exact SDR.
+- ``hybrid``: the K vector candidates united with the lexical top K (BM25 of the whole source
+  text, :meth:`DocumentStore.lexical_search`), so a document only one side finds can still win.
+  Every document of the union gets all three signals: its exact SDR score, the cosine of the mean
+  sentence vectors (from the vectors fetched for SDR), and its BM25 score (the lexical search also
+  scores the vector candidates it did not return). The signals are fused per query
+  (:func:`sdr_core.fusion.fuse`: z-score or min-max normalisation and a weighted mean, or RRF).
+
+Which method and fusion: a request's own values, else the index's recorded search defaults
+(:meth:`DocumentStore.search_defaults`), else :class:`MLTSettings` (environment), else
+:data:`sdr_core.fusion.DEFAULT_HYBRID`.
 """
 
 from __future__ import annotations
@@ -12,30 +27,42 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from indexer.candidates import AGGREGATIONS, aggregate_hits, top_candidates
 from indexer.store import DocumentStore
 from sdr_core.documents import Document, parse_record
 from sdr_core.encoder import SentenceEncoder
 from sdr_core.errors import InvalidInputError, ModelMismatchError, StatsUnavailableError
+from sdr_core.evaluation import mean_vectors
+from sdr_core.fusion import METHODS, SIGNALS, HybridSpec, fuse
 from sdr_core.scoring import NormStats, paragraph_scores, rank, score_candidates
+from sdr_core.settings import HybridSettings
 from sdr_core.stats import SampledParagraphs, stats_against_sample
 from sdr_core.vectors import CorpusVectors, DocVectors
 
-__all__ = ["MLTSettings", "Source", "Hit", "MLTResult", "MoreLikeThis"]
+__all__ = ["METHODS", "MLTSettings", "Source", "Hit", "MLTResult", "MoreLikeThis", "mean_cosines"]
 
 logger = logging.getLogger(__name__)
 
 
-class MLTSettings(BaseSettings):
-    """Query-time settings of the two-stage engine (env prefix ``SDR_``)."""
+class MLTSettings(HybridSettings):
+    """Query-time settings of the engine (env prefix ``SDR_``), with the hybrid fusion settings of
+    :class:`sdr_core.settings.HybridSettings` (``SDR_FUSION``, ``SDR_HYBRID_WEIGHTS``,
+    ``SDR_RRF_RANK_CONSTANT``)."""
 
     model_config = SettingsConfigDict(env_prefix="SDR_", extra="ignore")
+
+    method: Literal["sdr", "hybrid"] = Field(
+        "sdr",
+        description="Default ranking method: 'sdr' (vector candidates, exact SDR) or 'hybrid' (lexical candidates "
+        "too, BM25/SDR/mean fused; see SDR_FUSION, SDR_HYBRID_WEIGHTS). 'sdr' stays the default until the "
+        "IRLeD measurement in the README says otherwise.",
+    )
 
     candidates: int = Field(
         100, gt=0,
@@ -72,6 +99,7 @@ class Hit:
     score: float
     title: str | None = None
     explanation: dict[str, Any] | None = None
+    signals: dict[str, dict[str, float]] | None = None  # hybrid: raw / normalised / weight per signal
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"id": self.id, "score": self.score}
@@ -89,14 +117,27 @@ class MLTResult:
     stats_origin: str
     stats_stale: bool
     timings_ms: dict[str, float] = field(default_factory=dict)
+    method: str = "sdr"
+    hybrid: dict[str, Any] | None = None  # the fusion used (HybridSpec.to_dict()) for method hybrid
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d: dict[str, Any] = {
+            "method": self.method,
             "hits": [h.to_dict() for h in self.hits],
             "candidates": self.candidates,
             "stats": {"origin": self.stats_origin, "stale": self.stats_stale},
             "timings_ms": self.timings_ms,
         }
+        if self.hybrid is not None:
+            d["hybrid"] = self.hybrid
+        return d
+
+
+def mean_cosines(source: DocVectors, candidates: CorpusVectors) -> np.ndarray:
+    """Cosine of the source's mean sentence vector with each candidate's (the ``mean`` signal),
+    float64, shape ``(D,)``."""
+    q = mean_vectors(CorpusVectors.from_docs(["_source"], [source]))[0]
+    return (mean_vectors(candidates) @ q).astype(np.float64)
 
 
 def explain_pair(
@@ -205,6 +246,38 @@ class MoreLikeThis:
                 f"{self.encoder.model_id} ({self.encoder.cache_tag}). Use the index's model or re-index."
             )
 
+    # -- method and fusion ----------------------------------------------------------------------
+    def index_defaults(self) -> dict[str, Any]:
+        """The index's recorded search defaults (``method``, ``fusion``, ``weights``,
+        ``rank_constant``); empty when it records none."""
+        return dict(self.store.search_defaults() or {})
+
+    def resolve(
+        self, *, method: str | None = None, fusion: str | None = None, weights: Mapping[str, float] | None = None,
+        rank_constant: int | None = None,
+    ) -> HybridSpec | None:
+        """The fusion to search with: ``None`` for method ``sdr``, else a :class:`HybridSpec`.
+
+        Each value comes from the arguments, else the index's search defaults, else the settings;
+        fusion options without a method mean ``hybrid``. Raises :class:`InvalidInputError` for an
+        unknown method, invalid weights, or fusion options with method ``sdr``.
+        """
+        defaults = self.index_defaults()
+        implied = "hybrid" if any(v is not None for v in (fusion, weights, rank_constant)) else None
+        chosen = method or implied or defaults.get("method") or self.settings.method
+        if chosen not in METHODS:
+            raise InvalidInputError(f"unknown method {chosen!r}; choose from {', '.join(METHODS)}")
+        if chosen == "sdr":
+            given = [n for n, v in (("fusion", fusion), ("weights", weights), ("rank_constant", rank_constant)) if v is not None]
+            if given:
+                verb = "applies" if len(given) == 1 else "apply"
+                raise InvalidInputError(f"{', '.join(given)} {verb} to method 'hybrid' only; this search uses method 'sdr'")
+            return None
+        base = self.settings.spec().replace(
+            fusion=defaults.get("fusion"), weights=defaults.get("weights"), rank_constant=defaults.get("rank_constant"),
+        )
+        return base.replace(fusion=fusion, weights=weights, rank_constant=rank_constant)
+
     # -- search -------------------------------------------------------------------------------
     def candidates(self, source: Source, k: int) -> list[str]:
         exclude = [source.indexed_id] if source.indexed_id else []
@@ -214,17 +287,26 @@ class MoreLikeThis:
         )
         return top_candidates(ids, scores, k)
 
+    def lexical_candidates(self, source: Source, k: int) -> list[str]:
+        """The lexical (BM25) top ``k`` for the source's whole text."""
+        exclude = [source.indexed_id] if source.indexed_id else []
+        return self.store.lexical_search(source.document.text, k, exclude_ids=exclude).ids
+
     def search(
         self, source: Source, *, size: int = 10, offset: int = 0, candidates: int | None = None, explain: bool = False,
-        candidate_ids: Sequence[str] | None = None,
+        candidate_ids: Sequence[str] | None = None, hybrid: HybridSpec | None = None,
     ) -> MLTResult:
-        """Rank for ``source``. ``candidate_ids`` (optional) skips stage 1 and reranks exactly those
-        documents (e.g. candidates already restricted by a metadata filter)."""
+        """Rank for ``source`` with exact SDR (``hybrid`` None) or fused signals. ``candidate_ids``
+        (optional) skips candidate generation and ranks exactly those documents (e.g. candidates
+        already restricted by a metadata filter; for hybrid, the union of both sides)."""
         if size < 0 or offset < 0:
             raise InvalidInputError("size and from must be >= 0")
         K = candidates or self.settings.candidates
         if K < size + offset:
             K = size + offset
+        if hybrid is not None:
+            return self._search_hybrid(source, hybrid, size=size, offset=offset, K=K, explain=explain,
+                                       candidate_ids=candidate_ids)
         t0 = time.perf_counter()
         cand_ids = self.candidates(source, K) if candidate_ids is None else list(candidate_ids)
         t1 = time.perf_counter()
@@ -240,18 +322,73 @@ class MoreLikeThis:
             t2 = t1
         t3 = time.perf_counter()
         if explain and hits:
-            explained = []
-            for h in hits:
-                stored = self.store.get(h.id)
-                ex = explain_pair(source, stored.document, stored.vectors)
-                explained.append(Hit(h.id, h.score, stored.document.title, ex))
-            hits = explained
+            hits = self._explained(source, hits)
         info = self.store.stats_info()
         return MLTResult(
             hits, len(cand_ids), source.stats_origin, info.stale,
             {"candidates": round((t1 - t0) * 1e3, 2), "fetch": round((t2 - t1) * 1e3, 2),
              "rerank": round((t3 - t2) * 1e3, 2)},
         )
+
+    def _search_hybrid(
+        self, source: Source, spec: HybridSpec, *, size: int, offset: int, K: int, explain: bool,
+        candidate_ids: Sequence[str] | None,
+    ) -> MLTResult:
+        text = source.document.text
+        exclude = [source.indexed_id] if source.indexed_id else []
+        t0 = time.perf_counter()
+        if candidate_ids is None:
+            vector_ids = self.candidates(source, K)
+            t1 = time.perf_counter()
+            lexical = self.store.lexical_search(text, K, exclude_ids=exclude, score_ids=vector_ids)
+            seen = set(vector_ids)
+            cand_ids = vector_ids + [i for i in lexical.ids if i not in seen]
+        else:
+            cand_ids = [i for i in dict.fromkeys(candidate_ids) if i not in exclude]
+            t1 = time.perf_counter()
+            lexical = self.store.lexical_search(text, 0, score_ids=cand_ids)
+        t2 = time.perf_counter()
+        hits: list[Hit] = []
+        if cand_ids:
+            cv = self.store.fetch(cand_ids)
+            t3 = time.perf_counter()
+            signals = {
+                "bm25": np.asarray([lexical.score_of(i) for i in cand_ids], dtype=np.float64),
+                "sdr": np.asarray(score_candidates(source.vectors, cv, source.stats), dtype=np.float64),
+                "mean": mean_cosines(source.vectors, cv),
+            }
+            fused = fuse(cand_ids, signals, spec)
+            for i in fused.order(cand_ids)[offset : offset + size]:
+                detail = {
+                    name: {"raw": float(signals[name][i]), "weight": float(spec.weights[name]),
+                           **({"normalised": float(fused.normalised[name][i])} if name in fused.normalised else {})}
+                    for name in SIGNALS
+                }
+                hits.append(Hit(cand_ids[i], float(fused.scores[i]), signals=detail))
+        else:
+            t3 = t2
+        t4 = time.perf_counter()
+        if explain and hits:
+            hits = self._explained(source, hits, spec)
+        info = self.store.stats_info()
+        return MLTResult(
+            hits, len(cand_ids), source.stats_origin, info.stale,
+            {"candidates": round((t1 - t0) * 1e3, 2), "lexical": round((t2 - t1) * 1e3, 2),
+             "fetch": round((t3 - t2) * 1e3, 2), "rerank": round((t4 - t3) * 1e3, 2)},
+            method="hybrid", hybrid=spec.to_dict(),
+        )
+
+    def _explained(self, source: Source, hits: list[Hit], spec: HybridSpec | None = None) -> list[Hit]:
+        explained = []
+        for h in hits:
+            stored = self.store.get(h.id)
+            ex = explain_pair(source, stored.document, stored.vectors)
+            if spec is not None and h.signals is not None:
+                ex["hybrid"] = {"score": h.score, "fusion": spec.fusion, "signals": h.signals}
+                if spec.fusion == "rrf":
+                    ex["hybrid"]["rank_constant"] = spec.rank_constant
+            explained.append(Hit(h.id, h.score, stored.document.title, ex, h.signals))
+        return explained
 
     def more_like_this(
         self,
@@ -262,8 +399,13 @@ class MoreLikeThis:
         offset: int = 0,
         candidates: int | None = None,
         explain: bool = False,
+        method: str | None = None,
+        fusion: str | None = None,
+        weights: Mapping[str, float] | None = None,
+        rank_constant: int | None = None,
     ) -> MLTResult:
         if (doc_id is None) == (record is None):
             raise InvalidInputError("give exactly one source: an indexed document id or a new document")
+        spec = self.resolve(method=method, fusion=fusion, weights=weights, rank_constant=rank_constant)
         source = self.source_from_id(doc_id) if doc_id is not None else self.source_from_record(record)
-        return self.search(source, size=size, offset=offset, candidates=candidates, explain=explain)
+        return self.search(source, size=size, offset=offset, candidates=candidates, explain=explain, hybrid=spec)

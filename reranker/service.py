@@ -205,6 +205,8 @@ class _Service:
     def more_like_this(self, index_name: str, req: m.MoreLikeThisRequest) -> tuple[MLTResult, dict[str, float]]:
         index = self.indices.get(index_name)
         engine = index.engine
+        spec = engine.resolve(method=req.method, fusion=req.fusion, rank_constant=req.rank_constant,
+                              weights=req.weights.as_dict() if req.weights is not None else None)
         t0 = time.perf_counter()
         source = engine.source_from_id(req.id) if req.id is not None else self._new_source(index, req)
         t1 = time.perf_counter()
@@ -214,12 +216,18 @@ class _Service:
         if req.filter:
             pool_size = min(K * self.settings.filter_oversample, max(self.settings.max_filter_candidates, K))
             pool = engine.candidates(source, pool_size)
+            if spec is not None:  # hybrid: the lexical side is filtered the same way
+                in_pool = set(pool)
+                lexical = [i for i in engine.lexical_candidates(source, pool_size) if i not in in_pool]
             t2 = time.perf_counter()
             cand_ids = filter_candidates(index.store, pool, req.filter, limit=K)
+            if spec is not None:
+                cand_ids += filter_candidates(index.store, lexical, req.filter, limit=K)
             timings["candidates"] = round((t2 - t1) * 1e3, 2)
             timings["filter"] = round((time.perf_counter() - t2) * 1e3, 2)
         result = engine.search(
-            source, size=req.size, offset=req.offset, candidates=K, explain=req.explain, candidate_ids=cand_ids
+            source, size=req.size, offset=req.offset, candidates=K, explain=req.explain, candidate_ids=cand_ids,
+            hybrid=spec,
         )
         for k, v in result.timings_ms.items():
             if cand_ids is None or k != "candidates":
@@ -301,11 +309,12 @@ def _build_router() -> APIRouter:
         response_model=m.MoreLikeThisResponse,
         response_model_exclude_none=True,
         responses=_responses(401, 404, 409, 413, 422, 429, 500, 503),
-        summary="Documents most similar to a document (two-stage SDR)",
+        summary="Documents most similar to a document (two-stage SDR, or hybrid with BM25)",
         operation_id="moreLikeThis",
         description="Stage 1: nested sentence k-NN candidates (filtered by `filter` when given); stage 2: the "
-        "exact SDR score of the top K with corpus-wide normalisation. An indexed source is left out of its "
-        "own results.",
+        "exact SDR score of the top K with corpus-wide normalisation. With `method: hybrid` the lexical (BM25) "
+        "top K joins the candidates and BM25, SDR and the mean-vector cosine are fused per query (`fusion`, "
+        "`weights`). An indexed source is left out of its own results.",
     )
     async def more_like_this(index: IndexName, body: m.MoreLikeThisRequest, request: Request) -> m.MoreLikeThisResponse:
         svc = _service(request)
@@ -315,6 +324,8 @@ def _build_router() -> APIRouter:
         svc.metrics.rerank.observe(result.timings_ms.get("rerank", 0.0) / 1e3)
         return m.MoreLikeThisResponse(
             index=index,
+            method=result.method,  # type: ignore[arg-type]
+            hybrid=m.Fusion.model_validate(result.hybrid) if result.hybrid is not None else None,
             hits=[m.Hit.model_validate(h.to_dict()) for h in result.hits],
             candidates=result.candidates,
             stats=m.StatsState(origin=result.stats_origin, stale=result.stats_stale),  # type: ignore[arg-type]

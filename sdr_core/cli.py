@@ -40,6 +40,28 @@ def _add_segmentation_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--strict", action="store_true", help="stop at the first bad document instead of skipping it")
 
 
+def _add_hybrid_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("hybrid (--method hybrid)")
+    g.add_argument("--fusion", choices=["zscore", "minmax", "rrf"],
+                   help="per-query normalisation of the signals (zscore, minmax) or reciprocal-rank fusion (default: the "
+                   "index's default (sdr defaults), else env SDR_FUSION, else zscore)")
+    g.add_argument("--weights", metavar="W",
+                   help="weight per signal, e.g. bm25=1,mean=1,sdr=0.5 (signals: bm25, sdr, mean; left out = 0; default: "
+                   "the index's default, else env SDR_HYBRID_WEIGHTS, else bm25=1,mean=1)")
+    g.add_argument("--rank-constant", type=int, metavar="K", help="RRF rank constant (default 60)")
+
+
+def hybrid_spec_from_args(args, default=None):
+    """The hybrid spec of ``--fusion``/``--weights``/``--rank-constant`` over ``default``
+    (:data:`sdr_core.fusion.DEFAULT_HYBRID` when None)."""
+    from .fusion import DEFAULT_HYBRID, parse_weights
+
+    base = default or DEFAULT_HYBRID
+    weights = parse_weights(args.weights) if getattr(args, "weights", None) else None
+    return base.replace(fusion=getattr(args, "fusion", None), weights=weights,
+                        rank_constant=getattr(args, "rank_constant", None))
+
+
 def _add_store_args(p: argparse.ArgumentParser, *, required: bool = True) -> None:
     g = p.add_argument_group("store (one of)")
     x = g.add_mutually_exclusive_group(required=required)
@@ -66,10 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     ev.add_argument("--corpus", nargs="+", metavar="PATH", help="corpus: .jsonl[.gz] files or .txt directories (exhaustive ranking)")
-    ev.add_argument("--candidates", type=int, help="with --store: K documents reranked exactly (default 100; env SDR_CANDIDATES)")
+    ev.add_argument("--candidates", type=int, help="with --store: K documents reranked exactly; with --method hybrid: the top K "
+                    "of each signal form the fused set (default 100; with --store env SDR_CANDIDATES)")
     ev.add_argument("--queries", required=True, nargs="+", metavar="PATH", help="query documents, same formats")
     ev.add_argument("--qrels", required=True, metavar="PATH", help="TREC qrels file")
-    ev.add_argument("--method", default="sdr", choices=["sdr", "sdr-nonorm", "mean", "bm25"], help="ranking method (default sdr)")
+    ev.add_argument("--method", default="sdr", choices=["sdr", "sdr-nonorm", "mean", "bm25", "hybrid"],
+                    help="ranking method (default sdr); hybrid fuses bm25, sdr and mean (see --fusion, --weights)")
     ev.add_argument("--run", metavar="OUT", type=Path, help="write a TREC run file here")
     ev.add_argument("--run-depth", type=int, default=1000, help="documents per query in the run file (default 1000)")
     ev.add_argument("--run-tag", default=None, help="tag column of the run file (default: the method)")
@@ -81,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--seed", type=int, default=0, help="seed of the reference sample (default 0)")
     ev.add_argument("--no-progress", action="store_true", help="no progress bars")
     _add_store_args(ev, required=False)
+    _add_hybrid_args(ev)
     _add_encoder_args(ev)
     _add_segmentation_args(ev)
     ev.set_defaults(handler=cmd_eval)
@@ -113,7 +138,12 @@ def build_parser() -> argparse.ArgumentParser:
     ml.add_argument("--size", type=int, default=10, help="results (default 10)")
     ml.add_argument("--candidates", type=int, help="K documents reranked exactly (default 100; env SDR_CANDIDATES)")
     ml.add_argument("--json", action="store_true", help="print JSON")
-    ml.add_argument("--explain", action="store_true", help="add the best paragraph pairs and their best sentence pairs")
+    ml.add_argument("--explain", action="store_true", help="add the best paragraph pairs and their best sentence pairs "
+                    "(hybrid: also each signal's raw and normalised score)")
+    ml.add_argument("--method", choices=["sdr", "hybrid"],
+                    help="sdr: exact SDR over the vector candidates; hybrid: BM25 candidates too, signals fused (default: the "
+                    "index's default (sdr defaults), else env SDR_METHOD, else sdr)")
+    _add_hybrid_args(ml)
     _add_encoder_args(ml)
     ml.set_defaults(handler=_lazy("reranker.commands", "cmd_mlt"))
 
@@ -129,6 +159,18 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--seed", type=int, default=0)
     st.add_argument("--no-progress", action="store_true")
     st.set_defaults(handler=_lazy("indexer.commands", "cmd_stats"))
+
+    df = sub.add_parser(
+        "defaults", help="show or set an index's search defaults (method, hybrid fusion and weights)",
+        description="Print the search defaults recorded in the index as JSON; with options, change them first. "
+        "A request's or `sdr mlt`'s own --method/--fusion/--weights win over these; these win over the "
+        "environment (SDR_METHOD, SDR_FUSION, SDR_HYBRID_WEIGHTS).",
+    )
+    _add_store_args(df)
+    df.add_argument("--method", choices=["sdr", "hybrid"], help="default ranking method of the index")
+    _add_hybrid_args(df)
+    df.add_argument("--clear", action="store_true", help="forget the recorded defaults (before applying any option given)")
+    df.set_defaults(handler=_lazy("indexer.commands", "cmd_defaults"))
 
     inf = sub.add_parser("info", help="counts, model and statistics state of a store")
     _add_store_args(inf)
@@ -193,6 +235,36 @@ def build_parser() -> argparse.ArgumentParser:
     _add_segmentation_args(rx)
     rx.set_defaults(handler=_lazy("workers.commands", "cmd_reindex"))
 
+    tr = sub.add_parser(
+        "train", help="adapt the encoder to a corpus without labels (MLM + contrastive, or triplet)",
+        description="Self-supervised SDR training (paper section 3.2): sentence pairs from the same paragraph "
+        "(positives) and from different documents (negatives), MLM + contrastive loss (eq. 1, margin m) or "
+        "MetricBERT's angular triplet loss with the hardest in-batch negative. Writes a HuggingFace model "
+        "directory that --model accepts everywhere, with provenance in its config.json. Checkpoints every "
+        "--checkpoint-every steps; re-running the same command resumes. Settings: env SDR_TRAIN_*.",
+    )
+    tr.add_argument("--corpus", required=True, nargs="+", metavar="PATH", help="training documents: .jsonl[.gz] files or .txt directories")
+    tr.add_argument("--out", required=True, type=Path, metavar="DIR", help="output model directory (checkpoints in DIR/checkpoints)")
+    tr.add_argument("--base", metavar="MODEL", help="base model directory (default: bundled all-MiniLM-L6-v2)")
+    tr.add_argument("--objective", choices=["sdr", "triplet"], help="training objective (default sdr)")
+    tr.add_argument("--steps", type=int, help="optimiser steps (default 1000)")
+    tr.add_argument("--batch-size", type=int, help="sentence pairs per step (default 32)")
+    tr.add_argument("--lr", type=float, help="peak learning rate (default 2e-5)")
+    tr.add_argument("--max-tokens", type=int, help="tokens per training sentence (default 64)")
+    tr.add_argument("--margin", type=float, help="contrastive margin m for --objective sdr (default 1)")
+    tr.add_argument("--triplet-margin", type=float, help="angular margin for --objective triplet (default 0.1)")
+    tr.add_argument("--mlm-weight", type=float, help="weight of the MLM loss (default 1)")
+    tr.add_argument("--max-sentences-per-paragraph", type=int, help="sentences sampled per paragraph (default 32)")
+    tr.add_argument("--checkpoint-every", type=int, help="steps between checkpoints (default 200)")
+    tr.add_argument("--seed", type=int, help="random seed (default 0)")
+    tr.add_argument("--device", help="auto, cpu, cuda or cuda:N (default auto)")
+    tr.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"], help="autocast precision (default auto: bf16 on CUDA and native-bf16 CPUs, else fp32)")
+    tr.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    tr.add_argument("--restart", action="store_true", help="discard checkpoints in --out and start over")
+    tr.add_argument("--no-progress", action="store_true")
+    _add_segmentation_args(tr)
+    tr.set_defaults(handler=_lazy("sdr_core.training.commands", "cmd_train"))
+
     wk = sub.add_parser(
         "worker", help="run a Celery worker that embeds and indexes batches for `sdr reindex`",
         description="Start a Celery worker consuming the indexing queue (env SDR_QUEUE, default sdr-index). Each "
@@ -256,6 +328,13 @@ def cmd_eval(args) -> int:
         return cmd_eval_store(args)
     if not args.corpus:
         raise SDRError("sdr eval needs --corpus (exhaustive ranking) or --store (two-stage engine)")
+    hybrid = None
+    if args.method == "hybrid":  # validated before any reading or encoding
+        from .settings import HybridSettings
+
+        hybrid = hybrid_spec_from_args(args, HybridSettings().spec())
+    elif args.fusion or args.weights or args.rank_constant is not None:
+        raise SDRError("--fusion, --weights and --rank-constant apply to --method hybrid only")
     t0 = time.perf_counter()
     progress = not args.no_progress
     seg = segmentation_settings(args)
@@ -282,9 +361,12 @@ def cmd_eval(args) -> int:
                 cache.close()
         extra["model"] = encoder.model_id
         extra["precision"] = encoder.precision
-    if args.method == "sdr":
+    if args.method in ("sdr", "hybrid"):
         extra["stats"] = args.stats if args.stats == "exact" else f"sampled(R={args.sample}, seed={args.seed})"
-    runs = rank_all(args.method, inputs, stats=args.stats, sample_size=args.sample, seed=args.seed, progress=progress)
+    if hybrid is not None:
+        extra["hybrid"] = {**hybrid.to_dict(), "candidates": args.candidates or 100}
+    runs = rank_all(args.method, inputs, stats=args.stats, sample_size=args.sample, seed=args.seed, progress=progress,
+                    hybrid=hybrid, candidates=args.candidates or 100)
     result = evaluate({q: [d for d, _ in r] for q, r in runs.items()}, qrels)
     if args.run:
         args.run.parent.mkdir(parents=True, exist_ok=True)

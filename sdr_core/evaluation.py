@@ -9,6 +9,10 @@ Methods:
 - ``sdr-nonorm``: the paper's "No normalization" ablation.
 - ``mean``: one vector per document, the mean of its sentence vectors; cosine.
 - ``bm25``: BM25 (bm25s), the whole query document as the query.
+- ``hybrid``: BM25, SDR and the single-vector cosine fused per query (:mod:`sdr_core.fusion`) over
+  the candidate set the engine would rerank: the union of each signal's top K (BM25 top K u SDR
+  top K u mean top K). The set is ranked by the fused score; the documents outside it follow,
+  fused among themselves (:func:`hybrid_ranking`).
 
 A query whose id is also in the corpus is removed from its own ranking, and its own paragraphs are
 left out of its normalisation statistics.
@@ -18,21 +22,26 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
 from .documents import Document
+from .fusion import DEFAULT_HYBRID, HybridSpec, fuse
 from .scoring import NormStats, document_max, paragraph_scores, rank, sdr_scores, stats_from_paragraph_scores
 from .stats import ReferenceSample, SampledParagraphs, draw_reference_sample, sample_vectors, stats_against_sample
 from .vectors import CorpusVectors, DocVectors
 
-__all__ = ["METHODS", "VECTOR_METHODS", "Ranking", "sdr_rank_scores", "mean_vectors", "rank_all"]
+__all__ = [
+    "METHODS", "VECTOR_METHODS", "HYBRID_SIGNALS", "Ranking", "sdr_rank_scores", "mean_vectors", "candidate_set",
+    "hybrid_ranking", "signal_scorers", "rank_all",
+]
 
 logger = logging.getLogger(__name__)
 
-METHODS = ("sdr", "sdr-nonorm", "mean", "bm25")
-VECTOR_METHODS = ("sdr", "sdr-nonorm", "mean")
+METHODS = ("sdr", "sdr-nonorm", "mean", "bm25", "hybrid")
+VECTOR_METHODS = ("sdr", "sdr-nonorm", "mean", "hybrid")
+HYBRID_SIGNALS = ("bm25", "sdr", "mean")  # every one of them feeds the candidate set
 
 Ranking = list[tuple[str, float]]
 
@@ -78,12 +87,111 @@ def _ranking(ids: Sequence[str], scores: np.ndarray, exclude: int | None, depth:
     return out[:depth] if depth else out
 
 
+def candidate_set(ids: Sequence[str], signals: Mapping[str, np.ndarray], k: int, *, exclude: int | None = None) -> np.ndarray:
+    """Sorted indices of the union of every signal's top ``k`` (score descending, ties by id),
+    without ``exclude``."""
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    pool = np.asarray([i for i in range(len(ids)) if i != exclude], dtype=np.int64)
+    chosen: set[int] = set()
+    for scores in signals.values():
+        sub = np.asarray(scores, dtype=np.float64)[pool]
+        chosen.update(int(pool[i]) for i in rank([ids[j] for j in pool], sub)[:k])
+    return np.asarray(sorted(chosen), dtype=np.int64)
+
+
+def hybrid_ranking(
+    ids: Sequence[str], signals: Mapping[str, np.ndarray], spec: HybridSpec, k: int, *,
+    exclude: int | None = None, depth: int | None = None,
+) -> Ranking:
+    """Rank every document (but ``exclude``) for one query by fusing ``signals`` (name -> one
+    score per id) as the hybrid engine does: the candidate set is the union of each signal's top
+    ``k`` (:func:`candidate_set`), normalised and fused over itself; the other documents follow,
+    fused among themselves. Their scores are shifted below the set's lowest so that the scores of
+    the ranking descend (a TREC run file is sorted by score)."""
+    head = candidate_set(ids, signals, k, exclude=exclude)
+    in_head = np.zeros(len(ids), dtype=bool)
+    in_head[head] = True
+    if exclude is not None:
+        in_head[exclude] = True  # neither head nor tail
+    tail = np.flatnonzero(~in_head)
+    out: Ranking = []
+    floor = None
+    for block in (head, tail):
+        if block.size == 0:
+            continue
+        block_ids = [ids[i] for i in block]
+        fused = fuse(block_ids, {s: np.asarray(v, dtype=np.float64)[block] for s, v in signals.items()}, spec)
+        scores = fused.scores
+        if floor is not None:  # the tail goes below the head
+            scores = scores - scores.max() + floor - 1.0
+        order = fused.order(block_ids)
+        out += [(block_ids[i], float(scores[i])) for i in order]
+        floor = float(scores.min())
+        if depth and len(out) >= depth:
+            break
+    return out[:depth] if depth else out
+
+
 @dataclass
 class EvalInputs:
     corpus_docs: list[Document]
     query_docs: list[Document]
     corpus_vectors: CorpusVectors | None = None
     query_vectors: list[DocVectors] | None = None
+
+
+def signal_scorers(
+    names: Sequence[str],
+    inputs: EvalInputs,
+    *,
+    stats: str = "exact",
+    sample_size: int = 5000,
+    seed: int = 0,
+    on_sample: Callable[[ReferenceSample], None] | None = None,
+) -> dict[str, Callable[[int, Document], np.ndarray]]:
+    """For each method or signal in ``names`` (``sdr``, ``sdr-nonorm``, ``mean``, ``bm25``) a
+    function ``(query position, query document) -> one score per corpus document``."""
+    ids = [d.id for d in inputs.corpus_docs]
+    position = {doc_id: k for k, doc_id in enumerate(ids)}
+    scorers: dict[str, Callable[[int, Document], np.ndarray]] = {}
+    if stats not in ("exact", "sampled"):
+        raise ValueError(f"unknown stats mode {stats!r}")
+    if "bm25" in names:
+        from .lexical import BM25Ranker
+
+        ranker = BM25Ranker()
+        ranker.fit(ids, [d.text for d in inputs.corpus_docs])
+        scorers["bm25"] = lambda k, q: ranker.scores(q.text)
+    vector_names = [n for n in names if n != "bm25"]
+    if not vector_names:
+        return scorers
+    corpus = inputs.corpus_vectors
+    if corpus is None or inputs.query_vectors is None:
+        raise ValueError(f"{', '.join(vector_names)} need corpus and query vectors")
+    if tuple(ids) != corpus.ids:
+        raise ValueError("corpus vectors do not match the corpus documents")
+    query_vectors = inputs.query_vectors
+    if "mean" in names:
+        doc_means = mean_vectors(corpus)
+        q_means = [mean_vectors(CorpusVectors.from_docs(["q"], [qv]))[0] for qv in query_vectors]
+        scorers["mean"] = lambda k, q: doc_means @ q_means[k]
+    sample = None
+    if "sdr" in names and stats == "sampled":
+        drawn = draw_reference_sample(corpus, sample_size, seed=seed)
+        if on_sample:
+            on_sample(drawn)
+        sample = sample_vectors(corpus, drawn)
+    for name, normalise in (("sdr", True), ("sdr-nonorm", False)):
+        if name in names:
+            def score(k: int, q: Document, normalise: bool = normalise) -> np.ndarray:
+                return sdr_rank_scores(query_vectors[k], corpus, normalise=normalise,
+                                       sample=sample if normalise else None, exclude_doc=position.get(q.id))
+            scorers[name] = score
+    unknown = set(names) - set(scorers)
+    if unknown:
+        raise ValueError(f"unknown signal {sorted(unknown)[0]!r}")
+    return scorers
 
 
 def rank_all(
@@ -96,63 +204,39 @@ def rank_all(
     depth: int | None = None,
     progress: bool = False,
     on_sample: Callable[[ReferenceSample], None] | None = None,
+    hybrid: HybridSpec | None = None,
+    candidates: int = 100,
 ) -> dict[str, Ranking]:
-    """Rank every corpus document for every query with ``method``; returns ``{qid: ranking}``."""
+    """Rank every corpus document for every query with ``method``; returns ``{qid: ranking}``.
+
+    ``hybrid`` (default :data:`sdr_core.fusion.DEFAULT_HYBRID`) and ``candidates`` (K, the top K
+    of each signal that make the candidate set) apply to ``method="hybrid"``.
+    """
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
     ids = [d.id for d in inputs.corpus_docs]
     position = {doc_id: k for k, doc_id in enumerate(ids)}
+    names = HYBRID_SIGNALS if method == "hybrid" else (method,)
+    scorers = signal_scorers(names, inputs, stats=stats, sample_size=sample_size, seed=seed, on_sample=on_sample)
+    spec = hybrid or DEFAULT_HYBRID
     runs: dict[str, Ranking] = {}
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=len(inputs.query_docs), unit="query", desc=f"ranking ({method})")
-
-    if method == "bm25":
-        from .lexical import BM25Ranker
-
-        ranker = BM25Ranker()
-        ranker.fit(ids, [d.text for d in inputs.corpus_docs])
-        score_fn = lambda k, q: ranker.scores(q.text)  # noqa: E731
-    else:
-        corpus = inputs.corpus_vectors
-        if corpus is None or inputs.query_vectors is None:
-            raise ValueError(f"method {method!r} needs corpus and query vectors")
-        if tuple(ids) != corpus.ids:
-            raise ValueError("corpus vectors do not match the corpus documents")
-        if method == "mean":
-            doc_means = mean_vectors(corpus)
-            q_means = [mean_vectors(CorpusVectors.from_docs(["q"], [qv]))[0] for qv in inputs.query_vectors]
-            score_fn = lambda k, q: doc_means @ q_means[k]  # noqa: E731
-        else:
-            sample = None
-            if method == "sdr" and stats == "sampled":
-                drawn = draw_reference_sample(corpus, sample_size, seed=seed)
-                if on_sample:
-                    on_sample(drawn)
-                sample = sample_vectors(corpus, drawn)
-            elif stats not in ("exact", "sampled"):
-                raise ValueError(f"unknown stats mode {stats!r}")
-            normalise = method == "sdr"
-
-            def score_fn(k: int, q: Document) -> np.ndarray:
-                return sdr_rank_scores(
-                    inputs.query_vectors[k],
-                    corpus,
-                    normalise=normalise,
-                    sample=sample,
-                    exclude_doc=position.get(q.id),
-                )
-
     try:
         for k, q in enumerate(inputs.query_docs):
-            scores = np.asarray(score_fn(k, q), dtype=np.float64)
-            runs[q.id] = _ranking(ids, scores, position.get(q.id), depth)
+            own = position.get(q.id)
+            if method == "hybrid":
+                signals = {name: np.asarray(fn(k, q), dtype=np.float64) for name, fn in scorers.items()}
+                runs[q.id] = hybrid_ranking(ids, signals, spec, candidates, exclude=own, depth=depth)
+            else:
+                scores = np.asarray(scorers[method](k, q), dtype=np.float64)
+                runs[q.id] = _ranking(ids, scores, own, depth)
             if bar is not None:
                 bar.update(1)
     finally:
         if bar is not None:
             bar.close()
     return runs
-

@@ -15,6 +15,10 @@ tokens are grouped by count, so a query costs one bm25s lookup per distinct coun
 one per token occurrence; the result is the same sum. Query terms that are not in the fitted
 vocabulary contribute nothing.
 
+A fitted ranker can be saved to a directory and loaded back (:meth:`BM25Ranker.save`,
+:meth:`BM25Ranker.load`: bm25s's own files plus ``sdr-bm25.json`` with the ids and the settings),
+which the embedded store uses to keep its lexical index on disk.
+
 bm25s's progress bars are always off. bm25s sets its own logger to ``DEBUG``, which would leak its
 "Building index" message through any root handler; while this module calls bm25s that logger is
 raised to ``WARNING`` and restored afterwards. bm25s is imported on first :meth:`BM25Ranker.fit`,
@@ -24,15 +28,53 @@ so importing this module does nothing visible.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
+import re
 from collections import Counter, defaultdict
+from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-__all__ = ["BM25Ranker", "stemmer_available"]
+__all__ = ["BM25Ranker", "stemmer_available", "top_of", "RANKER_FILE", "TOKEN_PATTERN", "ENGLISH_STOPWORDS",
+           "analyze", "query_terms"]
+
+RANKER_FILE = "sdr-bm25.json"
+"""The file :meth:`BM25Ranker.save` writes beside bm25s's own: ids and settings."""
 
 logger = logging.getLogger(__name__)
+
+
+TOKEN_PATTERN = r"(?u)\b\w\w+\b"
+"""bm25s's token pattern: runs of two or more word characters (after lowercasing)."""
+
+ENGLISH_STOPWORDS = frozenset(
+    "a an and are as at be but by for if in into is it no not of on or such that the their then there "
+    "these they this to was will with".split()
+)
+"""bm25s's English stopwords, which are Lucene's English stop set (OpenSearch ``_english_``)."""
+
+_TOKEN = re.compile(TOKEN_PATTERN)
+
+
+def analyze(text: str, *, stopwords: frozenset[str] | set[str] = ENGLISH_STOPWORDS) -> list[str]:
+    """The tokens bm25s indexes for ``text`` without stemming (lowercase, :data:`TOKEN_PATTERN`,
+    stopwords removed), in order; the same analysis as the OpenSearch ``sdr_text`` analyzer
+    up to tokeniser details (pure; no bm25s import)."""
+    return [t for t in _TOKEN.findall(text.lower()) if t not in stopwords]
+
+
+def query_terms(text: str, max_terms: int | None = None) -> dict[str, int]:
+    """The distinct tokens of ``text`` with their counts; with ``max_terms``, only that many, the
+    most frequent first (ties by term), so a long source fits a query's clause limit."""
+    counts = Counter(analyze(text))
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    if max_terms is not None:
+        if max_terms < 1:
+            raise ValueError(f"max_terms must be >= 1, got {max_terms}")
+        ranked = ranked[:max_terms]
+    return dict(ranked)
 
 
 def stemmer_available() -> bool:
@@ -90,6 +132,7 @@ class BM25Ranker:
         self._stemmer: Any = None
         self._ids: tuple[str, ...] | None = None
         self._model: Any = None
+        self._positions: dict[str, int] | None = None
 
     @property
     def ids(self) -> tuple[str, ...]:
@@ -144,7 +187,7 @@ class BM25Ranker:
         empty = sum(1 for doc in corpus_tokens if not doc)
         if empty:
             logger.warning("BM25: %d of %d documents have no indexable term and will score 0", empty, len(ids))
-        self._ids, self._model = ids, model
+        self._ids, self._model, self._positions = ids, model, None
         logger.debug("BM25 fitted on %d documents, vocabulary %d", len(ids), len(model.vocab_dict))
         return self
 
@@ -171,3 +214,86 @@ class BM25Ranker:
         for c, term_ids in by_count.items():
             total += c * model.get_scores_from_ids(term_ids).astype(np.float64)
         return total.astype(np.float32)
+
+    # -- persistence and top-k ----------------------------------------------------------------
+    @property
+    def params(self) -> dict[str, Any]:
+        """The settings that decide the scores (k1, b, stopwords, stemming, bm25s variant)."""
+        return {"k1": self.k1, "b": self.b, "stopwords": self.stopwords, "stemming": self.stemming,
+                "method": "lucene"}
+
+    def save(self, directory: str | Path) -> None:
+        """Write the fitted index into ``directory`` (created if needed; files are overwritten)."""
+        if self._model is None or self._ids is None:
+            raise ValueError("BM25Ranker is not fitted; call fit() first")
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        with _quiet_bm25s():
+            self._model.save(str(directory), show_progress=False)
+        (directory / RANKER_FILE).write_text(
+            json.dumps({"params": self.params, "ids": list(self._ids)}), encoding="utf-8"
+        )
+
+    @classmethod
+    def load(cls, directory: str | Path) -> "BM25Ranker":
+        """A ranker saved by :meth:`save`. Raises ``ValueError`` when the directory does not hold
+        one (or it needs PyStemmer, which is missing)."""
+        import bm25s
+
+        directory = Path(directory)
+        try:
+            info = json.loads((directory / RANKER_FILE).read_text(encoding="utf-8"))
+            params, ids = info["params"], tuple(str(i) for i in info["ids"])
+            ranker = cls(k1=float(params["k1"]), b=float(params["b"]), stopwords=params["stopwords"],
+                         stem=bool(params["stemming"]))
+            with _quiet_bm25s():
+                model = bm25s.BM25.load(str(directory), mmap=False, show_progress=False)
+        except (OSError, KeyError, TypeError, json.JSONDecodeError) as e:
+            raise ValueError(f"{directory} does not hold a saved BM25 index: {e}") from e
+        if int(model.scores["num_docs"]) != len(ids):
+            raise ValueError(f"{directory}: the BM25 index has {model.scores['num_docs']} documents, the ids {len(ids)}")
+        ranker._ids, ranker._model = ids, model
+        return ranker
+
+    def top(self, query_text: str, k: int, *, exclude_ids: Sequence[str] = ()) -> tuple[list[str], np.ndarray]:
+        """The ``k`` best matching documents for ``query_text`` with their scores, best first (ties
+        by id), leaving out ``exclude_ids``. Only documents that share a term with the query
+        (score > 0) are hits, as in a search engine."""
+        return self.top_of_scores(self.scores(query_text), k, exclude_ids=exclude_ids)
+
+    def top_of_scores(self, scores: np.ndarray, k: int, *, exclude_ids: Sequence[str] = ()) -> tuple[list[str], np.ndarray]:
+        """:meth:`top` from scores already computed with :meth:`scores`."""
+        return top_of(self.ids, scores, k, exclude_ids=exclude_ids, positive=True)
+
+    def positions(self) -> dict[str, int]:
+        """Document id -> its index in :meth:`scores` (built once per fit)."""
+        if self._positions is None or len(self._positions) != len(self.ids):
+            self._positions = {d: i for i, d in enumerate(self.ids)}
+        return self._positions
+
+
+def top_of(
+    ids: Sequence[str], scores: np.ndarray, k: int, *, exclude_ids: Sequence[str] = (), positive: bool = False
+) -> tuple[list[str], np.ndarray]:
+    """The ``k`` best of ``ids`` by ``scores`` (descending, ties by id ascending) without
+    ``exclude_ids`` (and, with ``positive``, without scores <= 0): ``(ids, scores)``."""
+    from .scoring import rank
+
+    if k < 0:
+        raise ValueError(f"k must be >= 0, got {k}")
+    scores = np.asarray(scores, dtype=np.float64)
+    excluded = set(exclude_ids)
+    keep = np.asarray([i not in excluded for i in ids], dtype=bool) if excluded else np.ones(len(ids), dtype=bool)
+    if positive:
+        keep &= scores > 0
+    if k == 0 or not keep.any():
+        return [], np.zeros(0, dtype=np.float32)
+    # preselect with a partition, then order the survivors exactly (ties by id)
+    candidates = np.flatnonzero(keep)
+    if candidates.size > k:
+        kth = np.partition(-scores[candidates], k - 1)[k - 1]
+        candidates = candidates[-scores[candidates] <= kth]
+    sub_ids = [ids[i] for i in candidates]
+    order = rank(sub_ids, scores[candidates])[:k]
+    chosen = candidates[order]
+    return [ids[i] for i in chosen], scores[chosen].astype(np.float32)

@@ -8,10 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["SegmentationSettings", "EncoderSettings", "CacheSettings"]
+from .fusion import DEFAULT_HYBRID, format_weights
+
+__all__ = ["SegmentationSettings", "EncoderSettings", "CacheSettings", "HybridSettings"]
 
 
 class SegmentationSettings(BaseSettings):
@@ -86,3 +88,46 @@ class CacheSettings(BaseSettings):
         description="Where encoded documents are cached (keyed by model, settings and text).",
     )
     no_cache: bool = Field(False, description="Disable the embedding cache.")
+
+
+class HybridSettings(BaseSettings):
+    """How hybrid ranking fuses BM25, SDR and the single-vector cosine (``--method hybrid``).
+
+    Defaults come from :data:`sdr_core.fusion.DEFAULT_HYBRID` (the one place to change them); the
+    environment overrides them, an index's recorded search defaults override the environment, and
+    a request or command line overrides all.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="SDR_", extra="ignore")
+
+    fusion: Literal["zscore", "minmax", "rrf"] = Field(
+        DEFAULT_HYBRID.fusion,
+        description=(
+            "Per-query normalisation of each signal over the fused set, z-score or min-max (then a "
+            "weighted mean), or reciprocal-rank fusion. z-score keeps how far a document stands out; "
+            "min-max is sensitive to one outlier; rrf ignores score magnitudes."
+        ),
+    )
+    hybrid_weights: str = Field(
+        format_weights(DEFAULT_HYBRID.weights),
+        description=(
+            "Weight per signal (bm25, sdr, mean; left out = 0), e.g. 'bm25=1,mean=1,sdr=0.5'. Signals with "
+            "weight 0 are not fused (their candidates still join the set)."
+        ),
+    )
+    rrf_rank_constant: int = Field(
+        DEFAULT_HYBRID.rank_constant, ge=1, description="RRF's k: 1 / (k + rank). Larger k flattens the difference between top ranks."
+    )
+
+    @field_validator("hybrid_weights")
+    @classmethod
+    def _valid_weights(cls, v: str) -> str:
+        from .fusion import parse_weights
+
+        return format_weights(parse_weights(v))
+
+    def spec(self):
+        """The :class:`sdr_core.fusion.HybridSpec` these settings describe."""
+        from .fusion import HybridSpec, parse_weights
+
+        return HybridSpec(self.fusion, parse_weights(self.hybrid_weights), self.rrf_rank_constant)

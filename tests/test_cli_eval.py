@@ -55,7 +55,7 @@ def _args(d, method, *extra):
     ]
 
 
-@pytest.mark.parametrize("method", ["sdr", "sdr-nonorm", "mean", "bm25"])
+@pytest.mark.parametrize("method", ["sdr", "sdr-nonorm", "mean", "bm25", "hybrid"])
 def test_eval_prints_metrics_and_writes_a_run(dataset, method, capsys):
     run = dataset / "run.trec"
     assert main(_args(dataset, method, "--run", str(run))) == 0
@@ -71,6 +71,24 @@ def test_eval_prints_metrics_and_writes_a_run(dataset, method, capsys):
     assert len(lines) == 27
     qid, q0, docid, rnk, score, tag = lines[0].split()
     assert q0 == "Q0" and rnk == "1" and tag == method
+
+
+@pytest.mark.parametrize("fusion,weights", [("zscore", "bm25=1,mean=1,sdr=0.5"), ("minmax", "sdr=1"), ("rrf", "bm25=2,mean=1")])
+def test_eval_hybrid_fusion_options(dataset, capsys, fusion, weights):
+    assert main(_args(dataset, "hybrid", "--fusion", fusion, "--weights", weights, "--candidates", "2",
+                      "--run", str(dataset / "h.trec"))) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["method"] == "hybrid" and out["MAP"] == pytest.approx(1.0)
+    assert out["hybrid"]["fusion"] == fusion and out["hybrid"]["candidates"] == 2
+    assert out["hybrid"]["weights"] == dict(zip(("bm25", "sdr", "mean"), [0.0] * 3)) | {
+        k: float(v) for k, v in (p.split("=") for p in weights.split(","))}
+    scores = [float(line.split()[4]) for line in (dataset / "h.trec").read_text().splitlines() if line.startswith("q_tax")]
+    assert len(scores) == 9 and scores == sorted(scores, reverse=True)  # the fused set first, the rest below
+
+
+def test_eval_hybrid_bad_weights_is_one_line_exit_2(dataset, capsys):
+    assert main(_args(dataset, "hybrid", "--weights", "bm25=-1")) == 2
+    assert main(_args(dataset, "hybrid", "--weights", "tfidf=1")) == 2
 
 
 def test_sampled_stats_record_the_sample(dataset, capsys):

@@ -11,7 +11,13 @@ from indexer.stats_job import refresh_stats
 from reranker.engine import MLTSettings, MoreLikeThis
 from sdr_core.cli import main
 from sdr_core.documents import parse_record
-from sdr_core.errors import DocumentNotFoundError, IndexNotFoundError, ModelMismatchError, StatsUnavailableError
+from sdr_core.errors import (
+    DocumentNotFoundError,
+    IndexNotFoundError,
+    InvalidInputError,
+    ModelMismatchError,
+    StatsUnavailableError,
+)
 from sdr_core.reference import reference_sdr_score
 from sdr_core.scoring import rank
 
@@ -158,3 +164,124 @@ def test_cli_index_info_mlt_stats_and_eval_store(tmp_path, capsys):
     assert ev["engine"] == "two-stage" and ev["queries"] == 1 and ev["HR@10"] == 1.0
 
     assert main(["mlt", "--store", str(store), "--id", "does-not-exist"]) == 2
+
+
+# -- hybrid ---------------------------------------------------------------------------------------
+def test_hybrid_fuses_every_signal_over_the_union_of_both_sides(built, encoder):
+    from reranker.engine import mean_cosines
+    from sdr_core.fusion import HybridSpec, fuse
+
+    path, _ = built
+    with EmbeddedStore(path) as store:
+        engine = MoreLikeThis(store=store, encoder=encoder, settings=MLTSettings(candidates=4, knn_k=4))
+        src = engine.source_from_id("murder_2")
+        vector_ids = engine.candidates(src, 4)
+        lexical = store.lexical_search(src.document.text, 4, exclude_ids=["murder_2"])
+        union = vector_ids + [i for i in lexical.ids if i not in vector_ids]
+        spec = HybridSpec("zscore", {"bm25": 1, "mean": 1, "sdr": 0.5})
+        res = engine.search(src, size=len(union), hybrid=spec)
+        assert res.method == "hybrid" and res.hybrid == spec.to_dict()
+        assert res.candidates == len(union) and {h.id for h in res.hits} == set(union)
+        assert set(res.timings_ms) == {"candidates", "lexical", "fetch", "rerank"}
+        # recompute every signal and the fusion independently
+        cv = store.fetch(union)
+        sdr = engine.search(src, size=len(union), candidate_ids=union)
+        sdr_by_id = {h.id: h.score for h in sdr.hits}
+        all_lex = store.lexical_search(src.document.text, 0, score_ids=union)
+        signals = {"bm25": np.array([all_lex.scored[i] for i in union]),
+                   "sdr": np.array([sdr_by_id[i] for i in union]), "mean": mean_cosines(src.vectors, cv)}
+        fused = fuse(union, signals, spec)
+        assert [h.id for h in res.hits] == [union[i] for i in fused.order(union)]
+        for h in res.hits:
+            k = union.index(h.id)
+            assert h.score == pytest.approx(fused.scores[k])
+            assert h.signals["bm25"]["raw"] == pytest.approx(signals["bm25"][k], rel=1e-6)
+            assert h.signals["sdr"]["raw"] == pytest.approx(signals["sdr"][k], abs=1e-9)
+            assert h.signals["mean"]["normalised"] == pytest.approx(fused.normalised["mean"][k])
+        # BM25 alone: the lexical top hit wins whether or not the vector side found it
+        bm25_only = engine.search(src, size=3, hybrid=HybridSpec("minmax", {"bm25": 1}))
+        assert bm25_only.hits[0].id == lexical.ids[0]
+
+
+def test_hybrid_explain_and_sdr_only_weights(built, encoder):
+    from sdr_core.fusion import HybridSpec
+
+    path, _ = built
+    with EmbeddedStore(path) as store:
+        engine = MoreLikeThis(store=store, encoder=encoder, settings=MLTSettings(candidates=24, knn_k=24))
+        src = engine.source_from_id("service_1")
+        exact = engine.search(src, size=23)
+        sdr_only = engine.search(src, size=23, hybrid=HybridSpec("zscore", {"sdr": 1}))
+        assert [h.id for h in sdr_only.hits] == [h.id for h in exact.hits]  # all candidates, one signal: SDR's order
+        res = engine.more_like_this(doc_id="service_1", size=2, explain=True, method="hybrid", fusion="rrf",
+                                    weights={"bm25": 1, "sdr": 1})
+        ex = res.hits[0].explanation
+        assert ex["hybrid"]["score"] == res.hits[0].score and ex["hybrid"]["fusion"] == "rrf"
+        assert ex["hybrid"]["rank_constant"] == 60
+        assert set(ex["hybrid"]["signals"]) == {"bm25", "sdr", "mean"}
+        assert "normalised" in ex["hybrid"]["signals"]["bm25"] and "normalised" not in ex["hybrid"]["signals"]["mean"]
+        assert ex["paragraph_pairs"] and ex["score"] == pytest.approx(ex["hybrid"]["signals"]["sdr"]["raw"], abs=1e-4)
+        assert all(h.id.startswith("service_") for h in res.hits)
+
+
+def test_method_and_fusion_resolution(tmp_path, encoder):
+    from sdr_core.fusion import DEFAULT_HYBRID
+
+    with EmbeddedStore(tmp_path / "s", create=True) as store:
+        index_documents(store, [parse_record(r) for r in _records()[:8]], encoder)
+        engine = MoreLikeThis(store=store, encoder=encoder)
+        assert engine.resolve() is None  # product default: sdr
+        assert engine.resolve(method="hybrid") == DEFAULT_HYBRID
+        assert engine.resolve(method="hybrid", weights={"sdr": 1}).weights == {"bm25": 0.0, "sdr": 1.0, "mean": 0.0}
+        env = MoreLikeThis(store=store, encoder=encoder, settings=MLTSettings(method="hybrid", fusion="minmax"))
+        assert env.resolve().fusion == "minmax"
+        store.set_search_defaults({"method": "hybrid", "fusion": "rrf", "weights": {"bm25": 3, "mean": 1}})
+        got = env.resolve()  # the index's defaults win over the environment
+        assert (got.fusion, got.weights["bm25"]) == ("rrf", 3.0)
+        assert env.resolve(fusion="zscore").fusion == "zscore"  # the request wins over the index
+        assert engine.resolve(method="sdr") is None
+        assert MoreLikeThis(store=store, encoder=encoder).resolve(weights={"sdr": 1}) is not None  # options imply hybrid
+        with pytest.raises(InvalidInputError, match="hybrid"):
+            engine.resolve(method="sdr", fusion="rrf")
+        with pytest.raises(InvalidInputError):
+            engine.resolve(method="hybrid", weights={"bm25": 0})
+        with pytest.raises(InvalidInputError):
+            engine.resolve(method="bm25")
+
+
+def test_cli_mlt_and_eval_store_hybrid(tmp_path, capsys):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("\n".join(json.dumps(r) for r in _records()) + "\n")
+    store = tmp_path / "store"
+    common = ["--cache-dir", str(tmp_path / "cache"), "--precision", "fp32"]
+    assert main(["--log-level", "WARNING", "index", "--store", str(store), str(corpus), "--no-progress", "--sample", "40", *common]) == 0
+    assert json.loads(capsys.readouterr().out)["lexical_documents"] == 24
+    assert main(["mlt", "--store", str(store), "--id", "tax_1", "--size", "3", "--json", "--method", "hybrid",
+                 "--weights", "bm25=1,sdr=1", "--explain"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["method"] == "hybrid" and res["hybrid"]["weights"] == {"bm25": 1.0, "sdr": 1.0, "mean": 0.0}
+    assert [h["id"][:4] for h in res["hits"]] == ["tax_"] * 3
+    assert set(res["hits"][0]["explanation"]["hybrid"]["signals"]) == {"bm25", "sdr", "mean"}
+    assert main(["mlt", "--store", str(store), "--text", "The accused killed the deceased with a knife.", "--size", "2",
+                 "--method", "hybrid", "--explain", *common]) == 0
+    text = capsys.readouterr().out
+    assert "murder_" in text.splitlines()[1] and "bm25 " in text and "fused (zscore" in text
+    assert main(["mlt", "--store", str(store), "--id", "tax_1", "--method", "sdr", "--fusion", "rrf"]) == 2
+    assert main(["mlt", "--store", str(store), "--id", "tax_1", "--fusion", "rrf", "--json"]) == 0  # implies hybrid
+    assert json.loads(capsys.readouterr().out)["method"] == "hybrid"
+    assert main(["mlt", "--store", str(store), "--id", "tax_1", "--method", "hybrid", "--weights", "bm25=-1"]) == 2
+    assert main(["defaults", "--store", str(store), "--method", "hybrid", "--fusion", "minmax"]) == 0
+    assert json.loads(capsys.readouterr().out)["search_defaults"] == {"method": "hybrid", "fusion": "minmax"}
+    assert main(["mlt", "--store", str(store), "--id", "land_1", "--size", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["hybrid"]["fusion"] == "minmax"  # the index default applies
+    assert main(["defaults", "--store", str(store), "--clear"]) == 0
+    assert json.loads(capsys.readouterr().out)["search_defaults"] == {}
+
+    queries = tmp_path / "q.jsonl"
+    queries.write_text(json.dumps({"id": "q1", "text": "The land was acquired and compensation was enhanced."}) + "\n")
+    qrels = tmp_path / "qrels.txt"
+    qrels.write_text("".join(f"q1 0 land_{k} 1\n" for k in range(6)))
+    assert main(["--log-level", "WARNING", "eval", "--store", str(store), "--queries", str(queries), "--qrels", str(qrels),
+                 "--method", "hybrid", "--fusion", "rrf", "--no-progress", *common]) == 0
+    ev = json.loads(capsys.readouterr().out)
+    assert ev["method"] == "hybrid" and ev["hybrid"]["fusion"] == "rrf" and ev["HR@10"] == 1.0

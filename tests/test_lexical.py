@@ -108,3 +108,53 @@ def test_bm25s_logger_level_is_restored():
         assert bm.level == logging.INFO
     finally:
         bm.setLevel(original)
+
+
+# -- analysis, persistence, top-k ---------------------------------------------------------------
+def test_analyze_is_the_bm25s_tokenisation(ranker):
+    from sdr_core.lexical import analyze
+
+    text = "The Appellant's counsel, Mr. X.Y. Rao, cited Section 302 IPC (1860); naïve café — 2nd-hand e-mail."
+    assert analyze(text) == ranker._tokenize([text])[0]
+    assert analyze("The and of a I") == []
+
+
+def test_query_terms_keeps_the_most_frequent():
+    from sdr_core.lexical import query_terms
+
+    text = "quasar nebula quasar galaxy quasar nebula the the the"
+    assert query_terms(text) == {"quasar": 3, "nebula": 2, "galaxy": 1}
+    assert query_terms(text, 2) == {"quasar": 3, "nebula": 2}
+    assert query_terms("beta alpha", 1) == {"alpha": 1}  # ties by term
+    with pytest.raises(ValueError):
+        query_terms(text, 0)
+
+
+def test_save_and_load_round_trip(ranker, tmp_path):
+    ranker.save(tmp_path / "bm25")
+    loaded = BM25Ranker.load(tmp_path / "bm25")
+    assert loaded.ids == ranker.ids and loaded.params == ranker.params
+    query = "telescope goal saffron roses goal"
+    np.testing.assert_array_equal(loaded.scores(query), ranker.scores(query))
+    with pytest.raises(ValueError, match="saved BM25"):
+        BM25Ranker.load(tmp_path / "missing")
+    with pytest.raises(ValueError, match="fit"):
+        BM25Ranker().save(tmp_path / "unfitted")
+
+
+def test_top_matches_only_and_breaks_ties_by_id():
+    from sdr_core.lexical import top_of
+
+    r = BM25Ranker(stem=False).fit(["b", "a", "c", "d"], ["red fox", "red fox", "blue whale", "red whale"])
+    ids, scores = r.top("red fox", 10)
+    assert ids == ["a", "b", "d"] and scores[0] == scores[1] > scores[2] > 0  # "c" shares no term
+    assert r.top("red fox", 10, exclude_ids=["a"])[0] == ["b", "d"]
+    assert r.top("red fox", 1)[0] == ["a"]
+    assert r.top("red fox", 0)[0] == []
+    # top_of over awkward sizes equals a full sort
+    rng = np.random.default_rng(0)
+    ids = [f"x{i:03d}" for i in range(57)]
+    s = np.round(rng.random(57), 1)  # many ties
+    for k in (1, 5, 17, 57, 80):
+        got, _ = top_of(ids, s, k)
+        assert got == sorted(ids, key=lambda i: (-s[ids.index(i)], i))[:k]

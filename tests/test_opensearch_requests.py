@@ -21,7 +21,9 @@ from indexer.opensearch.requests import (
     build_counts_query,
     build_delete_actions,
     build_index_body,
+    build_lexical_msearch,
     build_meta,
+    build_more_like_this_query,
     build_mget_body,
     build_msearch_bodies,
     build_msearch_body,
@@ -33,6 +35,7 @@ from indexer.opensearch.requests import (
     build_stats_count_query,
     build_stats_delete_actions,
     build_stats_update_actions,
+    build_terms_query,
     backoff_delay,
     bulk_lines,
     chunk_by_size,
@@ -47,6 +50,7 @@ from indexer.opensearch.requests import (
     knn_score_to_cosine,
     load_mapping,
     parse_knn_responses,
+    parse_lexical_response,
     process_bulk_response,
     should_retry,
     state_index_name,
@@ -88,6 +92,13 @@ def test_index_body_golden():
         "settings": {"index": {
             "number_of_shards": 2, "number_of_replicas": 1, "knn": True, "knn.algo_param.ef_search": 100,
             "mapping.nested_objects.limit": 20000,
+            "analysis": {
+                "tokenizer": {"sdr_words": {"type": "pattern", "pattern": "(?U)\\b\\w\\w+\\b", "group": 0}},
+                "filter": {"sdr_english_stop": {"type": "stop", "stopwords": "_english_"}},
+                "analyzer": {"sdr_text": {"type": "custom", "tokenizer": "sdr_words",
+                                          "filter": ["lowercase", "sdr_english_stop"]}},
+            },
+            "similarity": {"sdr_bm25": {"type": "BM25", "k1": 1.5, "b": 0.75}},
         }},
         "mappings": {
             "dynamic": "strict",
@@ -96,7 +107,7 @@ def test_index_body_golden():
             "properties": {
                 "doc_id": {"type": "keyword"},
                 "title": {"type": "text", "fields": {"keyword": {"type": "keyword", "ignore_above": 1024}}},
-                "text": {"type": "text"},
+                "text": {"type": "text", "analyzer": "sdr_text", "similarity": "sdr_bm25"},
                 "metadata": {"type": "object", "dynamic": True},
                 "n_paragraphs": {"type": "integer"},
                 "n_sentences": {"type": "integer"},
@@ -538,6 +549,138 @@ def test_error_mapping():
         assert isinstance(error_from_response(status, "boom", what="w"), BackendUnavailableError)
     bad = error_from_response(400, {"error": {"type": "mapper_parsing_exception", "reason": "bad"}}, what="w", index="i")
     assert type(bad) is StoreError and "mapper_parsing_exception" in str(bad) and "'i'" in str(bad)
+
+
+# -- lexical search ---------------------------------------------------------------------------
+def test_analyzer_pattern_is_the_embedded_tokenizer():
+    """The mapping's tokenizer pattern (Java, (?U) = Unicode classes) is bm25s's token pattern."""
+    import re
+
+    from sdr_core.lexical import ENGLISH_STOPWORDS, TOKEN_PATTERN, analyze
+
+    analysis = load_mapping("index.json")["settings"]["index"]["analysis"]
+    pattern = analysis["tokenizer"]["sdr_words"]["pattern"]
+    assert pattern.replace("(?U)", "") == TOKEN_PATTERN.replace("(?u)", "")
+    text = "The Appellant's counsel cited Section 302 IPC; naïve café x y2 a."
+    assert [t for t in re.findall(pattern.replace("(?U)", "(?u)"), text.lower()) if t not in ENGLISH_STOPWORDS] == analyze(text)
+    assert analysis["filter"]["sdr_english_stop"]["stopwords"] == "_english_" and len(ENGLISH_STOPWORDS) == 33
+
+
+def test_terms_query_golden():
+    body = build_terms_query({"murder": 3, "knife": 1}, 5, exclude_ids=["q1"])
+    assert body == {
+        "size": 5, "_source": False, "docvalue_fields": ["doc_id"], "track_total_hits": False,
+        "query": {"bool": {
+            "must": [{"bool": {"should": [
+                {"term": {"text": {"value": "murder", "boost": 3.0}}},
+                {"term": {"text": {"value": "knife", "boost": 1.0}}},
+            ]}}],
+            "must_not": [{"terms": {"doc_id": ["q1"]}}],
+        }},
+    }
+    scored = build_terms_query({"murder": 3}, 2, only_ids=["a", "b", "a"])
+    assert scored["query"]["bool"]["filter"] == [{"terms": {"doc_id": ["a", "b"]}}]
+    assert "must_not" not in scored["query"]["bool"]
+    plain = build_terms_query({"murder": 1}, 3)
+    assert plain["query"] == {"bool": {"should": [{"term": {"text": {"value": "murder", "boost": 1.0}}}]}}
+    assert build_terms_query({}, 3)["query"] == {"match_none": {}}  # a stopword-only source matches nothing
+
+
+def test_terms_query_from_a_long_source_fits_the_clause_limit():
+    from sdr_core.lexical import query_terms
+
+    text = " ".join(f"term{i} " * (1 + i % 7) for i in range(3000))
+    terms = query_terms(text, 1000)
+    body = build_terms_query(terms, 100)
+    should = body["query"]["bool"]["should"]
+    assert len(should) == 1000 < 1024  # indices.query.bool.max_clause_count default
+    assert min(c["term"]["text"]["boost"] for c in should) >= max(
+        c for t, c in query_terms(text).items() if t not in terms)  # the most frequent terms are kept
+
+
+def test_more_like_this_query_golden():
+    body = build_more_like_this_query(10, like_text="The accused was convicted.", exclude_ids=["q"])
+    assert body == {
+        "size": 10, "_source": False, "docvalue_fields": ["doc_id"], "track_total_hits": False,
+        "query": {"bool": {
+            "must": [{"more_like_this": {
+                "fields": ["text"], "like": "The accused was convicted.", "max_query_terms": 1000,
+                "min_term_freq": 1, "min_doc_freq": 1, "minimum_should_match": "1", "include": False,
+            }}],
+            "must_not": [{"terms": {"doc_id": ["q"]}}],
+        }},
+    }
+    by_id = build_more_like_this_query(3, like_ids=["doc-1", "L" * 600], index="idx", max_query_terms=25,
+                                       min_term_freq=2, min_doc_freq=5, minimum_should_match="30%")
+    mlt = by_id["query"]["more_like_this"]
+    assert mlt["like"] == [{"_index": "idx", "_id": "doc-1"}, {"_index": "idx", "_id": document_os_id("L" * 600)}]
+    assert (mlt["max_query_terms"], mlt["min_term_freq"], mlt["min_doc_freq"], mlt["minimum_should_match"]) == (25, 2, 5, "30%")
+    with pytest.raises(ValueError):
+        build_more_like_this_query(3)
+    with pytest.raises(ValueError):
+        build_more_like_this_query(3, like_text="x", like_ids=["a"], index="i")
+    with pytest.raises(ValueError):
+        build_more_like_this_query(3, like_ids=["a"])
+    with pytest.raises(ValueError):
+        build_more_like_this_query(3, like_text="x", max_query_terms=0)
+
+
+def test_lexical_msearch_and_response_parsing():
+    top = build_terms_query({"a": 1}, 2)
+    scored = build_terms_query({"a": 1}, 1, only_ids=["x"])
+    assert build_lexical_msearch("idx", top, [scored]) == [{"index": "idx"}, top, {"index": "idx"}, scored]
+    assert build_lexical_msearch("idx", None, [scored]) == [{"index": "idx"}, scored]
+    ids, scores = parse_lexical_response({"hits": {"hits": [
+        {"_id": "x", "_score": 7.5, "fields": {"doc_id": ["x"]}},
+        {"_id": "sha256-1", "_score": 2.0, "fields": {"doc_id": ["L" * 600]}},
+    ]}})
+    assert ids == ["x", "L" * 600] and scores.dtype == np.float32 and scores.tolist() == [7.5, 2.0]
+    with pytest.raises(OverloadedError):
+        parse_lexical_response({"status": 429, "error": {"type": "es_rejected_execution_exception", "reason": "busy"}})
+
+
+class _RecordingClient:
+    """Answers the two calls lexical_search makes with recorded responses, and keeps the bodies."""
+
+    def __init__(self, responses):
+        self.responses = responses
+        self.bodies = []
+        meta = {"sdr": {"format_version": FORMAT_VERSION, "index_meta": META.to_dict()}}
+        self.indices = type("I", (), {"get_mapping": lambda _self, index: {"idx-1": {"mappings": {"_meta": meta}}}})()
+
+    def msearch(self, body):
+        self.bodies.append(body)
+        return {"responses": self.responses}
+
+
+def test_store_lexical_search_sends_one_msearch_and_reads_scores():
+    def hits(*pairs):
+        return {"hits": {"hits": [{"_score": s, "fields": {"doc_id": [d]}} for d, s in pairs]}}
+
+    client = _RecordingClient([hits(("b", 9.0), ("c", 4.0)), hits(("v1", 3.5))])
+    store = OpenSearchStore("http://unused:9200", index="idx", client=client)
+    got = store.lexical_search("The murder weapon was a knife. Murder!", 2, exclude_ids=["a"], score_ids=["v1", "v2", "b"])
+    assert got.ids == ["b", "c"] and got.scores.tolist() == [9.0, 4.0]
+    assert got.scored == {"v1": 3.5, "v2": 0.0, "b": 0.0}  # ids the filtered search did not return score 0
+    assert got.score_of("c") == 4.0 and got.score_of("v1") == 3.5 and got.score_of("zz") == 0.0
+    (body,) = client.bodies
+    assert [h for h in body[::2]] == [{"index": "idx-1"}, {"index": "idx-1"}]
+    top, scored = body[1], body[3]
+    should = top["query"]["bool"]["must"][0]["bool"]["should"]
+    assert {c["term"]["text"]["value"]: c["term"]["text"]["boost"] for c in should} == {
+        "murder": 2.0, "weapon": 1.0, "knife": 1.0}
+    assert top["query"]["bool"]["must_not"] == [{"terms": {"doc_id": ["a"]}}] and top["size"] == 2
+    assert scored["query"]["bool"]["filter"] == [{"terms": {"doc_id": ["v1", "v2", "b"]}}] and scored["size"] == 3
+    # only scores asked for: no top-k search
+    client2 = _RecordingClient([hits(("v2", 1.0))])
+    got = OpenSearchStore("http://unused:9200", index="idx", client=client2).lexical_search("knife", 0, score_ids=["v2"])
+    assert got.ids == [] and got.scored == {"v2": 1.0} and len(client2.bodies[0]) == 2
+    mlt = OpenSearchStore("http://unused:9200", index="idx", client=_RecordingClient([hits()]),
+                          settings=OpenSearchSettings(lexical_query="more_like_this", lexical_max_terms=50))
+    mlt.lexical_search("knife", 3)
+    assert mlt._client.bodies[0][1]["query"]["more_like_this"]["max_query_terms"] == 50
+    with pytest.raises(InvalidInputError):
+        store.lexical_search("x", -1)
 
 
 def test_settings_from_environment(monkeypatch):

@@ -345,6 +345,50 @@ def test_validation_errors_are_422_with_clear_messages(client):
 
 
 @pytest.mark.integration
+def test_hybrid_requests(client):
+    r = client.post(MLT, json={"id": "land_0", "size": 4, "method": "hybrid"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["method"] == "hybrid" and body["hybrid"]["fusion"] == "zscore"
+    assert body["hybrid"]["weights"] == {"bm25": 1.0, "sdr": 0.0, "mean": 1.0}
+    assert [h["id"][:5] for h in body["hits"]] == ["land_"] * 4 and "land_0" not in {h["id"] for h in body["hits"]}
+    assert "lexical" in body["timings_ms"]
+
+    r = client.post(MLT, json={"text": "The accused killed the deceased with a knife.", "size": 2, "explain": True,
+                               "fusion": "rrf", "weights": {"bm25": 1, "sdr": 2}, "rank_constant": 10})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["method"] == "hybrid" and body["hybrid"] == {"fusion": "rrf", "rank_constant": 10,
+                                                             "weights": {"bm25": 1.0, "sdr": 2.0, "mean": 0.0}}
+    hit = body["hits"][0]
+    assert hit["id"].startswith("murder_")
+    hybrid = hit["explanation"]["hybrid"]
+    assert hybrid["score"] == pytest.approx(hit["score"]) and hybrid["fusion"] == "rrf"
+    assert set(hybrid["signals"]) == {"bm25", "sdr", "mean"} and hybrid["signals"]["bm25"]["raw"] > 0
+    assert "normalised" in hybrid["signals"]["sdr"] and "normalised" not in hybrid["signals"]["mean"]
+
+    r = client.post(MLT, json={"id": "murder_1", "size": 5, "method": "hybrid", "filter": {"topic": "tax"}})
+    assert r.status_code == 200, r.text
+    assert len(r.json()["hits"]) == 5 and all(h["id"].startswith("tax_") for h in r.json()["hits"])
+    assert client.post(MLT, json={"id": "murder_1", "method": "sdr"}).json()["method"] == "sdr"
+
+
+@pytest.mark.integration
+def test_bad_hybrid_options_are_422(client):
+    for weights, what in (({"bm25": -1}, "body.weights.bm25"), ({"tfidf": 1}, "extra"), ({"bm25": 0, "sdr": 0}, "at least one"),
+                          ({}, "at least one"), ("bm25=1", "body.weights"), ({"bm25": "x"}, "body.weights.bm25")):
+        msg = _error(client.post(MLT, json={"id": "tax_1", "method": "hybrid", "weights": weights}), 422,
+                     "RequestValidationError")
+        assert what.lower() in msg.lower(), (weights, msg)
+    msg = _error(client.post(MLT, json={"id": "tax_1", "method": "sdr", "fusion": "rrf"}), 422, "RequestValidationError")
+    assert "hybrid" in msg
+    assert "body.fusion" in _error(client.post(MLT, json={"id": "tax_1", "fusion": "borda"}), 422, "RequestValidationError")
+    assert "body.method" in _error(client.post(MLT, json={"id": "tax_1", "method": "bm25"}), 422, "RequestValidationError")
+    assert "body.rank_constant" in _error(client.post(MLT, json={"id": "tax_1", "rank_constant": 0}), 422,
+                                          "RequestValidationError")
+
+
+@pytest.mark.integration
 def test_413_for_large_bodies_and_sources(client, server):
     big = json.dumps({"text": "word " * (MAX_BODY_BYTES // 4)}).encode()
     msg = _error(client.post(MLT, content=big, headers={"Content-Type": "application/json"}), 413, "RequestTooLargeError")

@@ -339,6 +339,40 @@ def test_all_vectors(store):
     assert_corpus_holds(store.all_vectors(), expected)
 
 
+def test_lexical_search(store):
+    items = make_docs(12, seed=20)
+    store.put(items)
+    hits = store.lexical_search("What does d003 say? Only d003.", 5)
+    assert hits.ids[0] == "d003" and hits.scores.dtype == np.float32
+    assert np.all(hits.scores > 0) and np.all(np.diff(hits.scores) <= 1e-6)
+    assert store.lexical_search(items[7][0].text, 3).ids[0] == "d007"  # a whole document finds itself first
+    excluded = store.lexical_search("d003 d005", 5, exclude_ids=["d003"])
+    assert excluded.ids[0] == "d005" and "d003" not in excluded.ids
+    scored = store.lexical_search("d003", 0, score_ids=["d003", "d004", "nope"])
+    assert scored.ids == [] and scored.scored["d003"] > 0 and scored.scored["d004"] == 0.0 and scored.scored["nope"] == 0.0
+    assert scored.score_of("d003") == scored.scored["d003"]
+    assert store.lexical_search("the and of", 5).ids == []  # stop words only: nothing matches
+    store.delete(["d003"])
+    assert store.lexical_search("d003", 5).ids == []
+    doc, vec = items[4]
+    renamed = parse_record({"id": "d004", "paragraphs": ["A zebra crossing. The zebra waited."]})
+    store.put([(renamed, DocVectors(vec.vectors[:2], [0, 2]))])
+    assert store.lexical_search("zebra", 5).ids == ["d004"]
+    assert "d004" not in store.lexical_search("d004", 5).ids  # its old text is gone
+    with pytest.raises(InvalidInputError):
+        store.lexical_search("x", -1)
+
+
+def test_search_defaults(store_factory, store):
+    assert store.search_defaults() == {}
+    recorded = store.set_search_defaults({"method": "hybrid", "fusion": "rrf", "weights": {"bm25": 1, "sdr": 0.5}})
+    assert recorded == {"method": "hybrid", "fusion": "rrf", "weights": {"bm25": 1.0, "sdr": 0.5, "mean": 0.0}}
+    assert store_factory().search_defaults() == recorded
+    with pytest.raises(InvalidInputError):
+        store.set_search_defaults({"fusion": "borda"})
+    assert store.set_search_defaults({}) == {} and store_factory().search_defaults() == {}
+
+
 # -- statistics and reference ------------------------------------------------------------------------------
 def _stats_for(store, ids, shift: float = 0.0) -> dict[str, NormStats]:
     out = {}

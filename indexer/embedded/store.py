@@ -12,7 +12,8 @@ directory lock (:meth:`EmbeddedStore._writing`).
 Crash safety of ``put``: the vectors are appended and fsynced first, then every document row and
 the new committed row count are committed in one transaction; a failed commit cuts the append
 again. The FAISS index is caught up afterwards and saved every ``faiss_save_every`` rows and on
-close; it is only a cache of the vector file.
+close; it is only a cache of the vector file. The lexical (BM25) index (:mod:`.lexical`) is
+another cache, of the documents' texts, rebuilt when the documents changed.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from sdr_core.errors import (
     ModelMismatchError,
     StoreError,
 )
+from sdr_core.fusion import check_search_defaults
 from sdr_core.scoring import NormStats
 from sdr_core.vectors import CorpusVectors, DocVectors
 
@@ -44,6 +46,7 @@ from ..settings import EmbeddedStoreSettings
 from ..store import (
     DocumentStore,
     IndexMeta,
+    LexicalHits,
     ReferenceParagraphs,
     SentenceHits,
     StatsInfo,
@@ -53,6 +56,7 @@ from . import catalog, compaction, records
 from .ann import FAISS, FAISS_TMP, AnnIndex, knn_rounds, query_matrix
 from .catalog import SQLITE, Location, transaction
 from .durable import fsync_path
+from .lexical import LexicalIndex, document_texts, fingerprint
 from .locking import DirectoryLock
 from .rows import RowMap, offsets
 from .vectorfile import VectorFile
@@ -94,6 +98,7 @@ class EmbeddedStore(DocumentStore):
         self._lock = DirectoryLock(self.path, read_only)
         self._vectors = VectorFile(self.path)  # dtype and dim as recorded in the store
         self._ann = AnnIndex(self.path, self._vectors)
+        self._lexical = LexicalIndex(self.path, read_only=read_only)
         self._map: RowMap | None = None
         self._cache: dict[str, Any] = {}  # per-generation caches (counts, stats info, meta)
 
@@ -443,6 +448,58 @@ class EmbeddedStore(DocumentStore):
             ids = [[rows.seq_ids[int(s)] for s in seqs] for seqs, _ in results]
         return SentenceHits(ids, [np.asarray(d, dtype=np.float32) for _, d in results])
 
+    def _lexical_ranker(self):
+        """The BM25 ranker over every live document (None for an empty store), rebuilt when the
+        documents changed since it was built (see :mod:`.lexical`)."""
+        lex = self._lexical
+        with lex.lock:
+            with self._snapshot() as conn:
+                generation = self._row_map().generation
+                ranker = lex.current(generation)
+                if ranker is not None:
+                    return ranker
+                keys = catalog.in_seq_order(conn, "doc_id, content_key, title")
+                if not keys:
+                    lex.forget()
+                    return None
+                fp = fingerprint(keys, lex.params)
+                texts = None
+                if not lex.has(fp) and not lex.path_for(fp).is_dir():
+                    texts = document_texts(catalog.in_seq_order(conn, "doc_id, title, paragraphs"))
+            # built outside the snapshot: other readers and writers go on meanwhile
+
+            def read_texts():
+                if texts is not None:
+                    return texts
+                with self._snapshot() as again:  # the saved index vanished: read what it covered
+                    return document_texts(catalog.in_seq_order(again, "doc_id, title, paragraphs"))
+
+            return lex.ranker(fp, generation, read_texts)
+
+    def refresh_lexical(self) -> int:
+        """Build (or load) the lexical index now instead of at the first lexical search; returns
+        the number of documents it covers."""
+        ranker = self._lexical_ranker()
+        return 0 if ranker is None else len(ranker.ids)
+
+    def lexical_search(
+        self, text: str, k: int, *, exclude_ids: Sequence[str] = (), score_ids: Sequence[str] = ()
+    ) -> LexicalHits:
+        """BM25 (bm25s, Lucene variant; :class:`sdr_core.lexical.BM25Ranker`) of ``text`` against
+        every live document's text; exact, the same scores as ``sdr eval --method bm25``."""
+        if k < 0:
+            raise InvalidInputError(f"k must be >= 0, got {k}")
+        if not isinstance(text, str):
+            raise InvalidInputError("the lexical query must be a string")
+        ranker = self._lexical_ranker()
+        if ranker is None:
+            return LexicalHits([], np.zeros(0, dtype=np.float32), {str(i): 0.0 for i in score_ids})
+        scores = ranker.scores(text)
+        ids, top = ranker.top_of_scores(scores, k, exclude_ids=[str(i) for i in exclude_ids])
+        position = ranker.positions()
+        scored = {str(i): float(scores[position[str(i)]]) if str(i) in position else 0.0 for i in score_ids}
+        return LexicalHits(ids, top, scored)
+
     def _corpus(self, ids: Sequence[str], located: Mapping[str, Location], *, view: bool = False) -> CorpusVectors:
         """Gather the documents ``ids`` (in that order) into one float32 CorpusVectors.
 
@@ -517,6 +574,27 @@ class EmbeddedStore(DocumentStore):
             catalog.replace_reference(conn, reference, rows)
             self._row_map().generation = catalog.bump_generation(conn)
             self._cache.clear()
+
+    # =========================================================================================
+    # search defaults
+    # =========================================================================================
+    def search_defaults(self) -> dict[str, Any]:
+        with self._snapshot() as conn:
+            if "search_defaults" not in self._cache:
+                self._cache["search_defaults"] = dict(catalog.meta_get(conn, "search_defaults") or {})
+            return dict(self._cache["search_defaults"])
+
+    def set_search_defaults(self, defaults: Mapping[str, Any]) -> dict[str, Any]:
+        """Record the index's search defaults in ``meta`` (validated; ``{}`` clears them)."""
+        checked = check_search_defaults(defaults)
+        with self._writing() as conn, transaction(conn):
+            if checked:
+                catalog.meta_set(conn, "search_defaults", checked)
+            else:
+                catalog.meta_delete(conn, "search_defaults")
+            self._row_map().generation = catalog.bump_generation(conn)
+            self._cache.clear()
+        return checked
 
     # =========================================================================================
     # maintenance and lifecycle

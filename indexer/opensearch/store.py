@@ -49,6 +49,7 @@ from indexer.provenance import library_versions
 from indexer.store import (
     DocumentStore,
     IndexMeta,
+    LexicalHits,
     ReferenceParagraphs,
     SentenceHits,
     StatsInfo,
@@ -65,6 +66,8 @@ from sdr_core.errors import (
     ModelMismatchError,
     StoreError,
 )
+from sdr_core.fusion import check_search_defaults
+from sdr_core.lexical import query_terms
 from sdr_core.scoring import NormStats
 from sdr_core.vectors import CorpusVectors, DocVectors
 
@@ -76,7 +79,9 @@ from .requests import (
     build_counts_query,
     build_delete_actions,
     build_index_body,
+    build_lexical_msearch,
     build_meta,
+    build_more_like_this_query,
     build_mget_body,
     build_msearch_bodies,
     build_reference_actions,
@@ -86,12 +91,14 @@ from .requests import (
     build_stats_count_query,
     build_stats_delete_actions,
     build_stats_update_actions,
+    build_terms_query,
     bulk_lines,
     decode_vectors_b64,
     error_from_response,
     index_meta_from_meta,
     initial_state,
     parse_knn_responses,
+    parse_lexical_response,
     reference_os_id,
     state_index_name,
     stats_os_id,
@@ -105,6 +112,7 @@ logger = logging.getLogger(__name__)
 _MGET_CHUNK = 500
 _SMALL_DOCS_PER_BULK = 2_000  # statistics documents and deletes are a few hundred bytes each
 _STATE_CAS_ATTEMPTS = 5
+_SCORE_IDS_PER_SEARCH = 1_000  # ids scored by one filtered lexical search
 
 
 def _now() -> str:
@@ -590,6 +598,63 @@ class OpenSearchStore(DocumentStore):
             ids += batch_ids
             scores += batch_scores
         return SentenceHits(ids, scores)
+
+    def lexical_search(
+        self, text: str, k: int, *, exclude_ids: Sequence[str] = (), score_ids: Sequence[str] = ()
+    ) -> LexicalHits:
+        """OpenSearch BM25 on the ``text`` field (``settings.lexical_query``: boosted term queries
+        or ``more_like_this``), one ``_msearch``: the top ``k``, then the same query filtered to
+        ``score_ids`` (up to 1000 ids per search) for their scores; an id that does not match
+        scores 0."""
+        if k < 0:
+            raise InvalidInputError(f"k must be >= 0, got {k}")
+        if not isinstance(text, str):
+            raise InvalidInputError("the lexical query must be a string")
+        target = self._read_target()
+        s = self.settings
+        exclude = [str(i) for i in exclude_ids]
+        wanted = list(dict.fromkeys(str(i) for i in score_ids))
+        if s.lexical_query == "terms":
+            terms = query_terms(text, s.lexical_max_terms)
+
+            def make(size: int, only: Sequence[str] | None, skip: Sequence[str]) -> dict[str, Any]:
+                return build_terms_query(terms, size, exclude_ids=skip, only_ids=only)
+        else:
+            def make(size: int, only: Sequence[str] | None, skip: Sequence[str]) -> dict[str, Any]:
+                return build_more_like_this_query(size, like_text=text, exclude_ids=skip, only_ids=only,
+                                                  max_query_terms=s.lexical_max_terms)
+        top = make(k, None, exclude) if k > 0 else None
+        chunks = list(_chunks(wanted, _SCORE_IDS_PER_SEARCH))
+        scored_bodies = [make(len(c), list(c), ()) for c in chunks]
+        if top is None and not scored_bodies:
+            return LexicalHits([], np.zeros(0, dtype=np.float32), {})
+        with self._calls("a lexical search", index=target.name):
+            r = self._os().msearch(body=build_lexical_msearch(target.name, top, scored_bodies))
+        responses = list(r["responses"])
+        ids: list[str] = []
+        scores = np.zeros(0, dtype=np.float32)
+        if top is not None:
+            ids, scores = parse_lexical_response(responses.pop(0), index=target.name)
+        scored = {i: 0.0 for i in wanted}
+        for item in responses:
+            got_ids, got_scores = parse_lexical_response(item, index=target.name)
+            scored.update({i: float(v) for i, v in zip(got_ids, got_scores)})
+        return LexicalHits(ids, scores, scored)
+
+    def search_defaults(self) -> dict[str, Any]:
+        """The search defaults recorded in the state document (``{}`` when none)."""
+        state, _ = self._read_state(self._read_target())
+        return dict(state.get("search_defaults") or {})
+
+    def set_search_defaults(self, defaults: Mapping[str, Any]) -> dict[str, Any]:
+        """Record the search defaults in the state document (validated; ``{}`` clears them)."""
+        checked = check_search_defaults(defaults)
+        target = self._read_target()
+        body = {"script": {"source": "ctx._source.state.search_defaults = params.d", "lang": "painless",
+                           "params": {"d": checked or None}}}
+        with self._calls("recording search defaults", index=target.state):
+            self._os().update(index=target.state, id=STATE_DOC_ID, body=body, params={"retry_on_conflict": 5})
+        return checked
 
     def fetch(self, ids: Sequence[str]) -> CorpusVectors:
         """Sentence vectors of ``ids`` in that order, from ``vectors_b64`` with ``_mget``."""

@@ -1,0 +1,57 @@
+"""``sdr train``: read the corpus, train, print a JSON summary."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+from ..errors import SDRError
+
+__all__ = ["cmd_train", "train_settings"]
+
+logger = logging.getLogger("sdr")
+
+_FLAGS = {
+    "objective": "objective", "steps": "steps", "batch_size": "batch_size", "lr": "learning_rate",
+    "max_tokens": "max_tokens", "margin": "margin", "triplet_margin": "triplet_margin",
+    "mlm_weight": "mlm_weight", "max_sentences_per_paragraph": "max_sentences_per_paragraph",
+    "checkpoint_every": "checkpoint_every", "seed": "seed", "device": "device", "precision": "precision",
+}
+
+
+def train_settings(args):
+    from pydantic import ValidationError
+
+    from .settings import TrainSettings
+
+    overrides = {field: getattr(args, flag) for flag, field in _FLAGS.items() if getattr(args, flag, None) is not None}
+    try:
+        return TrainSettings(**overrides)
+    except ValidationError as e:
+        first = e.errors()[0]
+        raise SDRError(f"invalid training setting {'.'.join(map(str, first['loc']))}: {first['msg']}") from e
+
+
+def cmd_train(args) -> int:
+    from ..cli import segmentation_settings
+    from ..documents import ReadReport, read_documents
+    from .trainer import train
+
+    settings = train_settings(args)
+    report = ReadReport()
+    docs = list(read_documents(args.corpus, settings=segmentation_settings(args), report=report, strict=args.strict))
+    if len(docs) < 2:
+        raise SDRError(f"training needs at least 2 usable documents, got {len(docs)}")
+    logger.info("training corpus: %d documents (%d skipped)", len(docs), report.n_skipped)
+    result = train(docs, args.out, base=args.base, settings=settings, restart=args.restart,
+                   progress=not args.no_progress, threads=args.threads)
+    out = {
+        "out": str(result.out_dir), "objective": settings.objective, "steps": result.steps,
+        "resumed_from_step": result.resumed_from, "seconds": round(result.seconds, 1),
+        "loss_first_20": round(result.first_loss, 4), "loss_last_20": round(result.last_loss, 4),
+        "corpus_documents": len(docs), "skipped": report.n_skipped,
+        "corpus_hash": result.provenance["corpus_hash"],
+    }
+    sys.stdout.write(json.dumps(out) + "\n")
+    return 0

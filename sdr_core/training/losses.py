@@ -1,0 +1,91 @@
+"""Training losses (torch): SDR's contrastive loss, MetricBERT's triplet loss, MLM masking.
+
+All metric losses take L2-normalised sentence vectors (mean-pooled last layer, as the encoder
+computes them at inference).
+
+- :func:`contrastive_loss` - paper eq. 1: ``1 - C(p, q)`` for a positive, ``max(0, C(p, q) - (1 - m))``
+  for a negative; with ``m = 1`` negatives are pushed to orthogonality, and negative cosines are not
+  penalised.
+- :func:`triplet_hardest_loss` - MetricBERT eq. 1-3: ``max(0, m + d(a, p) - d(a, n))`` with the
+  angular distance ``d = arccos(C) / pi`` and, for each anchor, the hardest (closest) in-batch
+  negative among the sentences of *other documents*.
+- :func:`mask_tokens` - RoBERTa-style dynamic masking: of the selected tokens 80 % become the mask
+  token, 10 % a random token, 10 % stay; labels are -100 elsewhere.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["contrastive_loss", "angular_distance", "triplet_hardest_loss", "mask_tokens", "mean_pool"]
+
+_EPS = 1e-6
+
+
+def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Mean of token vectors over non-padding tokens, L2-normalised (the encoder's pooling)."""
+    m = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    pooled = (hidden * m).sum(dim=1) / m.sum(dim=1).clamp(min=1.0)
+    return torch.nn.functional.normalize(pooled.float(), p=2, dim=-1)
+
+
+def contrastive_loss(fp: torch.Tensor, fq: torch.Tensor, labels: torch.Tensor, margin: float = 1.0) -> torch.Tensor:
+    """Mean over pairs of SDR's contrastive loss (eq. 1) on unit vectors ``fp``, ``fq`` of shape (B, d)."""
+    cos = (fp * fq).sum(dim=-1)
+    pos = 1.0 - cos
+    neg = torch.clamp(cos - (1.0 - margin), min=0.0)
+    y = labels.to(cos.dtype)
+    return (y * pos + (1.0 - y) * neg).mean()
+
+
+def angular_distance(cos: torch.Tensor) -> torch.Tensor:
+    """``arccos(cos) / pi`` in [0, 1]; clamped away from +-1 so the gradient stays finite."""
+    return torch.arccos(cos.clamp(-1.0 + _EPS, 1.0 - _EPS)) / torch.pi
+
+
+def triplet_hardest_loss(
+    anchors: torch.Tensor, positives: torch.Tensor, docs: torch.Tensor, margin: float = 0.1
+) -> torch.Tensor:
+    """MetricBERT triplet loss with the hardest in-batch negative (see module docstring).
+
+    ``anchors``/``positives``: unit vectors (B, d); ``docs``: (B,) document index of each pair.
+    Negatives are the anchors and positives of pairs from other documents. Anchors without any
+    such negative (a batch from one document) contribute nothing; a batch without any gives 0.
+    """
+    pool = torch.cat([anchors, positives], dim=0)  # (2B, d)
+    pool_docs = torch.cat([docs, docs], dim=0)
+    cos = anchors @ pool.T  # (B, 2B)
+    allowed = docs.unsqueeze(1) != pool_docs.unsqueeze(0)
+    has_neg = allowed.any(dim=1)
+    if not bool(has_neg.any()):
+        return anchors.sum() * 0.0
+    hardest = cos.masked_fill(~allowed, -2.0).max(dim=1).values
+    d_ap = angular_distance((anchors * positives).sum(dim=-1))
+    d_an = angular_distance(hardest)
+    loss = torch.clamp(margin + d_ap - d_an, min=0.0)
+    return loss[has_neg].mean()
+
+
+def mask_tokens(
+    input_ids: torch.Tensor,
+    special_tokens_mask: torch.Tensor,
+    *,
+    mask_token_id: int,
+    vocab_size: int,
+    probability: float = 0.15,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """RoBERTa-style masking. Returns ``(masked_input_ids, labels)``; special and padding tokens
+    (``special_tokens_mask`` true) are never selected."""
+    labels = input_ids.clone()
+    probs = torch.full(input_ids.shape, probability)
+    probs.masked_fill_(special_tokens_mask.bool(), 0.0)
+    selected = torch.bernoulli(probs, generator=generator).bool()
+    labels[~selected] = -100
+    masked = input_ids.clone()
+    to_mask = torch.bernoulli(torch.full(input_ids.shape, 0.8), generator=generator).bool() & selected
+    masked[to_mask] = mask_token_id
+    to_random = torch.bernoulli(torch.full(input_ids.shape, 0.5), generator=generator).bool() & selected & ~to_mask
+    random_tokens = torch.randint(vocab_size, input_ids.shape, generator=generator, dtype=input_ids.dtype)
+    masked[to_random] = random_tokens[to_random]
+    return masked, labels

@@ -1,0 +1,63 @@
+"""Settings of ``sdr train`` (env prefix ``SDR_TRAIN_``); command-line flags override fields."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["TrainSettings"]
+
+
+class TrainSettings(BaseSettings):
+    """Hyper-parameters of self-supervised SDR training. Defaults fit a small CPU budget."""
+
+    model_config = SettingsConfigDict(env_prefix="SDR_TRAIN_", extra="ignore")
+
+    objective: Literal["sdr", "triplet"] = Field(
+        "sdr",
+        description="'sdr': MLM + contrastive loss on sentence pairs (paper eq. 1, margin m). "
+        "'triplet': MLM + MetricBERT's angular-distance triplet loss with the hardest in-batch negative.",
+    )
+    steps: int = Field(1000, gt=0, description="Optimiser steps.")
+    batch_size: int = Field(
+        32, gt=1,
+        description="Sentence pairs per step ('sdr': each pair is a positive or a negative; "
+        "'triplet': anchor-positive pairs, negatives mined in the batch).",
+    )
+    learning_rate: float = Field(2e-5, gt=0, description="AdamW peak learning rate (linear warm-up, then linear decay).")
+    warmup_fraction: float = Field(0.1, ge=0, lt=1, description="Fraction of the steps spent warming up.")
+    weight_decay: float = Field(0.01, ge=0)
+    max_tokens: int = Field(
+        64, gt=4,
+        description="Tokens per training sentence (longer ones are truncated). Shorter than the encoder's "
+        "128 to keep CPU steps cheap; most sentences of the shared corpora fit.",
+    )
+    mlm_probability: float = Field(0.15, ge=0, lt=1, description="Fraction of tokens selected for MLM (RoBERTa-style 80/10/10).")
+    mlm_weight: float = Field(1.0, ge=0, description="Weight of the MLM term (total = mlm_weight * MLM + metric loss).")
+    margin: float = Field(
+        1.0, gt=0, le=2,
+        description="'sdr' contrastive margin m: negatives are penalised for cosine > 1 - m (m = 1: cosine > 0).",
+    )
+    triplet_margin: float = Field(
+        0.1, gt=0, le=1, description="'triplet' margin on the angular distance arccos(cos)/pi (in [0, 1]).",
+    )
+    positive_fraction: float = Field(0.5, gt=0, lt=1, description="'sdr': probability that a sampled pair is a positive.")
+    max_sentences_per_paragraph: int = Field(
+        32, gt=1,
+        description="Only the first N sentences of a paragraph are sampled (as in the reference code), so "
+        "very long paragraphs do not dominate the positives.",
+    )
+    min_sentence_chars: int = Field(
+        20, ge=0, description="Sentences shorter than this (headings, numbers) are never sampled.",
+    )
+    checkpoint_every: int = Field(200, gt=0, description="Steps between checkpoints (resumable).")
+    keep_checkpoints: int = Field(2, gt=0, description="Checkpoints kept on disk (older ones are removed).")
+    device: str = Field("auto", description="'auto' (CUDA when present), 'cpu', 'cuda', 'cuda:N'.")
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = Field(
+        "auto",
+        description="Autocast precision of the forward pass. 'auto': bf16 on CUDA with bf16 (fp16 with a "
+        "gradient scaler otherwise) and on CPUs with native bf16 (AVX512-BF16/AMX), fp32 otherwise.",
+    )
+    seed: int = Field(0, description="Seeds the pair sampler, masking, dropout and the MLM head initialisation.")

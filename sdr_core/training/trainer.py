@@ -1,0 +1,345 @@
+"""The training loop of ``sdr train``: MLM + metric loss, checkpoints, resume, progress, determinism.
+
+One step: draw a batch of sentence pairs (:mod:`.sampler`), tokenise both sides together (padding
+to the longest, ``max_tokens`` cap), mask them RoBERTa-style, run the encoder once, and combine
+
+- the MLM loss (cross-entropy on the masked positions; the head is applied to those positions only),
+- the metric loss on the mean-pooled last-layer vectors of the same pass: SDR's contrastive loss
+  (``objective="sdr"``) or MetricBERT's hardest-negative angular triplet loss (``"triplet"``),
+
+as ``mlm_weight * MLM + metric`` (the paper's total is the plain sum). As in the reference code,
+the sentence vectors come from the masked input, so masking doubles as augmentation.
+
+AdamW with linear warm-up and decay, gradient clipping at 1.0. The forward pass runs under
+autocast: bf16 on CUDA (fp16 with a gradient scaler where bf16 is missing) and on CPUs with native
+bf16 (AVX512-BF16/AMX: measured 7.1 s against 10.0 s per 32-pair step in fp32 on 2 cores), fp32
+otherwise; weights and optimiser state stay fp32. Every ``checkpoint_every`` steps the
+weights, optimiser, scheduler, sampler and random states are written to
+``OUT/checkpoints/step-NNNNNNN`` (temporary directory, then rename); a new run with the same
+corpus, base model and settings resumes from the newest one and draws the same batches as an
+uninterrupted run. The final model directory is written to ``OUT`` with provenance in its
+``config.json``; the per-step losses go to ``OUT/training_log.jsonl``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from .. import __version__
+from ..documents import Document
+from ..encoder import model_fingerprint, resolve_model_dir
+from ..errors import InvalidInputError, SDRError
+from .sampler import PairSampler, SentencePool, corpus_fingerprint
+from .settings import TrainSettings
+
+__all__ = ["TrainResult", "train", "run_signature"]
+
+logger = logging.getLogger(__name__)
+
+_CHECKPOINTS = "checkpoints"
+_LOG = "training_log.jsonl"
+# Settings that do not change what is learned (a resumed run may change them).
+_NOT_IN_SIGNATURE = {"checkpoint_every", "keep_checkpoints", "device"}
+
+
+@dataclass
+class TrainResult:
+    out_dir: Path
+    steps: int
+    resumed_from: int
+    seconds: float
+    first_loss: float
+    last_loss: float
+    provenance: dict[str, Any]
+
+
+def run_signature(settings: TrainSettings, base_fingerprint: str, corpus_hash: str) -> dict[str, Any]:
+    """What a checkpoint must match to be resumed."""
+    s = {k: v for k, v in settings.model_dump().items() if k not in _NOT_IN_SIGNATURE}
+    return {"settings": s, "base": base_fingerprint, "corpus": corpus_hash}
+
+
+def _resolve_device(want: str):
+    import torch
+
+    if want == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(want)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise InvalidInputError(f"device {want!r} asked for but CUDA is not available")
+    return dev
+
+
+def _resolve_precision(want: str, device) -> str:
+    import torch
+
+    if want == "auto":
+        if device.type == "cuda":
+            return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+        native_bf16 = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+        return "bf16" if native_bf16 else "fp32"
+    if want == "fp16" and device.type == "cpu":
+        raise InvalidInputError("fp16 training is not supported on CPU; use bf16 or fp32")
+    return want
+
+
+def _lr_lambda(total: int, warmup: int):
+    def f(step: int) -> float:
+        if warmup and step < warmup:
+            return (step + 1) / warmup
+        return max(0.0, (total - step) / max(1, total - warmup))
+
+    return f
+
+
+def _latest_checkpoint(out_dir: Path) -> Path | None:
+    root = out_dir / _CHECKPOINTS
+    if not root.is_dir():
+        return None
+    done = sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("step-") and (p / "state.json").is_file())
+    return done[-1] if done else None
+
+
+def _save_checkpoint(out_dir: Path, step: int, model, optimizer, scheduler, scaler, sampler: PairSampler,
+                     mask_gen, signature: dict, keep: int) -> None:
+    import torch
+
+    root = out_dir / _CHECKPOINTS
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step-{step:07d}"
+    tmp = root / f".tmp-step-{step:07d}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    torch.save(
+        {
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+            "scaler": scaler.state_dict() if scaler is not None else None,
+            "torch_rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+            "mask_rng": mask_gen.get_state(),
+        },
+        tmp / "training.pt",
+    )
+    (tmp / "state.json").write_text(json.dumps({"step": step, "sampler": sampler.state(), "signature": signature}))
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    for old in sorted(p for p in root.iterdir() if p.name.startswith("step-"))[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    logger.info("checkpoint %s", final)
+
+
+def _load_checkpoint(path: Path, model, optimizer, scheduler, scaler, sampler: PairSampler, mask_gen, signature: dict) -> int:
+    import torch
+
+    state = json.loads((path / "state.json").read_text())
+    if state["signature"] != signature:
+        raise SDRError(
+            f"{path.parent.parent} holds checkpoints of a different training run (corpus, base model or "
+            "settings differ); pass --restart to discard them or choose another --out"
+        )
+    blob = torch.load(path / "training.pt", map_location="cpu", weights_only=False)
+    model.load_state_dict(blob["model"])
+    optimizer.load_state_dict(blob["optimizer"])
+    scheduler.load_state_dict(blob["scheduler"])
+    if scaler is not None and blob.get("scaler") is not None:
+        scaler.load_state_dict(blob["scaler"])
+    torch.set_rng_state(blob["torch_rng"])
+    if blob.get("cuda_rng") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(blob["cuda_rng"])
+    mask_gen.set_state(blob["mask_rng"])
+    sampler.set_state(state["sampler"])
+    return int(state["step"])
+
+
+def _truncate_log(path: Path, step: int) -> None:
+    """Drop log lines past ``step`` (written after the checkpoint a resumed run starts from)."""
+    if not path.exists():
+        return
+    keep = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
+    path.write_text("".join(line + "\n" for line in keep))
+
+
+def train(
+    docs: Sequence[Document],
+    out_dir: Path,
+    *,
+    base: str | os.PathLike | None = None,
+    settings: TrainSettings | None = None,
+    restart: bool = False,
+    progress: bool = True,
+    threads: int | None = None,
+) -> TrainResult:
+    """Train an encoder on ``docs`` (see module docstring) and write it to ``out_dir``."""
+    import torch
+
+    from .losses import contrastive_loss, mask_tokens, mean_pool, triplet_hardest_loss
+    from .model import load_for_training, mlm_head, save_model
+
+    settings = settings or TrainSettings()
+    out_dir = Path(out_dir)
+    if threads:
+        torch.set_num_threads(threads)
+    base_dir = resolve_model_dir(base)
+    if base_dir == out_dir.resolve():
+        raise InvalidInputError("--out must differ from the base model directory")
+    pool = SentencePool.from_documents(
+        docs, max_sentences_per_paragraph=settings.max_sentences_per_paragraph, min_chars=settings.min_sentence_chars
+    )
+    sampler = PairSampler(pool, seed=settings.seed, positive_fraction=settings.positive_fraction)
+    corpus_hash = corpus_fingerprint(docs)
+    base_fp = model_fingerprint(base_dir)
+    signature = run_signature(settings, base_fp, corpus_hash)
+    logger.info("training pool: %d documents, %d paragraphs, %d sentences", pool.n_docs, len(pool.par_doc), len(pool.sentences))
+
+    device = _resolve_device(settings.device)
+    precision = _resolve_precision(settings.precision, device)
+    model, tokenizer, head_initialised = load_for_training(base_dir, seed=settings.seed)
+    model.to(device).train()
+    head = mlm_head(model)
+    base_model = model.base_model
+
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        (no_decay if p.ndim < 2 or "LayerNorm" in name or "layer_norm" in name else decay).append(p)
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": settings.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=settings.learning_rate,
+    )
+    warmup = int(settings.steps * settings.warmup_fraction)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(settings.steps, warmup))
+    scaler = torch.amp.GradScaler("cuda") if precision == "fp16" else None
+    amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    mask_gen = torch.Generator().manual_seed(settings.seed + 1)
+    torch.manual_seed(settings.seed + 2)  # dropout
+
+    start = 0
+    log_path = out_dir / _LOG
+    if restart and (out_dir / _CHECKPOINTS).exists():
+        shutil.rmtree(out_dir / _CHECKPOINTS)
+        log_path.unlink(missing_ok=True)
+    ckpt = _latest_checkpoint(out_dir)
+    if ckpt is not None:
+        start = _load_checkpoint(ckpt, model, optimizer, scheduler, scaler, sampler, mask_gen, signature)
+        _truncate_log(log_path, start)
+        logger.info("resuming from %s (step %d of %d)", ckpt, start, settings.steps)
+    elif not restart:
+        log_path.unlink(missing_ok=True)
+    if start >= settings.steps:
+        logger.info("training already reached %d steps; writing the model", start)
+
+    vocab_size = model.get_output_embeddings().weight.shape[0] if model.get_output_embeddings() is not None else len(tokenizer)
+    bar = None
+    if progress and start < settings.steps:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=settings.steps, initial=start, unit="step", desc=f"training ({settings.objective})")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    losses: list[float] = []
+    ema = None
+    try:
+        with log_path.open("a") as log:
+            for step in range(start + 1, settings.steps + 1):
+                if settings.objective == "sdr":
+                    batch = sampler.pair_batch(settings.batch_size)
+                else:
+                    batch = sampler.anchor_positive_batch(settings.batch_size)
+                enc = tokenizer(
+                    batch.left + batch.right, truncation=True, max_length=settings.max_tokens, padding=True,
+                    return_special_tokens_mask=True, return_tensors="pt", return_token_type_ids=False,
+                )
+                special = enc["special_tokens_mask"].bool() | (enc["attention_mask"] == 0)
+                input_ids, labels = mask_tokens(
+                    enc["input_ids"], special, mask_token_id=tokenizer.mask_token_id, vocab_size=vocab_size,
+                    probability=settings.mlm_probability, generator=mask_gen,
+                )
+                input_ids, labels = input_ids.to(device), labels.to(device)
+                attention = enc["attention_mask"].to(device)
+                with torch.autocast(device_type=device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+                    if head is not None:
+                        hidden = base_model(input_ids=input_ids, attention_mask=attention).last_hidden_state
+                        sel = labels != -100
+                        if bool(sel.any()):
+                            logits = head(hidden[sel])
+                            mlm = torch.nn.functional.cross_entropy(logits.float(), labels[sel])
+                        else:
+                            mlm = hidden.sum() * 0.0
+                    else:
+                        outputs = model(input_ids=input_ids, attention_mask=attention, labels=labels, output_hidden_states=True)
+                        hidden, mlm = outputs.hidden_states[-1], outputs.loss.float()
+                vecs = mean_pool(hidden.float(), attention)
+                b = settings.batch_size
+                fp, fq = vecs[:b], vecs[b:]
+                if settings.objective == "sdr":
+                    metric = contrastive_loss(fp, fq, torch.as_tensor(batch.labels, device=device), settings.margin)
+                else:
+                    metric = triplet_hardest_loss(fp, fq, torch.as_tensor(batch.left_doc, device=device), settings.triplet_margin)
+                loss = settings.mlm_weight * mlm + metric
+                loss_value, mlm_value, metric_value = float(loss.detach()), float(mlm.detach()), float(metric.detach())
+                if not math.isfinite(loss_value):
+                    raise SDRError(f"training diverged at step {step} (loss {loss_value}); lower --lr")
+                optimizer.zero_grad(set_to_none=True)
+                if scaler is not None:
+                    scaler.scale(loss).backward()
+                    scaler.unscale_(optimizer)
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                    scaler.step(optimizer)
+                    scaler.update()
+                else:
+                    loss.backward()
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                    optimizer.step()
+                scheduler.step()
+                row = {"step": step, "loss": round(loss_value, 5), "mlm": round(mlm_value, 5),
+                       "metric": round(metric_value, 5), "lr": scheduler.get_last_lr()[0]}
+                log.write(json.dumps(row) + "\n")
+                losses.append(loss_value)
+                ema = loss_value if ema is None else 0.95 * ema + 0.05 * loss_value
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{ema:.3f}", mlm=f"{mlm_value:.2f}", metric=f"{metric_value:.3f}")
+                elif step % 50 == 0:
+                    logger.info("step %d/%d loss %.4f (mlm %.3f, %s %.4f)", step, settings.steps, ema, mlm_value,
+                                settings.objective, metric_value)
+                if step % settings.checkpoint_every == 0 and step < settings.steps:
+                    log.flush()
+                    _save_checkpoint(out_dir, step, model, optimizer, scheduler, scaler, sampler, mask_gen,
+                                     signature, settings.keep_checkpoints)
+    finally:
+        if bar is not None:
+            bar.close()
+    seconds = time.perf_counter() - t0
+    provenance = {
+        "base_model": str(base_dir),
+        "base_fingerprint": base_fp,
+        "objective": settings.objective,
+        "steps": settings.steps,
+        "corpus_hash": corpus_hash,
+        "corpus_documents": pool.n_docs,
+        "corpus_sentences": len(pool.sentences),
+        "mlm_head_initialised": head_initialised,
+        "settings": signature["settings"],
+        "precision": precision,
+        "sdr_search_version": __version__,
+        "torch_version": torch.__version__,
+    }
+    model.eval()
+    save_model(model.cpu(), tokenizer, out_dir, provenance)
+    logger.info("wrote trained model to %s", out_dir)
+    first = float(np.mean(losses[: min(20, len(losses))])) if losses else float("nan")
+    last = float(np.mean(losses[-min(20, len(losses)):])) if losses else float("nan")
+    return TrainResult(out_dir, settings.steps, start, seconds, first, last, provenance)

@@ -1,0 +1,292 @@
+"""sdr train: pair sampling, losses, and the training loop (loss goes down, model loads, resume)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from sdr_core.documents import documents_from_records
+from sdr_core.errors import InvalidInputError
+from sdr_core.training.sampler import PairSampler, SentencePool, corpus_fingerprint
+
+pytestmark = pytest.mark.unit
+
+TOPICS = {
+    "cricket": ["The batsman scored a century in the final over of the match.",
+                "The bowler took three wickets before the tea interval.",
+                "Spectators cheered as the captain lifted the trophy.",
+                "Rain delayed the start of play on the second morning."],
+    "tax": ["The assessee claimed a deduction for depreciation on machinery.",
+            "The tribunal held that the income was taxable in the relevant year.",
+            "The revenue appealed against the order of the commissioner.",
+            "Interest on the refund was payable from the date of payment."],
+    "murder": ["The accused was convicted under section 302 of the penal code.",
+               "The post-mortem report showed injuries caused by a sharp weapon.",
+               "Two eyewitnesses identified the appellant at the scene.",
+               "The sessions judge sentenced him to imprisonment for life."],
+    "land": ["The land was acquired by the state for a public purpose.",
+             "Compensation was fixed at the market value on the date of notification.",
+             "The claimants sought enhancement of the amount awarded.",
+             "The collector's award was challenged before the reference court."],
+}
+
+
+def tiny_docs(n_per_topic: int = 2):
+    records = []
+    for topic, sents in TOPICS.items():
+        for k in range(n_per_topic):
+            rot = sents[k:] + sents[:k]
+            records.append({"id": f"{topic}-{k}", "paragraphs": [" ".join(rot[:2]) + f" Paragraph {k} of {topic} one.",
+                                                                 " ".join(rot[2:]) + f" Paragraph {k} of {topic} two."]})
+    return list(documents_from_records(records))
+
+
+def unique_docs(n_docs: int = 6, pars: int = 3, sents: int = 4):
+    records = [{"id": f"d{d}", "paragraphs": [" ".join(f"Document {d} paragraph {p} sentence number {s} is here."
+                                                        for s in range(sents)) for p in range(pars)]}
+               for d in range(n_docs)]
+    return list(documents_from_records(records))
+
+
+# -- sampler -------------------------------------------------------------------------------------
+def _locate(docs):
+    where = {}
+    for di, doc in enumerate(docs):
+        for pi, par in enumerate(doc.paragraphs):
+            for s in par:
+                where[s] = (di, pi)
+    return where
+
+
+def test_sampler_proportion_and_pair_kinds():
+    docs = unique_docs()
+    where = _locate(docs)
+    sampler = PairSampler(SentencePool.from_documents(docs, min_chars=0), seed=3)
+    batch = sampler.pair_batch(4000)
+    frac = batch.labels.mean()
+    assert abs(frac - 0.5) < 4 * np.sqrt(0.25 / 4000)  # within 4 sigma of 0.5
+    for left, right, y, ld, rd in zip(batch.left, batch.right, batch.labels, batch.left_doc, batch.right_doc):
+        (d1, p1), (d2, p2) = where[left], where[right]
+        assert (d1, d2) == (ld, rd)
+        if y == 1:
+            assert (d1, p1) == (d2, p2) and left != right  # same paragraph, two different sentences
+        else:
+            assert d1 != d2  # negatives always from different documents
+
+
+def test_sampler_respects_caps_and_fraction():
+    docs = unique_docs(n_docs=4, pars=2, sents=10)
+    pool = SentencePool.from_documents(docs, max_sentences_per_paragraph=3, min_chars=0)
+    assert len(pool.sentences) == 4 * 2 * 3
+    assert all("sentence number 0" in s or "sentence number 1" in s or "sentence number 2" in s for s in pool.sentences)
+    batch = PairSampler(pool, seed=0, positive_fraction=0.8).pair_batch(3000)
+    assert abs(batch.labels.mean() - 0.8) < 0.04
+
+
+def test_sampler_state_round_trip_and_seed():
+    docs = unique_docs()
+    pool = SentencePool.from_documents(docs, min_chars=0)
+    a = PairSampler(pool, seed=1)
+    a.pair_batch(5)
+    state = json.loads(json.dumps(a.state()))  # checkpoints store it as JSON
+    first = a.pair_batch(7)
+    a.set_state(state)
+    again = a.pair_batch(7)
+    assert first.left == again.left and first.right == again.right
+    assert PairSampler(pool, seed=1).pair_batch(9).left == PairSampler(pool, seed=1).pair_batch(9).left
+    assert PairSampler(pool, seed=1).pair_batch(9).left != PairSampler(pool, seed=2).pair_batch(9).left
+
+
+def test_anchor_positive_batch_is_intra_paragraph():
+    docs = unique_docs()
+    where = _locate(docs)
+    batch = PairSampler(SentencePool.from_documents(docs, min_chars=0), seed=0).anchor_positive_batch(200)
+    assert batch.labels.tolist() == [1] * 200
+    for left, right, d in zip(batch.left, batch.right, batch.left_doc):
+        assert where[left] == where[right] and where[left][0] == d and left != right
+
+
+def test_sampler_refuses_unusable_corpora():
+    one = unique_docs(n_docs=1)
+    with pytest.raises(InvalidInputError, match="at least 2 documents"):
+        PairSampler(SentencePool.from_documents(one, min_chars=0))
+    singles = list(documents_from_records([{"id": "a", "text": "Only one sentence here."},
+                                           {"id": "b", "text": "Another lonely sentence."}]))
+    with pytest.raises(InvalidInputError, match="2 or more usable sentences"):
+        PairSampler(SentencePool.from_documents(singles, min_chars=0))
+
+
+def test_corpus_fingerprint_changes_with_content():
+    docs = unique_docs()
+    assert corpus_fingerprint(docs) == corpus_fingerprint(unique_docs())
+    assert corpus_fingerprint(docs) != corpus_fingerprint(unique_docs(sents=5))
+
+
+# -- losses --------------------------------------------------------------------------------------
+def test_contrastive_loss_matches_equation_1():
+    torch = pytest.importorskip("torch")
+    from sdr_core.training.losses import contrastive_loss
+
+    def unit(theta):
+        return torch.tensor([[np.cos(theta), np.sin(theta)]], dtype=torch.float32)
+
+    a = unit(0.0)
+    # positive at cos 0.6 -> 1 - 0.6; negative at cos 0.6 with m=1 -> 0.6; negative at cos -0.5 -> 0
+    b = unit(np.arccos(0.6))
+    c = unit(np.arccos(-0.5))
+    assert contrastive_loss(a, b, torch.tensor([1])).item() == pytest.approx(0.4, abs=1e-5)
+    assert contrastive_loss(a, b, torch.tensor([0])).item() == pytest.approx(0.6, abs=1e-5)
+    assert contrastive_loss(a, c, torch.tensor([0])).item() == pytest.approx(0.0, abs=1e-6)
+    assert contrastive_loss(a, b, torch.tensor([0]), margin=0.5).item() == pytest.approx(0.1, abs=1e-5)
+    both = contrastive_loss(torch.cat([a, a]), torch.cat([b, b]), torch.tensor([1, 0]))
+    assert both.item() == pytest.approx(0.5, abs=1e-5)
+
+
+def test_triplet_loss_uses_hardest_negative_from_other_documents():
+    torch = pytest.importorskip("torch")
+    from sdr_core.training.losses import angular_distance, triplet_hardest_loss
+
+    def unit(theta):
+        return [np.cos(theta), np.sin(theta)]
+
+    # pair 0 (doc 0): anchor at 0, positive at 0.2 rad; pair 1 (doc 1): anchor at 0.5, positive at 1.5;
+    # pair 2 (doc 0): anchor at 0.1 (same doc as pair 0: never a negative of anchor 0).
+    anchors = torch.tensor([unit(0.0), unit(0.5), unit(0.1)], dtype=torch.float32)
+    positives = torch.tensor([unit(0.2), unit(1.5), unit(0.3)], dtype=torch.float32)
+    docs = torch.tensor([0, 1, 0])
+    loss = triplet_hardest_loss(anchors, positives, docs, margin=0.5)
+    d = lambda x: float(angular_distance(torch.tensor(np.cos(x))))  # noqa: E731
+    expected = [
+        max(0.0, 0.5 + d(0.2) - d(0.5)),  # anchor 0 (doc 0): hardest negative = anchor 1, 0.5 rad away
+        max(0.0, 0.5 + d(1.0) - d(0.2)),  # anchor 1 (doc 1): positive 2 at 0.3 rad, 0.2 away
+        max(0.0, 0.5 + d(0.2) - d(0.4)),  # anchor 2 (doc 0): anchor 1, 0.4 away
+    ]
+    assert loss.item() == pytest.approx(float(np.mean(expected)), abs=1e-4)
+    # one document only: no negative, no loss
+    assert triplet_hardest_loss(anchors, positives, torch.tensor([0, 0, 0])).item() == 0.0
+
+
+def test_mask_tokens_never_touches_special_tokens():
+    torch = pytest.importorskip("torch")
+    from sdr_core.training.losses import mask_tokens
+
+    ids = torch.randint(5, 1000, (64, 50))
+    special = torch.zeros_like(ids, dtype=torch.bool)
+    special[:, 0] = special[:, -1] = True
+    special[:, 40:] = True  # padding
+    g = torch.Generator().manual_seed(0)
+    masked, labels = mask_tokens(ids, special, mask_token_id=3, vocab_size=1000, probability=0.15, generator=g)
+    assert (labels[special] == -100).all() and (masked[special] == ids[special]).all()
+    selected = labels != -100
+    frac = selected.sum().item() / (~special).sum().item()
+    assert 0.12 < frac < 0.18
+    assert (labels[selected] == ids[selected]).all()
+    mask_share = (masked[selected] == 3).float().mean().item()
+    assert 0.7 < mask_share < 0.9
+    assert (masked[~selected] == ids[~selected]).all()
+
+
+# -- training loop -------------------------------------------------------------------------------
+def _settings(**kw):
+    from sdr_core.training.settings import TrainSettings
+
+    base = dict(steps=16, batch_size=8, learning_rate=5e-4, warmup_fraction=0.0, max_tokens=32,
+                checkpoint_every=100, device="cpu", precision="fp32", min_sentence_chars=0, seed=0)
+    base.update(kw)
+    return TrainSettings(**base)
+
+
+@pytest.mark.parametrize("objective", ["sdr", "triplet"])
+def test_training_lowers_the_loss_and_saves_a_usable_model(tmp_path, objective):
+    from sdr_core.encoder import SentenceEncoder
+    from sdr_core.settings import EncoderSettings
+    from sdr_core.training.model import read_provenance
+    from sdr_core.training.trainer import train
+
+    docs = tiny_docs()
+    out = tmp_path / "model"
+    result = train(docs, out, settings=_settings(objective=objective), progress=False, threads=1)
+    rows = [json.loads(line) for line in (out / "training_log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(1, 17))
+    first, last = np.mean([r["loss"] for r in rows[:4]]), np.mean([r["loss"] for r in rows[-4:]])
+    assert last < first, (first, last)
+    prov = read_provenance(out)
+    assert prov["objective"] == objective and prov["steps"] == 16
+    assert prov["corpus_hash"] == corpus_fingerprint(docs) and prov["mlm_head_initialised"] is True
+    enc = SentenceEncoder(settings=EncoderSettings(model=str(out), device="cpu", precision="fp32"))
+    vecs = enc.encode(["The bowler took three wickets.", "Compensation for acquired land."])
+    assert vecs.shape == (2, 384) and np.allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-5)
+    assert result.steps == 16 and result.resumed_from == 0
+
+
+def test_training_is_deterministic_and_resumes_exactly(tmp_path, monkeypatch):
+    from safetensors.numpy import load_file
+
+    from sdr_core.training import trainer
+    from sdr_core.training.sampler import PairSampler as Sampler
+
+    docs = tiny_docs()
+    settings = _settings(steps=6, checkpoint_every=2)
+    trainer.train(docs, tmp_path / "a", settings=settings, progress=False, threads=1)
+
+    calls = {"n": 0}
+    real = Sampler.pair_batch
+
+    def flaky(self, size):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise KeyboardInterrupt  # the process dies during step 5
+        return real(self, size)
+
+    monkeypatch.setattr(Sampler, "pair_batch", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.train(docs, tmp_path / "b", settings=settings, progress=False, threads=1)
+    monkeypatch.setattr(Sampler, "pair_batch", real)
+    assert (tmp_path / "b" / "checkpoints" / "step-0000004").is_dir()
+    result = trainer.train(docs, tmp_path / "b", settings=settings, progress=False, threads=1)
+    assert result.resumed_from == 4
+    log_a = (tmp_path / "a" / "training_log.jsonl").read_text()
+    assert (tmp_path / "b" / "training_log.jsonl").read_text() == log_a
+    wa, wb = load_file(str(tmp_path / "a" / "model.safetensors")), load_file(str(tmp_path / "b" / "model.safetensors"))
+    assert wa.keys() == wb.keys()
+    assert all(np.array_equal(wa[k], wb[k]) for k in wa)
+
+
+def test_resume_refuses_a_different_run(tmp_path):
+    from sdr_core.errors import SDRError
+    from sdr_core.training.trainer import train
+
+    docs = tiny_docs()
+    train(docs, tmp_path / "m", settings=_settings(steps=4, checkpoint_every=2), progress=False, threads=1)
+    with pytest.raises(SDRError, match="different training run"):
+        train(docs, tmp_path / "m", settings=_settings(steps=4, checkpoint_every=2, learning_rate=1e-4), progress=False, threads=1)
+    train(docs, tmp_path / "m", settings=_settings(steps=4, checkpoint_every=2, learning_rate=1e-4), restart=True,
+          progress=False, threads=1)
+
+
+def test_cli_train_errors_are_one_line(tmp_path, caplog):
+    from sdr_core.cli import main
+
+    one = tmp_path / "one.jsonl"
+    one.write_text(json.dumps({"id": "a", "text": "A lonely document. It has two sentences."}) + "\n")
+    assert main(["train", "--corpus", str(one), "--out", str(tmp_path / "m")]) == 2
+    assert "at least 2 usable documents" in caplog.text
+    two = tmp_path / "two.jsonl"
+    two.write_text("".join(json.dumps({"id": d.id, "paragraphs": [" ".join(p) for p in d.paragraphs]}) + "\n" for d in tiny_docs()))
+    assert main(["train", "--corpus", str(two), "--out", str(tmp_path / "m"), "--steps", "0"]) == 2
+    assert "invalid training setting steps" in caplog.text
+
+
+def test_cli_train_writes_model_and_summary(tmp_path, capsys):
+    from sdr_core.cli import main
+
+    two = tmp_path / "two.jsonl"
+    two.write_text("".join(json.dumps({"id": d.id, "paragraphs": [" ".join(p) for p in d.paragraphs]}) + "\n" for d in tiny_docs()))
+    rc = main(["train", "--corpus", str(two), "--out", str(tmp_path / "m"), "--steps", "3", "--batch-size", "4",
+               "--max-tokens", "24", "--device", "cpu", "--no-progress", "--threads", "1"])
+    assert rc == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["steps"] == 3 and summary["objective"] == "sdr" and summary["corpus_documents"] == 8
+    assert (tmp_path / "m" / "config.json").is_file() and (tmp_path / "m" / "model.safetensors").is_file()
