@@ -172,7 +172,7 @@ class MoreLikeThisRequest(BaseModel):
         None,
         description="'sdr': vector candidates ranked by exact SDR. 'hybrid': lexical (BM25) candidates too, and "
         "BM25, SDR and the mean-vector cosine fused per query. Default: the index's default, else the server's "
-        "SDR_METHOD (sdr); `fusion`, `weights` or `rank_constant` without a method mean 'hybrid'.",
+        "SDR_METHOD (default hybrid); `fusion`, `weights` or `rank_constant` without a method mean 'hybrid'.",
     )
     fusion: Literal["zscore", "minmax", "rrf"] = Field(  # type: ignore[assignment]
         None,

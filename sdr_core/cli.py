@@ -128,7 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     ml = sub.add_parser(
         "mlt", help="more like this: documents of a store most similar to a document",
-        description="Two-stage more-like-this: nested sentence k-NN candidates, then the exact SDR score.",
+        description="More like this from a store. Default method hybrid: nested sentence k-NN candidates united with "
+        "the lexical (BM25) top K, scored with BM25, exact SDR and the single-vector cosine and fused per query "
+        "(README). --method sdr: the two-stage exact SDR ranking alone.",
     )
     _add_store_args(ml)
     src = ml.add_mutually_exclusive_group(required=True)
@@ -142,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "(hybrid: also each signal's raw and normalised score)")
     ml.add_argument("--method", choices=["sdr", "hybrid"],
                     help="sdr: exact SDR over the vector candidates; hybrid: BM25 candidates too, signals fused (default: the "
-                    "index's default (sdr defaults), else env SDR_METHOD, else sdr)")
+                    "index's default (sdr defaults), else env SDR_METHOD, else hybrid)")
     _add_hybrid_args(ml)
     _add_encoder_args(ml)
     ml.set_defaults(handler=_lazy("reranker.commands", "cmd_mlt"))

@@ -170,8 +170,13 @@ class SentenceEncoder:
 
             hf_logging.disable_progress_bar()
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
-            tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-            model = AutoModel.from_pretrained(str(path), local_files_only=True)
+            verbosity = hf_logging.get_verbosity()
+            hf_logging.set_verbosity_error()  # a trained model's unused MLM head is expected, not news
+            try:
+                tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+                model = AutoModel.from_pretrained(str(path), local_files_only=True)
+            finally:
+                hf_logging.set_verbosity(verbosity)
         except (OSError, ValueError, KeyError) as e:
             raise ModelNotFoundError(f"cannot load a model from {path}: {e}") from e
         self._device = self._resolve_device()

@@ -82,7 +82,7 @@ def test_two_stage_equals_exhaustive_sdr_with_the_same_stats(built, encoder):
 def test_same_topic_ranks_first_and_explain_has_three_levels(built, encoder):
     path, _ = built
     with EmbeddedStore(path) as store:
-        engine = MoreLikeThis(store=store, encoder=encoder)
+        engine = MoreLikeThis(store=store, encoder=encoder, settings=MLTSettings(method="sdr"))
         res = engine.more_like_this(doc_id="land_0", size=5, explain=True)
         assert all(h.id.startswith("land_") for h in res.hits)
         ex = res.hits[0].explanation
@@ -230,7 +230,8 @@ def test_method_and_fusion_resolution(tmp_path, encoder):
     with EmbeddedStore(tmp_path / "s", create=True) as store:
         index_documents(store, [parse_record(r) for r in _records()[:8]], encoder)
         engine = MoreLikeThis(store=store, encoder=encoder)
-        assert engine.resolve() is None  # product default: sdr
+        assert engine.resolve() == DEFAULT_HYBRID  # product default: hybrid (measured, README)
+        assert MoreLikeThis(store=store, encoder=encoder, settings=MLTSettings(method="sdr")).resolve() is None
         assert engine.resolve(method="hybrid") == DEFAULT_HYBRID
         assert engine.resolve(method="hybrid", weights={"sdr": 1}).weights == {"bm25": 0.0, "sdr": 1.0, "mean": 0.0}
         env = MoreLikeThis(store=store, encoder=encoder, settings=MLTSettings(method="hybrid", fusion="minmax"))

@@ -284,7 +284,13 @@ def test_mlt_by_id_text_paragraphs_and_sections(client):
 
 @pytest.mark.integration
 def test_explain_has_three_levels(client):
-    r = client.post(MLT, json={"id": "tax_2", "size": 2, "explain": True})
+    r = client.post(MLT, json={"id": "tax_2", "size": 2, "explain": True})  # default method: hybrid
+    assert r.status_code == 200, r.text
+    hit = r.json()["hits"][0]
+    assert r.json()["method"] == "hybrid"
+    assert hit["explanation"]["hybrid"]["score"] == pytest.approx(hit["score"], abs=1e-4)  # the fused score
+    assert set(hit["explanation"]["hybrid"]["signals"]) == {"bm25", "sdr", "mean"}
+    r = client.post(MLT, json={"id": "tax_2", "size": 2, "explain": True, "method": "sdr"})
     assert r.status_code == 200, r.text
     hit = r.json()["hits"][0]
     assert hit["title"].startswith("tax case")

@@ -193,7 +193,8 @@ def _settings(**kw):
     from sdr_core.training.settings import TrainSettings
 
     base = dict(steps=16, batch_size=8, learning_rate=5e-4, warmup_fraction=0.0, max_tokens=32,
-                checkpoint_every=100, device="cpu", precision="fp32", min_sentence_chars=0, seed=0)
+                checkpoint_every=100, device="cpu", precision="fp32", min_sentence_chars=0, seed=0,
+                probe_pairs=8)
     base.update(kw)
     return TrainSettings(**base)
 
@@ -219,6 +220,10 @@ def test_training_lowers_the_loss_and_saves_a_usable_model(tmp_path, objective):
     vecs = enc.encode(["The bowler took three wickets.", "Compensation for acquired land."])
     assert vecs.shape == (2, 384) and np.allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-5)
     assert result.steps == 16 and result.resumed_from == 0
+    for when in ("before", "after"):
+        cos = prov["probe_cosines"][when]
+        assert -1 <= cos["negative"] <= 1 and -1 <= cos["positive"] <= 1
+        assert cos["gap"] == pytest.approx(cos["positive"] - cos["negative"], abs=1e-3)
 
 
 def test_training_is_deterministic_and_resumes_exactly(tmp_path, monkeypatch):
@@ -235,8 +240,8 @@ def test_training_is_deterministic_and_resumes_exactly(tmp_path, monkeypatch):
     real = Sampler.pair_batch
 
     def flaky(self, size):
-        calls["n"] += 1
-        if calls["n"] == 5:
+        calls["n"] += size == settings.batch_size  # training batches only, not the probe set
+        if calls["n"] == 5 and size == settings.batch_size:
             raise KeyboardInterrupt  # the process dies during step 5
         return real(self, size)
 
@@ -286,6 +291,7 @@ def test_cli_train_writes_model_and_summary(tmp_path, capsys):
     two.write_text("".join(json.dumps({"id": d.id, "paragraphs": [" ".join(p) for p in d.paragraphs]}) + "\n" for d in tiny_docs()))
     rc = main(["train", "--corpus", str(two), "--out", str(tmp_path / "m"), "--steps", "3", "--batch-size", "4",
                "--max-tokens", "24", "--device", "cpu", "--no-progress", "--threads", "1"])
+    # (the CLI's probe uses the default 256 pairs: fine on 8 documents)
     assert rc == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["steps"] == 3 and summary["objective"] == "sdr" and summary["corpus_documents"] == 8

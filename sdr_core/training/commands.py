@@ -52,6 +52,7 @@ def cmd_train(args) -> int:
         "loss_first_20": round(result.first_loss, 4), "loss_last_20": round(result.last_loss, 4),
         "corpus_documents": len(docs), "skipped": report.n_skipped,
         "corpus_hash": result.provenance["corpus_hash"],
+        "probe_cosines": result.probe_cosines,
     }
     sys.stdout.write(json.dumps(out) + "\n")
     return 0

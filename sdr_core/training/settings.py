@@ -52,6 +52,11 @@ class TrainSettings(BaseSettings):
     min_sentence_chars: int = Field(
         20, ge=0, description="Sentences shorter than this (headings, numbers) are never sampled.",
     )
+    probe_pairs: int = Field(
+        256, ge=0,
+        description="Positive pairs (and about as many negatives) of a fixed probe set whose mean cosines are "
+        "reported before and after training, to catch a collapsed encoder without a full evaluation; 0 = off.",
+    )
     checkpoint_every: int = Field(200, gt=0, description="Steps between checkpoints (resumable).")
     keep_checkpoints: int = Field(2, gt=0, description="Checkpoints kept on disk (older ones are removed).")
     device: str = Field("auto", description="'auto' (CUDA when present), 'cpu', 'cuda', 'cuda:N'.")

@@ -49,7 +49,7 @@ logger = logging.getLogger(__name__)
 _CHECKPOINTS = "checkpoints"
 _LOG = "training_log.jsonl"
 # Settings that do not change what is learned (a resumed run may change them).
-_NOT_IN_SIGNATURE = {"checkpoint_every", "keep_checkpoints", "device"}
+_NOT_IN_SIGNATURE = {"checkpoint_every", "keep_checkpoints", "device", "probe_pairs"}
 
 
 @dataclass
@@ -61,6 +61,48 @@ class TrainResult:
     first_loss: float
     last_loss: float
     provenance: dict[str, Any]
+
+    @property
+    def probe_cosines(self) -> dict[str, Any]:
+        return self.provenance["probe_cosines"]
+
+
+def probe_pairs(pool: SentencePool, seed: int, n: int = 256):
+    """A fixed probe set (own seed, drawn before training): ``n`` positive and ``n`` negative pairs."""
+    sampler = PairSampler(pool, seed=seed + 7919)
+    return sampler.anchor_positive_batch(n), sampler.pair_batch(4 * n)
+
+
+def pair_cosines(model, tokenizer, probe, device, max_tokens: int) -> dict[str, float]:
+    """Mean cosine of the probe's positive and negative pairs under ``model`` (eval mode, unmasked
+    input, the encoder's pooling). A collapsed encoder shows negatives close to positives."""
+    import torch
+
+    from .losses import mean_pool
+
+    positives, mixed = probe
+    neg_left = [a for a, y in zip(mixed.left, mixed.labels) if y == 0]
+    neg_right = [b for b, y in zip(mixed.right, mixed.labels) if y == 0]
+    base = model.base_model
+    was_training = model.training
+    model.eval()
+
+    def encode(texts: list[str]) -> torch.Tensor:
+        out = []
+        for i in range(0, len(texts), 64):
+            enc = tokenizer(texts[i:i + 64], truncation=True, max_length=max_tokens, padding=True,
+                            return_tensors="pt", return_token_type_ids=False)
+            with torch.inference_mode():
+                hidden = base(input_ids=enc["input_ids"].to(device), attention_mask=enc["attention_mask"].to(device)).last_hidden_state
+                out.append(mean_pool(hidden.float(), enc["attention_mask"].to(device)))
+        return torch.cat(out)
+
+    try:
+        pos = (encode(positives.left) * encode(positives.right)).sum(-1).mean().item()
+        neg = (encode(neg_left) * encode(neg_right)).sum(-1).mean().item() if neg_left else float("nan")
+    finally:
+        model.train(was_training)
+    return {"positive": round(pos, 4), "negative": round(neg, 4), "gap": round(pos - neg, 4)}
 
 
 def run_signature(settings: TrainSettings, base_fingerprint: str, corpus_hash: str) -> dict[str, Any]:
@@ -209,6 +251,10 @@ def train(
     precision = _resolve_precision(settings.precision, device)
     model, tokenizer, head_initialised = load_for_training(base_dir, seed=settings.seed)
     model.to(device).train()
+    probe = probe_pairs(pool, settings.seed, settings.probe_pairs) if settings.probe_pairs else None
+    cos_before = pair_cosines(model, tokenizer, probe, device, settings.max_tokens) if probe else None
+    if cos_before:
+        logger.info("probe pair cosines before training: %s", cos_before)
     head = mlm_head(model)
     base_model = model.base_model
 
@@ -323,6 +369,14 @@ def train(
         if bar is not None:
             bar.close()
     seconds = time.perf_counter() - t0
+    cos_after = pair_cosines(model, tokenizer, probe, device, settings.max_tokens) if probe else None
+    if cos_after:
+        logger.info("probe pair cosines after training: %s (before: %s)", cos_after, cos_before)
+    if cos_after and (cos_after["gap"] < cos_before["gap"] or cos_after["negative"] > 0.5):
+        logger.warning(
+            "the trained encoder separates probe pairs less well than the base (gap %.3f -> %.3f, negative "
+            "cosine %.3f): it may have collapsed; evaluate before using it, and try a lower --mlm-weight or --lr",
+            cos_before["gap"], cos_after["gap"], cos_after["negative"])
     provenance = {
         "base_model": str(base_dir),
         "base_fingerprint": base_fp,
@@ -334,6 +388,7 @@ def train(
         "mlm_head_initialised": head_initialised,
         "settings": signature["settings"],
         "precision": precision,
+        "probe_cosines": {"before": cos_before, "after": cos_after},
         "sdr_search_version": __version__,
         "torch_version": torch.__version__,
     }
