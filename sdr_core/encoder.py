@@ -21,7 +21,8 @@ import numpy as np
 from .errors import InvalidInputError, ModelNotFoundError, SDRError
 from .settings import EncoderSettings
 
-__all__ = ["SentenceEncoder", "default_model_dir", "resolve_model_dir", "plan_batches"]
+__all__ = ["SentenceEncoder", "default_model_dir", "resolve_model_dir", "plan_batches", "resolve_device",
+           "resolve_precision", "mean_pool"]
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +82,45 @@ def plan_batches(lengths: Sequence[int], max_batch_tokens: int) -> list[np.ndarr
     return batches
 
 
+def resolve_device(want: str):
+    """The torch device for a setting: 'auto' (CUDA when present), 'cpu', 'cuda' or 'cuda:N'."""
+    import torch
+
+    if want == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(want)
+    except RuntimeError as e:
+        raise InvalidInputError(f"invalid device {want!r}") from e
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise InvalidInputError(f"device {want!r} asked for but CUDA is not available")
+    return dev
+
+
+def resolve_precision(want: str, device) -> str:
+    """'fp32', 'bf16' or 'fp16' for a setting on ``device``. 'auto': bf16 on CUDA with bf16 (fp16
+    otherwise) and on CPUs with native bf16 (AVX512-BF16/AMX), fp32 elsewhere."""
+    import torch
+
+    if want != "auto":
+        if want == "fp16" and device.type == "cpu":
+            raise InvalidInputError("fp16 is not supported on CPU; use bf16 or fp32")
+        return want
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    native_bf16 = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    return "bf16" if native_bf16 else "fp32"
+
+
+def mean_pool(hidden, attention_mask):
+    """Mean of token vectors over non-padding tokens, L2-normalised (torch tensors in and out)."""
+    import torch
+
+    m = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    pooled = (hidden * m).sum(dim=1) / m.sum(dim=1).clamp(min=1.0)
+    return torch.nn.functional.normalize(pooled, p=2, dim=-1)
+
+
 class SentenceEncoder:
     """Encode sentences into L2-normalised float32 vectors (see module docstring)."""
 
@@ -132,32 +172,10 @@ class SentenceEncoder:
 
     # -- loading ------------------------------------------------------------------------------
     def _resolve_device(self):
-        import torch
-
-        want = self.settings.device
-        if want == "auto":
-            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        try:
-            dev = torch.device(want)
-        except RuntimeError as e:
-            raise InvalidInputError(f"invalid device {want!r}") from e
-        if dev.type == "cuda" and not torch.cuda.is_available():
-            raise InvalidInputError(f"device {want!r} asked for but CUDA is not available")
-        return dev
+        return resolve_device(self.settings.device)
 
     def _resolve_precision(self) -> str:
-        import torch
-
-        want = self.settings.precision
-        device = self._device or self._resolve_device()
-        if want != "auto":
-            if want == "fp16" and device.type == "cpu":
-                raise InvalidInputError("fp16 is not supported on CPU; use bf16 or fp32")
-            return want
-        if device.type == "cuda":
-            return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-        native_bf16 = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
-        return "bf16" if native_bf16 else "fp32"
+        return resolve_precision(self.settings.precision, self._device or self._resolve_device())
 
     def _load(self) -> None:
         if self._model is not None:
@@ -215,10 +233,7 @@ class SentenceEncoder:
             else:
                 with torch.autocast(device_type=self._device.type, dtype=dtype):
                     hidden = self._model(input_ids=input_ids, attention_mask=mask).last_hidden_state
-            hidden = hidden.float()
-            m = mask.unsqueeze(-1).to(hidden.dtype)
-            pooled = (hidden * m).sum(dim=1) / m.sum(dim=1).clamp(min=1.0)
-            pooled = torch.nn.functional.normalize(pooled, p=2, dim=-1)
+            pooled = mean_pool(hidden.float(), mask)
         return pooled.cpu().numpy().astype(np.float32, copy=False)
 
     def encode(self, sentences: Sequence[str], *, progress: bool = False) -> np.ndarray:

@@ -17,16 +17,9 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["contrastive_loss", "angular_distance", "triplet_hardest_loss", "mask_tokens", "mean_pool"]
+__all__ = ["contrastive_loss", "angular_distance", "triplet_hardest_loss", "mask_tokens"]
 
 _EPS = 1e-6
-
-
-def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """Mean of token vectors over non-padding tokens, L2-normalised (the encoder's pooling)."""
-    m = attention_mask.unsqueeze(-1).to(hidden.dtype)
-    pooled = (hidden * m).sum(dim=1) / m.sum(dim=1).clamp(min=1.0)
-    return torch.nn.functional.normalize(pooled.float(), p=2, dim=-1)
 
 
 def contrastive_loss(fp: torch.Tensor, fq: torch.Tensor, labels: torch.Tensor, margin: float = 1.0) -> torch.Tensor:

@@ -37,7 +37,7 @@ import numpy as np
 
 from .. import __version__
 from ..documents import Document
-from ..encoder import model_fingerprint, resolve_model_dir
+from ..encoder import model_fingerprint, resolve_device, resolve_model_dir, resolve_precision
 from ..errors import InvalidInputError, SDRError
 from .sampler import PairSampler, SentencePool, corpus_fingerprint
 from .settings import TrainSettings
@@ -78,7 +78,7 @@ def pair_cosines(model, tokenizer, probe, device, max_tokens: int) -> dict[str, 
     input, the encoder's pooling). A collapsed encoder shows negatives close to positives."""
     import torch
 
-    from .losses import mean_pool
+    from ..encoder import mean_pool
 
     positives, mixed = probe
     neg_left = [a for a, y in zip(mixed.left, mixed.labels) if y == 0]
@@ -109,30 +109,6 @@ def run_signature(settings: TrainSettings, base_fingerprint: str, corpus_hash: s
     """What a checkpoint must match to be resumed."""
     s = {k: v for k, v in settings.model_dump().items() if k not in _NOT_IN_SIGNATURE}
     return {"settings": s, "base": base_fingerprint, "corpus": corpus_hash}
-
-
-def _resolve_device(want: str):
-    import torch
-
-    if want == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(want)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise InvalidInputError(f"device {want!r} asked for but CUDA is not available")
-    return dev
-
-
-def _resolve_precision(want: str, device) -> str:
-    import torch
-
-    if want == "auto":
-        if device.type == "cuda":
-            return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-        native_bf16 = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
-        return "bf16" if native_bf16 else "fp32"
-    if want == "fp16" and device.type == "cpu":
-        raise InvalidInputError("fp16 training is not supported on CPU; use bf16 or fp32")
-    return want
 
 
 def _lr_lambda(total: int, warmup: int):
@@ -228,7 +204,8 @@ def train(
     """Train an encoder on ``docs`` (see module docstring) and write it to ``out_dir``."""
     import torch
 
-    from .losses import contrastive_loss, mask_tokens, mean_pool, triplet_hardest_loss
+    from ..encoder import mean_pool
+    from .losses import contrastive_loss, mask_tokens, triplet_hardest_loss
     from .model import load_for_training, mlm_head, save_model
 
     settings = settings or TrainSettings()
@@ -247,8 +224,8 @@ def train(
     signature = run_signature(settings, base_fp, corpus_hash)
     logger.info("training pool: %d documents, %d paragraphs, %d sentences", pool.n_docs, len(pool.par_doc), len(pool.sentences))
 
-    device = _resolve_device(settings.device)
-    precision = _resolve_precision(settings.precision, device)
+    device = resolve_device(settings.device)
+    precision = resolve_precision(settings.precision, device)
     model, tokenizer, head_initialised = load_for_training(base_dir, seed=settings.seed)
     model.to(device).train()
     probe = probe_pairs(pool, settings.seed, settings.probe_pairs) if settings.probe_pairs else None
