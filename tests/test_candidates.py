@@ -83,6 +83,43 @@ def test_votes_and_sum():
     assert d["b"] == pytest.approx(((0.5 + 0.7) / 2 + 0.0) / 2)
 
 
+def test_weighted_sum_weighs_sentences_like_sdr_normalisation():
+    hits = SentenceHits([["a", "b"], ["b"], ["a"]], [np.array([0.9, 0.5]), np.array([0.7]), np.array([0.6])])
+    par = np.array([0, 2, 3])  # paragraph 0: sentences 0-1, paragraph 1: sentence 2
+    stats = NormStats(np.array([0.3, 0.3]), np.array([0.5, 0.1]))
+    ids, w = aggregate_hits(hits, par, method="weighted-sum", stats=stats)
+    d = dict(zip(ids, w))
+    # weight 1 / (n_i * sigma_i): paragraph 0 -> 1 / (2 * 0.5) = 1, paragraph 1 -> 1 / 0.1 = 10
+    assert d["a"] == pytest.approx(0.9 * 1 + 0.6 * 10)
+    assert d["b"] == pytest.approx((0.5 + 0.7) * 1)
+    # without statistics: 1 / n_i
+    ids, w = aggregate_hits(hits, par, method="weighted-sum")
+    d = dict(zip(ids, w))
+    assert d["a"] == pytest.approx(0.9 / 2 + 0.6) and d["b"] == pytest.approx(1.2 / 2)
+    # with equal sigma and equal paragraph sizes it ranks like "sum"
+    even = np.array([0, 1, 2, 3])
+    _, plain = aggregate_hits(hits, even, method="sum")
+    _, weighted = aggregate_hits(hits, even, method="weighted-sum", stats=NormStats(np.zeros(3), np.full(3, 0.2)))
+    assert np.allclose(weighted, plain / 0.2)
+
+
+def test_weighted_sum_equals_relaxed_sdr_when_every_document_is_hit():
+    rng = np.random.default_rng(3)
+    # with every document in every hit list, weighted-sum is mean_i mean_s best / sigma_i, i.e. the
+    # relaxed SDR score up to the constant mean_i mu_i / sigma_i: the same order
+    corpus = CorpusVectors.from_docs([f"d{k}" for k in range(6)], [_doc(rng, [2, 3]) for _ in range(6)])
+    source = _doc(rng, [2, 1, 3])
+    stats = NormStats(rng.uniform(0.1, 0.3, 3), rng.uniform(0.05, 0.2, 3))
+    best = np.stack([(source.vectors @ corpus.doc(k).vectors.T).max(axis=1) for k in range(6)], axis=1)  # (s, D)
+    order = np.argsort(-best, axis=1, kind="stable")
+    hits = SentenceHits([[f"d{k}" for k in row] for row in order], [best[s, row] for s, row in enumerate(order)])
+    ids, w = aggregate_hits(hits, source.par_offsets, method="weighted-sum", stats=stats)
+    A = np.add.reduceat(best, source.par_offsets[:-1], axis=0) / np.diff(source.par_offsets)[:, None]
+    relaxed = ((A - stats.mu[:, None]) / stats.sigma[:, None]).mean(axis=0)
+    got = dict(zip(ids, w))
+    assert [f"d{k}" for k in np.argsort(-relaxed)] == sorted(got, key=lambda d: -got[d])
+
+
 def test_errors_and_empty():
     with pytest.raises(ValueError, match="unknown aggregation"):
         aggregate_hits(SentenceHits([[]], [np.array([])]), np.array([0, 1]), method="max")
