@@ -7,9 +7,8 @@ For every IRLeD dev query (new text), with statistics over every corpus paragrap
 - ``B[c, s]``: the best cosine of source sentence ``s`` to any sentence of document ``c``, for
   every document (what a perfect nested k-NN returns, before truncation to the top k);
 - each aggregation of :mod:`indexer.candidates` (the engine's own code) on the exact top-``k``
-  documents per source sentence, and two references: ``sigma-sum`` (the sum weighted like SDR's
-  normalisation, ``1 / (sigma_i * n_i)``) and ``relaxed-full`` (SDR with the paragraph max relaxed
-  to a document max, on the complete ``B``: no truncation at all).
+  documents per source sentence, and a reference: ``relaxed-full`` (SDR with the paragraph max
+  relaxed to a document max, on the complete ``B``: no truncation at all).
 
 Prints the mean fraction of the exhaustive top-10 inside the top K candidates, for several k and
 K. Takes about 3 minutes on 2 cores once the embedding cache holds IRLeD.
@@ -34,7 +33,9 @@ from sdr_core.cache import EmbeddingCache  # noqa: E402
 from sdr_core.documents import read_documents  # noqa: E402
 from sdr_core.embed import embed_documents  # noqa: E402
 from sdr_core.encoder import SentenceEncoder  # noqa: E402
-from sdr_core.scoring import NormStats, document_max, rank, sdr_scores, segment_max_rows  # noqa: E402
+from sdr_core.scoring import (  # noqa: E402
+    NormStats, document_max, rank, sdr_scores, segment_max_rows, stats_from_paragraph_scores,
+)
 from sdr_core.settings import CacheSettings  # noqa: E402
 from sdr_core.vectors import CorpusVectors, DocVectors  # noqa: E402
 
@@ -53,9 +54,7 @@ def exact_quantities(source: DocVectors, corpus: CorpusVectors) -> tuple[np.ndar
     del sims
     counts = np.diff(source.par_offsets)
     P = (np.add.reduceat(pm, source.par_offsets[:-1], axis=1) / counts).T  # (n, Q)
-    mu = P.mean(axis=1, dtype=np.float64)
-    sigma = np.sqrt(np.square(P - mu[:, None]).mean(axis=1))
-    stats = NormStats(mu, np.where(sigma < 1e-6, 1.0, sigma))
+    stats = stats_from_paragraph_scores(P)
     S = sdr_scores(document_max(P, corpus.doc_par_offsets), stats)
     B = np.maximum.reduceat(pm, corpus.doc_par_offsets[:-1], axis=0)  # (D, s)
     return S, stats, B
@@ -66,15 +65,6 @@ def exact_hits(B: np.ndarray, ids: tuple[str, ...], k: int) -> SentenceHits:
     top = np.argsort(-B, axis=0, kind="stable")[:k].T  # (s, k)
     return SentenceHits([[ids[c] for c in row] for row in top],
                         [B[row, s].astype(np.float32) for s, row in enumerate(top)])
-
-
-def sigma_sum(B: np.ndarray, k: int, source: DocVectors, stats: NormStats) -> np.ndarray:
-    top = np.argpartition(-B, k - 1, axis=0)[:k]
-    kept = np.zeros_like(B, dtype=bool)
-    np.put_along_axis(kept, top, True, axis=0)
-    counts = np.diff(source.par_offsets)
-    w = np.repeat(1.0 / (stats.sigma * counts), counts)
-    return (np.where(kept, B, 0.0) * w).sum(axis=1)
 
 
 def relaxed_full(B: np.ndarray, source: DocVectors, stats: NormStats) -> np.ndarray:
@@ -105,10 +95,9 @@ def main() -> None:
         truth = {ids[i] for i in rank(list(ids), S)[:10]}
         for k in KS:
             hits = exact_hits(B, ids, k)
-            for method in ("sum", "votes", "sdr-bound"):
+            for method in ("weighted-sum", "sum", "votes", "sdr-bound"):
                 got, scores = aggregate_hits(hits, source.par_offsets, method=method, stats=stats)
                 record(f"{method}, k={k}", got, scores, truth)
-            record(f"sigma-sum, k={k}", list(ids), sigma_sum(B, k, source, stats), truth)
         record("relaxed-full (no k)", list(ids), relaxed_full(B, source, stats), truth)
         logger.info("query %d/%d (%s, %d sentences) %.0fs", n, len(queries), doc.id, source.n_sentences,
                     time.perf_counter() - t0)

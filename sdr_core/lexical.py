@@ -37,7 +37,9 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-__all__ = ["BM25Ranker", "stemmer_available", "top_of", "RANKER_FILE", "TOKEN_PATTERN", "ENGLISH_STOPWORDS",
+from .scoring import top_of
+
+__all__ = ["BM25Ranker", "stemmer_available", "RANKER_FILE", "TOKEN_PATTERN", "ENGLISH_STOPWORDS",
            "analyze", "query_terms"]
 
 RANKER_FILE = "sdr-bm25.json"
@@ -271,29 +273,3 @@ class BM25Ranker:
             self._positions = {d: i for i, d in enumerate(self.ids)}
         return self._positions
 
-
-def top_of(
-    ids: Sequence[str], scores: np.ndarray, k: int, *, exclude_ids: Sequence[str] = (), positive: bool = False
-) -> tuple[list[str], np.ndarray]:
-    """The ``k`` best of ``ids`` by ``scores`` (descending, ties by id ascending) without
-    ``exclude_ids`` (and, with ``positive``, without scores <= 0): ``(ids, scores)``."""
-    from .scoring import rank
-
-    if k < 0:
-        raise ValueError(f"k must be >= 0, got {k}")
-    scores = np.asarray(scores, dtype=np.float64)
-    excluded = set(exclude_ids)
-    keep = np.asarray([i not in excluded for i in ids], dtype=bool) if excluded else np.ones(len(ids), dtype=bool)
-    if positive:
-        keep &= scores > 0
-    if k == 0 or not keep.any():
-        return [], np.zeros(0, dtype=np.float32)
-    # preselect with a partition, then order the survivors exactly (ties by id)
-    candidates = np.flatnonzero(keep)
-    if candidates.size > k:
-        kth = np.partition(-scores[candidates], k - 1)[k - 1]
-        candidates = candidates[-scores[candidates] <= kth]
-    sub_ids = [ids[i] for i in candidates]
-    order = rank(sub_ids, scores[candidates])[:k]
-    chosen = candidates[order]
-    return [ids[i] for i in chosen], scores[chosen].astype(np.float32)

@@ -143,7 +143,7 @@ def test_save_and_load_round_trip(ranker, tmp_path):
 
 
 def test_top_matches_only_and_breaks_ties_by_id():
-    from sdr_core.lexical import top_of
+    from sdr_core.scoring import top_of
 
     r = BM25Ranker(stem=False).fit(["b", "a", "c", "d"], ["red fox", "red fox", "blue whale", "red whale"])
     ids, scores = r.top("red fox", 10)
