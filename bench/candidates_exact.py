@@ -7,8 +7,10 @@ For every IRLeD dev query (new text), with statistics over every corpus paragrap
 - ``B[c, s]``: the best cosine of source sentence ``s`` to any sentence of document ``c``, for
   every document (what a perfect nested k-NN returns, before truncation to the top k);
 - each aggregation of :mod:`indexer.candidates` (the engine's own code) on the exact top-``k``
-  documents per source sentence, and a reference: ``relaxed-full`` (SDR with the paragraph max
-  relaxed to a document max, on the complete ``B``: no truncation at all).
+  documents per source sentence (``+ties``: with every document tied at the k-th place, what the
+  embedded store's twin expansion gives for identical sentences), and a reference:
+  ``relaxed-full`` (SDR with the paragraph max relaxed to a document max, on the complete ``B``:
+  no truncation at all).
 
 Prints the mean fraction of the exhaustive top-10 inside the top K candidates, for several k and
 K. Takes about 3 minutes on 2 cores once the embedding cache holds IRLeD.
@@ -60,11 +62,19 @@ def exact_quantities(source: DocVectors, corpus: CorpusVectors) -> tuple[np.ndar
     return S, stats, B
 
 
-def exact_hits(B: np.ndarray, ids: tuple[str, ...], k: int) -> SentenceHits:
-    """The exact nested k-NN: per source sentence, the top-k documents by best sentence."""
-    top = np.argsort(-B, axis=0, kind="stable")[:k].T  # (s, k)
-    return SentenceHits([[ids[c] for c in row] for row in top],
-                        [B[row, s].astype(np.float32) for s, row in enumerate(top)])
+def exact_hits(B: np.ndarray, ids: tuple[str, ...], k: int, *, ties: bool = False) -> SentenceHits:
+    """The exact nested k-NN: per source sentence, the top-k documents by best sentence (ties at
+    the k-th place broken by corpus order, or with ``ties`` all kept, as the embedded store's
+    twin expansion does for identical sentences)."""
+    order = np.argsort(-B, axis=0, kind="stable").T  # (s, D)
+    rows = []
+    for s, row in enumerate(order):
+        n = k
+        if ties:
+            n = int(np.count_nonzero(B[:, s] >= B[row[k - 1], s]))
+        rows.append(row[:n])
+    return SentenceHits([[ids[c] for c in row] for row in rows],
+                        [B[row, s].astype(np.float32) for s, row in enumerate(rows)])
 
 
 def relaxed_full(B: np.ndarray, source: DocVectors, stats: NormStats) -> np.ndarray:
@@ -98,6 +108,9 @@ def main() -> None:
             for method in ("weighted-sum", "sum", "votes", "sdr-bound"):
                 got, scores = aggregate_hits(hits, source.par_offsets, method=method, stats=stats)
                 record(f"{method}, k={k}", got, scores, truth)
+            got, scores = aggregate_hits(exact_hits(B, ids, k, ties=True), source.par_offsets,
+                                         method="weighted-sum", stats=stats)
+            record(f"weighted-sum+ties, k={k}", got, scores, truth)
         record("relaxed-full (no k)", list(ids), relaxed_full(B, source, stats), truth)
         logger.info("query %d/%d (%s, %d sentences) %.0fs", n, len(queries), doc.id, source.n_sentences,
                     time.perf_counter() - t0)

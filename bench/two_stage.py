@@ -15,6 +15,7 @@ Side by side in one run:
 4. **Memory**: store size on disk and process RSS per million sentences, next to the raw float32
    vector bytes.
 
+Nested k-NN twin expansion (``SDR_STORE_KNN_TWINS``) is compared on and off in sections 1 and 3.
 Vectors come from the embedding cache (run ``sdr eval`` first, or this script encodes).
 Usage: python bench/two_stage.py [--skip-wiki] [--min-sentences 1000000]
 """
@@ -82,9 +83,15 @@ def exhaustive_top(engine: MoreLikeThis, source, corpus, k: int = 10) -> list[st
     return out[:k]
 
 
-def fidelity(store, encoder, sources, ks, aggregations, knn_ks, corpus, exact_tops=None) -> list[dict]:
+def use_twins(store: EmbeddedStore, twins: bool) -> None:
+    """Switch the store's nested k-NN twin expansion (SDR_STORE_KNN_TWINS) on or off."""
+    store.settings = store.settings.model_copy(update={"knn_twins": twins})
+
+
+def fidelity(store, encoder, sources, ks, aggregations, knn_ks, corpus, exact_tops=None, twins=True) -> list[dict]:
     rows = []
     truth = {}
+    use_twins(store, twins)
     engine = MoreLikeThis(store=store, encoder=encoder)
     for name, src in sources:
         truth[name] = exhaustive_top(engine, src, corpus)
@@ -102,7 +109,7 @@ def fidelity(store, encoder, sources, ks, aggregations, knn_ks, corpus, exact_to
                     ov.append(len(set(top) & set(truth[name])) / max(1, len(truth[name])))
                     if exact_tops:
                         ov_exact.append(len(set(top) & set(exact_tops[name])) / 10)
-                rows.append({"aggregation": agg, "knn_k": knn_k, "K": K, "recall@10": float(np.mean(ov)),
+                rows.append({"aggregation": agg, "twins": twins, "knn_k": knn_k, "K": K, "recall@10": float(np.mean(ov)),
                              "min": float(np.min(ov)),
                              "vs_exact_stats": float(np.mean(ov_exact)) if ov_exact else None,
                              "ms_per_query": float(np.median(times) * 1e3)})
@@ -111,10 +118,11 @@ def fidelity(store, encoder, sources, ks, aggregations, knn_ks, corpus, exact_to
 
 def print_fidelity(title: str, rows: list[dict]) -> None:
     print(f"\n== {title}")
-    print(f"{'aggregation':>11} {'knn_k':>5} {'K':>5} {'top10 recall':>12} {'min':>5} {'vs exact-stats':>14} {'ms/query':>9}")
+    print(f"{'aggregation':>12} {'twins':>5} {'knn_k':>5} {'K':>5} {'top10 recall':>12} {'min':>5} {'vs exact-stats':>14} {'ms/query':>9}")
     for r in rows:
         ve = f"{r['vs_exact_stats']:.3f}" if r["vs_exact_stats"] is not None else "-"
-        print(f"{r['aggregation']:>11} {r['knn_k']:>5} {r['K']:>5} {r['recall@10']:12.3f} {r['min']:5.2f} {ve:>14} {r['ms_per_query']:9.1f}")
+        print(f"{r['aggregation']:>12} {'on' if r['twins'] else 'off':>5} {r['knn_k']:>5} {r['K']:>5} {r['recall@10']:12.3f} "
+              f"{r['min']:5.2f} {ve:>14} {r['ms_per_query']:9.1f}")
 
 
 def irled(args, encoder, cache, work: Path):
@@ -141,6 +149,9 @@ def irled(args, encoder, cache, work: Path):
                     knn_ks=[args.knn_k], corpus=corpus, exact_tops=exact_tops)
     rows += fidelity(store, encoder, sources, ks=[100, 200], aggregations=["weighted-sum", "sum"],
                      knn_ks=[k for k in (20, 100) if k != args.knn_k], corpus=corpus, exact_tops=exact_tops)
+    rows += fidelity(store, encoder, sources, ks=[100, 200], aggregations=["weighted-sum"],
+                     knn_ks=[20, args.knn_k, 100], corpus=corpus, exact_tops=exact_tops, twins=False)
+    use_twins(store, True)
     print_fidelity("fidelity: IRLeD dev (50 new-text queries, sampled stats R=%d)" % args.sample, rows)
     return store
 
@@ -197,9 +208,10 @@ def latency(args, irled_store: EmbeddedStore, work: Path):
     sizes = {i: store.get(i).vectors.n_sentences for i in all_ids[: len(ids)]}
     pool = [i for i, n in sizes.items() if 150 <= n <= 250]
     picks = [pool[i] for i in rng.choice(len(pool), size=min(args.latency_queries, len(pool)), replace=False)]
-    knn_ks = [args.knn_k] + [k for k in args.latency_knn_k if k != args.knn_k]
+    configs = [(args.knn_k, True)] + [(k, True) for k in args.latency_knn_k if k != args.knn_k] + [(args.knn_k, False)]
     timed = {}
-    for knn_k in knn_ks:
+    for knn_k, twins in configs:
+        use_twins(store, twins)
         engine = MoreLikeThis(store=store, settings=MLTSettings(candidates=100, knn_k=knn_k, method="sdr"))
         engine.more_like_this(doc_id=picks[0])  # warm up
         lat, parts = [], []
@@ -208,7 +220,8 @@ def latency(args, irled_store: EmbeddedStore, work: Path):
             res = engine.more_like_this(doc_id=doc_id, size=10)
             lat.append(time.perf_counter() - t)
             parts.append(res.timings_ms)
-        timed[knn_k] = (np.array(lat) * 1e3, parts)
+        timed[knn_k, twins] = (np.array(lat) * 1e3, parts)
+    use_twins(store, True)
     rss1 = rss_mb()
     corpus = store.all_vectors()
     ex = []
@@ -222,12 +235,13 @@ def latency(args, irled_store: EmbeddedStore, work: Path):
           f"(real vectors; copies >0 with N(0, 0.02) noise, re-normalised); built in {build:.0f}s")
     print(f"sources: {len(picks)} indexed documents of 150-250 sentences; method sdr, K=100")
     print(f"{'':>34} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8}")
-    for knn_k, (lat_ms, parts) in timed.items():
-        print(f"{'two-stage, knn_k=%d' % knn_k:>34} {np.percentile(lat_ms, 50):8.1f} {np.percentile(lat_ms, 99):8.1f} {lat_ms.mean():8.1f}")
+    for (knn_k, twins), (lat_ms, parts) in timed.items():
+        label = f"two-stage, knn_k={knn_k}, twins {'on' if twins else 'off'}"
+        print(f"{label:>34} {np.percentile(lat_ms, 50):8.1f} {np.percentile(lat_ms, 99):8.1f} {lat_ms.mean():8.1f}")
         for part in ("candidates", "fetch", "rerank"):
             v = np.array([p[part] for p in parts])
             print(f"{'  of which ' + part:>34} {np.percentile(v, 50):8.1f} {np.percentile(v, 99):8.1f} {v.mean():8.1f}")
-    lat_ms = timed[args.knn_k][0]
+    lat_ms = timed[args.knn_k, True][0]
     ex_ms = np.array(ex) * 1e3
     print(f"{'exhaustive exact SDR':>34} {np.percentile(ex_ms, 50):8.1f} {np.percentile(ex_ms, 99):8.1f} {ex_ms.mean():8.1f}")
     print(f"speed-up (p50, knn_k={args.knn_k}): {np.percentile(ex_ms, 50) / np.percentile(lat_ms, 50):.0f}x")

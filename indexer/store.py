@@ -176,7 +176,10 @@ class DocumentStore(ABC):
     # -- retrieval -----------------------------------------------------------------------------
     @abstractmethod
     def sentence_knn(self, vectors: np.ndarray, k: int, *, exclude_ids: Sequence[str] = ()) -> SentenceHits:
-        """Nested k-NN: for each row of ``vectors`` the top-``k`` documents by best sentence."""
+        """Nested k-NN: for each row of ``vectors`` the top-``k`` documents by best sentence.
+
+        A backend may return more than ``k`` when documents tie at the k-th place (the embedded
+        store returns every document holding an identical copy of a hit sentence)."""
 
     @abstractmethod
     def lexical_search(

@@ -6,8 +6,9 @@ The index is a cache of the vector file (crash safety): it is saved with write-t
 committed and rebuilt when it has more (written after a transaction that was lost) or cannot be
 read (:meth:`AnnIndex.current`).
 
-Nested k-NN (:func:`knn_rounds`) fetches ``k * oversample`` sentence hits per query row, drops
-dead rows and excluded documents and keeps each document's best hit.
+Nested k-NN (:func:`knn_rounds`) fetches ``k * oversample`` sentence hits per query row, adds the
+twins of each hit (identical rows, :mod:`.twins`), drops dead rows and excluded documents and keeps
+each document's best hit: the top ``k`` documents and any tied with the k-th.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from sdr_core.errors import InvalidInputError, ModelMismatchError
 
 from .catalog import meta_set
 from .durable import fsync_path
+from .twins import Twins
 from .vectorfile import CHUNK_ROWS, VectorFile
 
 __all__ = ["FAISS", "FAISS_TMP", "AnnIndex", "add_rows", "write_index", "query_matrix", "knn_rounds"]
@@ -183,26 +185,36 @@ def _search(index, q: np.ndarray, n_hits: int, ef_search: int) -> tuple[np.ndarr
 
 
 def _first_hits(
-    dist: np.ndarray, rows: np.ndarray, row_seq: np.ndarray, exclude: np.ndarray, k: int
+    dist: np.ndarray, rows: np.ndarray, row_seq: np.ndarray, exclude: np.ndarray, k: int, twins: Twins | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Best hit per live, non-excluded document, best first, at most ``k``."""
+    """Best hit per live, non-excluded document, best first: the top ``k`` and every further
+    document tied with the k-th. With ``twins``, each hit row brings its twins (identical
+    vectors) at the same similarity, so a sentence shared by many documents reaches all of them."""
+    if twins is not None:
+        rows, dist = twins.expand(rows, dist)
     valid = rows >= 0
     rows, dist = rows[valid], dist[valid]
+    if twins is not None:
+        order = np.argsort(-dist, kind="stable")
+        rows, dist = rows[order], dist[order]
     seqs = row_seq[rows]
     keep = seqs >= 0
     if exclude.size:
         keep &= ~np.isin(seqs, exclude)
     seqs, dist = seqs[keep], dist[keep]
     _, first = np.unique(seqs, return_index=True)
-    first = np.sort(first)[:k]
+    first = np.sort(first)
+    if first.size > k:
+        first = first[dist[first] >= dist[first[k - 1]]]
     return seqs[first], dist[first]
 
 
 def knn_rounds(
     index, q: np.ndarray, k: int, want: int, row_seq: np.ndarray, exclude: np.ndarray, *,
-    oversample: int, ef_search: int,
+    oversample: int, ef_search: int, twins: Twins | None = None,
 ) -> list[tuple[np.ndarray, np.ndarray]]:
-    """For each query row, the ``(seqs, scores)`` of its top-``k`` documents by best sentence.
+    """For each query row, the ``(seqs, scores)`` of its top-``k`` documents by best sentence
+    (more when documents tie at the k-th place; ``twins`` adds the identical rows of every hit).
 
     ``row_seq``: row -> document seq (``-1`` = dead); ``exclude``: sorted seqs to leave out;
     ``want``: how many documents a row can get at most. Fetches ``k * oversample`` sentence hits
@@ -217,7 +229,7 @@ def knn_rounds(
         dist, rows = _search(index, q[pending], n_hits, ef_search)
         short = []
         for j, r in enumerate(pending):
-            results[r] = _first_hits(dist[j], rows[j], row_seq, exclude, k)
+            results[r] = _first_hits(dist[j], rows[j], row_seq, exclude, k, twins)
             if results[r][0].size < want:
                 short.append(r)
         if not short or n_hits >= total:

@@ -54,6 +54,7 @@ from ..store import (
 )
 from . import catalog, compaction, records
 from .ann import FAISS, FAISS_TMP, AnnIndex, knn_rounds, query_matrix
+from .twins import Twins
 from .catalog import SQLITE, Location, transaction
 from .durable import fsync_path
 from .lexical import LexicalIndex, document_texts, fingerprint
@@ -98,6 +99,7 @@ class EmbeddedStore(DocumentStore):
         self._lock = DirectoryLock(self.path, read_only)
         self._vectors = VectorFile(self.path)  # dtype and dim as recorded in the store
         self._ann = AnnIndex(self.path, self._vectors)
+        self._twins = Twins()
         self._lexical = LexicalIndex(self.path, read_only=read_only)
         self._map: RowMap | None = None
         self._cache: dict[str, Any] = {}  # per-generation caches (counts, stats info, meta)
@@ -427,10 +429,13 @@ class EmbeddedStore(DocumentStore):
     # retrieval
     # =========================================================================================
     def sentence_knn(self, vectors: np.ndarray, k: int, *, exclude_ids: Sequence[str] = ()) -> SentenceHits:
-        """Nested k-NN: for each query row the top-``k`` documents by their best sentence.
+        """Nested k-NN: for each query row the top-``k`` documents by their best sentence, and any
+        further documents tied with the k-th.
 
-        Fetches ``k * knn_oversample`` sentence hits per row in one batched FAISS search, drops dead
-        rows and excluded documents, keeps each document's best hit; rows left with fewer than
+        Fetches ``k * knn_oversample`` sentence hits per row in one batched FAISS search, adds every
+        hit's twins (byte-identical rows of other documents, :mod:`.twins`: a sentence shared by
+        more than ``k`` documents reaches all of them), drops dead rows and excluded documents,
+        keeps each document's best hit; rows left with fewer than
         ``k`` documents (while more exist) are searched again with 4x as many hits, up to 3 rounds.
         """
         if k < 1:
@@ -443,8 +448,9 @@ class EmbeddedStore(DocumentStore):
             if q.shape[0] == 0 or want <= 0 or self._vectors.dim is None:
                 return SentenceHits([[] for _ in range(q.shape[0])], [np.zeros(0, np.float32) for _ in range(q.shape[0])])
             index = self._faiss()
-            results = knn_rounds(index, q, k, want, rows.rows, exclude,
-                                 oversample=self.settings.knn_oversample, ef_search=self.settings.hnsw_ef_search)
+            twins = self._twins.current(rows.epoch, rows.committed, self._matrix()) if self.settings.knn_twins else None
+            results = knn_rounds(index, q, k, want, rows.rows, exclude, oversample=self.settings.knn_oversample,
+                                 ef_search=self.settings.hnsw_ef_search, twins=twins)
             ids = [[rows.seq_ids[int(s)] for s in seqs] for seqs, _ in results]
         return SentenceHits(ids, [np.asarray(d, dtype=np.float32) for _, d in results])
 
