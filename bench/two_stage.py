@@ -88,7 +88,7 @@ def use_twins(store: EmbeddedStore, twins: bool) -> None:
     store.settings = store.settings.model_copy(update={"knn_twins": twins})
 
 
-def fidelity(store, encoder, sources, ks, aggregations, knn_ks, corpus, exact_tops=None, twins=True) -> list[dict]:
+def fidelity(store, encoder, sources, ks, aggregations, knn_ks, corpus, exact_tops=None, twins=False) -> list[dict]:
     rows = []
     truth = {}
     use_twins(store, twins)
@@ -150,8 +150,8 @@ def irled(args, encoder, cache, work: Path):
     rows += fidelity(store, encoder, sources, ks=[100, 200], aggregations=["weighted-sum", "sum"],
                      knn_ks=[k for k in (20, 100) if k != args.knn_k], corpus=corpus, exact_tops=exact_tops)
     rows += fidelity(store, encoder, sources, ks=[100, 200], aggregations=["weighted-sum"],
-                     knn_ks=[20, args.knn_k, 100], corpus=corpus, exact_tops=exact_tops, twins=False)
-    use_twins(store, True)
+                     knn_ks=[20, args.knn_k, 100], corpus=corpus, exact_tops=exact_tops, twins=True)
+    use_twins(store, False)
     print_fidelity("fidelity: IRLeD dev (50 new-text queries, sampled stats R=%d)" % args.sample, rows)
     return store
 
@@ -208,7 +208,7 @@ def latency(args, irled_store: EmbeddedStore, work: Path):
     sizes = {i: store.get(i).vectors.n_sentences for i in all_ids[: len(ids)]}
     pool = [i for i, n in sizes.items() if 150 <= n <= 250]
     picks = [pool[i] for i in rng.choice(len(pool), size=min(args.latency_queries, len(pool)), replace=False)]
-    configs = [(args.knn_k, True)] + [(k, True) for k in args.latency_knn_k if k != args.knn_k] + [(args.knn_k, False)]
+    configs = [(args.knn_k, False)] + [(k, False) for k in args.latency_knn_k if k != args.knn_k] + [(args.knn_k, True)]
     timed = {}
     for knn_k, twins in configs:
         use_twins(store, twins)
@@ -221,7 +221,7 @@ def latency(args, irled_store: EmbeddedStore, work: Path):
             lat.append(time.perf_counter() - t)
             parts.append(res.timings_ms)
         timed[knn_k, twins] = (np.array(lat) * 1e3, parts)
-    use_twins(store, True)
+    use_twins(store, False)
     rss1 = rss_mb()
     corpus = store.all_vectors()
     ex = []
@@ -241,7 +241,7 @@ def latency(args, irled_store: EmbeddedStore, work: Path):
         for part in ("candidates", "fetch", "rerank"):
             v = np.array([p[part] for p in parts])
             print(f"{'  of which ' + part:>34} {np.percentile(v, 50):8.1f} {np.percentile(v, 99):8.1f} {v.mean():8.1f}")
-    lat_ms = timed[args.knn_k, True][0]
+    lat_ms = timed[args.knn_k, False][0]
     ex_ms = np.array(ex) * 1e3
     print(f"{'exhaustive exact SDR':>34} {np.percentile(ex_ms, 50):8.1f} {np.percentile(ex_ms, 99):8.1f} {ex_ms.mean():8.1f}")
     print(f"speed-up (p50, knn_k={args.knn_k}): {np.percentile(ex_ms, 50) / np.percentile(lat_ms, 50):.0f}x")

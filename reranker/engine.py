@@ -72,15 +72,16 @@ class MLTSettings(HybridSettings):
     )
     knn_k: int = Field(
         50, gt=0,
-        description="Documents returned per source sentence by the nested k-NN stage. Higher finds "
-        "more candidates at the cost of ANN time. 50 by measurement (bench/two_stage.py, K=100): "
-        "top-10 fidelity on IRLeD dev 0.968 vs 0.928 at 20, for p50 265 vs 186 ms on a 1.1M-sentence store.",
+        description="Documents returned per source sentence by the nested k-NN stage (plus any tied with the "
+        "k-th). Higher finds more candidates at the cost of ANN time. 50 by measurement (bench/two_stage.py, "
+        "K=100): top-10 fidelity on IRLeD dev 0.992 vs 0.984 at 20, for p50 about 230-260 vs 172 ms on a "
+        "1.1M-sentence store.",
     )
     aggregation: str = Field(
         "weighted-sum",
         description=f"Candidate aggregation: {', '.join(AGGREGATIONS)}. 'weighted-sum' is the default by "
-        "measurement (bench/two_stage.py, bench/candidates_exact.py: best top-10 recall on IRLeD dev at K=100 "
-        "with the default knn_k, 0.968 vs 0.960 for 'sum'; tied on wiki and at K>=200).",
+        "measurement (bench/two_stage.py, bench/candidates_exact.py: best or tied-best top-10 recall on IRLeD dev "
+        "at K=100 with the default knn_k).",
     )
     max_query_sentences: int = Field(
         2000, gt=0, description="Largest source accepted for a query (sentences); larger ones are refused."

@@ -10,6 +10,7 @@ import pytest
 from indexer.embedded import EmbeddedStore
 from indexer.embedded import twins as twins_module
 from indexer.embedded.twins import Twins, row_hashes
+from indexer.settings import EmbeddedStoreSettings
 from indexer.store import IndexMeta
 from sdr_core.documents import parse_record
 from sdr_core.vectors import DocVectors
@@ -97,7 +98,8 @@ def test_store_knn_reaches_every_document_sharing_a_sentence(tmp_path: Path) -> 
         v[i % 4] = shared[0]
         items.append(make_item(f"s{i:02d}", v))
     items += [make_item(f"u{i:02d}", unit(rng, 4)) for i in range(40)]
-    with EmbeddedStore(tmp_path / "s", create=True) as store:
+    settings = EmbeddedStoreSettings(knn_twins=True)
+    with EmbeddedStore(tmp_path / "s", create=True, settings=settings) as store:
         store.ensure_meta(META)
         store.put(items)
         hits = store.sentence_knn(shared, 5)
@@ -119,10 +121,9 @@ def test_store_knn_reaches_every_document_sharing_a_sentence(tmp_path: Path) -> 
         assert len(hits.doc_ids[0]) == 29 and "late" in hits.doc_ids[0]  # 30 - 2 deleted + 1
 
 
-def test_twins_can_be_switched_off(tmp_path: Path) -> None:
-    """Without twins a row sees only its k * oversample sentence hits (ties among them are kept)."""
-    from indexer.settings import EmbeddedStoreSettings
-
+def test_twins_switch(tmp_path: Path) -> None:
+    """Without twins (the default) a row sees only its k * oversample sentence hits; the documents
+    among them tied at the k-th place are all kept."""
     rng = np.random.default_rng(5)
     shared = unit(rng, 1)
     items = []
@@ -137,3 +138,17 @@ def test_twins_can_be_switched_off(tmp_path: Path) -> None:
             if not twins:
                 store.put(items)
             assert len(store.sentence_knn(shared, 4).doc_ids[0]) == expected
+
+
+def test_first_hits_keeps_documents_tied_at_the_kth_place() -> None:
+    from indexer.embedded.ann import _first_hits
+
+    row_seq = np.array([10, 11, 12, 13, 14, 10], dtype=np.int64)  # row -> document seq
+    dist = np.array([0.9, 0.8, 0.8, 0.8, 0.5, 0.4], dtype=np.float32)
+    rows = np.array([0, 1, 2, 3, 4, 5])
+    seqs, scores = _first_hits(dist, rows, row_seq, np.zeros(0, np.int64), 2)
+    assert seqs.tolist() == [10, 11, 12, 13] and scores.tolist() == pytest.approx([0.9, 0.8, 0.8, 0.8])
+    seqs, _ = _first_hits(dist, rows, row_seq, np.zeros(0, np.int64), 4)
+    assert seqs.tolist() == [10, 11, 12, 13]  # no tie at the 4th place: exactly k
+    seqs, _ = _first_hits(dist, rows, row_seq, np.array([11]), 2)
+    assert seqs.tolist() == [10, 12, 13]

@@ -6,9 +6,11 @@ The index is a cache of the vector file (crash safety): it is saved with write-t
 committed and rebuilt when it has more (written after a transaction that was lost) or cannot be
 read (:meth:`AnnIndex.current`).
 
-Nested k-NN (:func:`knn_rounds`) fetches ``k * oversample`` sentence hits per query row, adds the
-twins of each hit (identical rows, :mod:`.twins`), drops dead rows and excluded documents and keeps
-each document's best hit: the top ``k`` documents and any tied with the k-th.
+Nested k-NN (:func:`knn_rounds`) fetches ``k * oversample`` sentence hits per query row
+(optionally adding the twins of each hit: identical rows, :mod:`.twins`), drops dead rows and
+excluded documents and keeps each document's best hit: the top ``k`` documents and any tied with
+the k-th (IRLeD's boilerplate sentences tie across many documents; cutting such a tie at an
+arbitrary k cost top-10 fidelity: 0.968 -> 0.992 at K = 100, ``bench/two_stage.py``).
 """
 
 from __future__ import annotations

@@ -432,10 +432,10 @@ class EmbeddedStore(DocumentStore):
         """Nested k-NN: for each query row the top-``k`` documents by their best sentence, and any
         further documents tied with the k-th.
 
-        Fetches ``k * knn_oversample`` sentence hits per row in one batched FAISS search, adds every
-        hit's twins (byte-identical rows of other documents, :mod:`.twins`: a sentence shared by
-        more than ``k`` documents reaches all of them), drops dead rows and excluded documents,
-        keeps each document's best hit; rows left with fewer than
+        Fetches ``k * knn_oversample`` sentence hits per row in one batched FAISS search (with
+        ``knn_twins``, adds every hit's twins: byte-identical rows of other documents,
+        :mod:`.twins`), drops dead rows and excluded documents, keeps each document's best hit;
+        rows left with fewer than
         ``k`` documents (while more exist) are searched again with 4x as many hits, up to 3 rounds.
         """
         if k < 1:

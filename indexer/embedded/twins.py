@@ -5,8 +5,10 @@ Nested k-NN keeps a document's best sentence and the top ``k`` documents per que
 sentence occurs in more documents than ``k``, its twins tie exactly, and the HNSW search returns an
 arbitrary ``k`` of them: exhaustive SDR credits every document containing the sentence, the
 candidate stage only some. :class:`Twins` lets :func:`.ann.knn_rounds` expand a hit to all of its
-twins, so ties at the k-th place are kept whole (measured on IRLeD dev, where 8% of sentence rows
-have a twin in another document: ``bench/candidates_exact.py``).
+twins, so ties at the k-th place are kept whole (``SDR_STORE_KNN_TWINS``, off by default). On IRLeD
+dev, where 8% of sentence rows have a twin in another document, exact nested k-NN gains from it
+(``bench/candidates_exact.py``), but with HNSW, keeping the ties already among the returned hits
+measured as well or better (``bench/two_stage.py``).
 
 Twins are found by a 64-bit hash of each row's bytes (integer arithmetic, so identical rows hash
 identically wherever they sit), grouped by sorting the hashes, and every group is verified byte for
