@@ -179,7 +179,7 @@ class DocumentStore(ABC):
         """Nested k-NN: for each row of ``vectors`` the top-``k`` documents by best sentence.
 
         A backend may return more than ``k`` when documents tie at the k-th place (the embedded
-        store returns every document holding an identical copy of a hit sentence)."""
+        store keeps every tied document among its hits)."""
 
     @abstractmethod
     def lexical_search(

@@ -9,7 +9,7 @@ import pytest
 
 from indexer.embedded import EmbeddedStore
 from indexer.embedded import twins as twins_module
-from indexer.embedded.twins import Twins, row_hashes
+from indexer.embedded.twins import TwinGroups, Twins, row_hashes
 from indexer.settings import EmbeddedStoreSettings
 from indexer.store import IndexMeta
 from sdr_core.documents import parse_record
@@ -26,7 +26,7 @@ def unit(rng: np.random.Generator, n: int, dim: int = DIM) -> np.ndarray:
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
-def groups_of(tw: Twins) -> list[list[int]]:
+def groups_of(tw: TwinGroups) -> list[list[int]]:
     return sorted(tw.members[s : s + n].tolist() for s, n in zip(tw.start, tw.size))
 
 
@@ -77,8 +77,9 @@ def test_appended_rows_join_groups_and_new_epoch_rebuilds() -> None:
     tw = Twins()
     assert groups_of(tw.current(1, 3, m)) == [[1, 2]]
     assert groups_of(tw.current(1, 5, m)) == [[0, 3, 4], [1, 2]]
-    assert groups_of(tw.current(2, 2, m)) == []  # compaction: a new file, rebuilt
-    assert tw.rows == 2
+    rebuilt = tw.current(2, 2, m)
+    assert groups_of(rebuilt) == []  # compaction: a new file, rebuilt
+    assert rebuilt.rows == 2
 
 
 def make_item(doc_id: str, vectors: np.ndarray):

@@ -28,7 +28,7 @@ from sdr_core.errors import InvalidInputError, ModelMismatchError
 
 from .catalog import meta_set
 from .durable import fsync_path
-from .twins import Twins
+from .twins import TwinGroups
 from .vectorfile import CHUNK_ROWS, VectorFile
 
 __all__ = ["FAISS", "FAISS_TMP", "AnnIndex", "add_rows", "write_index", "query_matrix", "knn_rounds"]
@@ -187,7 +187,7 @@ def _search(index, q: np.ndarray, n_hits: int, ef_search: int) -> tuple[np.ndarr
 
 
 def _first_hits(
-    dist: np.ndarray, rows: np.ndarray, row_seq: np.ndarray, exclude: np.ndarray, k: int, twins: Twins | None = None
+    dist: np.ndarray, rows: np.ndarray, row_seq: np.ndarray, exclude: np.ndarray, k: int, twins: TwinGroups | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Best hit per live, non-excluded document, best first: the top ``k`` and every further
     document tied with the k-th. With ``twins``, each hit row brings its twins (identical
@@ -213,7 +213,7 @@ def _first_hits(
 
 def knn_rounds(
     index, q: np.ndarray, k: int, want: int, row_seq: np.ndarray, exclude: np.ndarray, *,
-    oversample: int, ef_search: int, twins: Twins | None = None,
+    oversample: int, ef_search: int, twins: TwinGroups | None = None,
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """For each query row, the ``(seqs, scores)`` of its top-``k`` documents by best sentence
     (more when documents tie at the k-th place; ``twins`` adds the identical rows of every hit).

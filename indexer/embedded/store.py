@@ -54,12 +54,12 @@ from ..store import (
 )
 from . import catalog, compaction, records
 from .ann import FAISS, FAISS_TMP, AnnIndex, knn_rounds, query_matrix
-from .twins import Twins
 from .catalog import SQLITE, Location, transaction
 from .durable import fsync_path
 from .lexical import LexicalIndex, document_texts, fingerprint
 from .locking import DirectoryLock
 from .rows import RowMap, offsets
+from .twins import Twins
 from .vectorfile import VectorFile
 
 __all__ = ["EmbeddedStore"]
@@ -435,8 +435,8 @@ class EmbeddedStore(DocumentStore):
         Fetches ``k * knn_oversample`` sentence hits per row in one batched FAISS search (with
         ``knn_twins``, adds every hit's twins: byte-identical rows of other documents,
         :mod:`.twins`), drops dead rows and excluded documents, keeps each document's best hit;
-        rows left with fewer than
-        ``k`` documents (while more exist) are searched again with 4x as many hits, up to 3 rounds.
+        rows left with fewer than ``k`` documents (while more exist) are searched again with 4x as
+        many hits, up to 3 rounds.
         """
         if k < 1:
             raise InvalidInputError(f"k must be >= 1, got {k}")

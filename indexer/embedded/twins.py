@@ -20,14 +20,16 @@ compaction: a new epoch).
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
 from .vectorfile import CHUNK_ROWS
 
-__all__ = ["Twins", "row_hashes"]
+__all__ = ["TwinGroups", "Twins", "row_hashes"]
 
-_SEED = 0x5D2_7E1  # fixed: hashes are comparable across runs (nothing persists them, but tests may)
+_SEED = 0x5D2_7E1  # fixed: equal rows hash equally in every process
 
 
 def _words(block: np.ndarray) -> np.ndarray:
@@ -36,6 +38,13 @@ def _words(block: np.ndarray) -> np.ndarray:
     row_bytes = raw.shape[1] * raw.dtype.itemsize
     word = np.uint32 if row_bytes % 4 == 0 else np.uint16
     return raw.view(np.uint8).reshape(raw.shape[0], row_bytes).view(word)
+
+
+@lru_cache(maxsize=8)
+def _constants(n_words: int) -> np.ndarray:
+    """Fixed odd random 64-bit multipliers, one per word of a row."""
+    rng = np.random.default_rng(_SEED)
+    return rng.integers(0, 2**63, size=n_words, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
 
 
 def row_hashes(block: np.ndarray) -> np.ndarray:
@@ -47,8 +56,7 @@ def row_hashes(block: np.ndarray) -> np.ndarray:
     if block.shape[0] == 0:
         return np.zeros(0, dtype=np.uint64)
     words = _words(block)
-    rng = np.random.default_rng(_SEED)
-    consts = rng.integers(0, 2**63, size=words.shape[1], dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+    consts = _constants(words.shape[1])
     out = np.empty(words.shape[0], dtype=np.uint64)
     with np.errstate(over="ignore"):
         for a in range(0, words.shape[0], 8192):
@@ -56,67 +64,58 @@ def row_hashes(block: np.ndarray) -> np.ndarray:
     return out
 
 
-class Twins:
-    """Groups of identical rows among the first :attr:`rows` rows of one vector file epoch.
+def _identical_sets(rows: np.ndarray, matrix: np.ndarray) -> list[np.ndarray]:
+    """The sets of byte-identical rows (two or more) among ``rows`` (ascending), which share a hash;
+    more than one set only after a hash collision. Stored vectors are finite (checked at put)."""
+    block = np.asarray(matrix[rows])
+    sets = []
+    while rows.size > 1:
+        same = np.all(block == block[0], axis=1)
+        if same.sum() > 1:
+            sets.append(rows[same])
+        rows, block = rows[~same], block[~same]
+    return sets
+
+
+@dataclass(frozen=True)
+class TwinGroups:
+    """Groups of identical rows among the first ``hashes.size`` rows of one vector file epoch.
 
     ``members[start[g] : start[g] + size[g]]`` are the rows of group ``g`` (ascending);
-    ``group[r]`` is row ``r``'s group, ``-1`` when it has no twin.
+    ``group[r]`` is row ``r``'s group, ``-1`` when it has no twin. Never changed once built.
     """
 
-    def __init__(self) -> None:
-        self.epoch: int | None = None
-        self.rows = 0
-        self._hashes = np.zeros(0, dtype=np.uint64)
-        self.group = np.zeros(0, dtype=np.int64)
-        self.members = np.zeros(0, dtype=np.int64)
-        self.start = np.zeros(0, dtype=np.int64)
-        self.size = np.zeros(0, dtype=np.int64)
-        self._lock = threading.Lock()
+    epoch: int | None = None
+    hashes: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint64))
+    group: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    members: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    start: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    size: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
-    def current(self, epoch: int, committed: int, matrix: np.ndarray) -> "Twins":
-        """Bring the groups up to date with ``committed`` rows of ``matrix`` (the vector file of
-        ``epoch``): rebuilt for a new epoch (or fewer rows), extended for appended rows."""
-        with self._lock:
-            if self.epoch == epoch and committed == self.rows:
-                return self
-            fresh = Twins()
-            fresh.epoch = epoch
-            base = self._hashes if self.epoch == epoch and committed > self.rows else np.zeros(0, dtype=np.uint64)
-            new = [row_hashes(matrix[a : min(committed, a + CHUNK_ROWS)]) for a in range(base.size, committed, CHUNK_ROWS)]
-            fresh._hashes = np.concatenate([base, *new])
-            fresh.rows = committed
-            fresh._group(matrix)
-            self.epoch, self.rows, self._hashes = fresh.epoch, fresh.rows, fresh._hashes
-            self.group, self.members, self.start, self.size = fresh.group, fresh.members, fresh.start, fresh.size
-        return fresh
+    @property
+    def rows(self) -> int:
+        return int(self.hashes.size)
 
-    def _group(self, matrix: np.ndarray) -> None:
-        n = self.rows
-        order = np.argsort(self._hashes, kind="stable")
-        h = self._hashes[order]
-        boundary = np.flatnonzero(np.diff(h) != 0) + 1
-        starts = np.concatenate([[0], boundary])
-        sizes = np.diff(np.concatenate([starts, [n]]))
-        multi = sizes > 1
-        starts, sizes = starts[multi], sizes[multi]
-        groups: list[np.ndarray] = []
-        for s0, m in zip(starts.tolist(), sizes.tolist()):
-            rows = np.sort(order[s0 : s0 + m])
-            block = np.asarray(matrix[rows])  # stored vectors are finite (checked at put)
-            same = np.all(block == block[0], axis=1)
-            # a hash collision (rare): keep each set of identical rows that has a partner
-            while rows.size > 1:
-                if same.sum() > 1:
-                    groups.append(rows[same])
-                rows, block = rows[~same], block[~same]
-                if rows.size:
-                    same = np.all(block == block[0], axis=1)
-        self.group = np.full(n, -1, dtype=np.int64)
-        self.size = np.asarray([g.size for g in groups], dtype=np.int64)
-        self.start = np.concatenate([[0], np.cumsum(self.size)[:-1]]).astype(np.int64) if groups else np.zeros(0, np.int64)
-        self.members = np.concatenate(groups) if groups else np.zeros(0, dtype=np.int64)
+    @classmethod
+    def build(cls, epoch: int, hashes: np.ndarray, matrix: np.ndarray) -> "TwinGroups":
+        """Group the rows of ``matrix`` whose ``hashes`` are equal, verified byte for byte."""
+        order = np.argsort(hashes, kind="stable")
+        runs = np.concatenate([[0], np.flatnonzero(np.diff(hashes[order]) != 0) + 1, [hashes.size]])
+        groups = [
+            rows
+            for s0, s1 in zip(runs[:-1].tolist(), runs[1:].tolist())
+            if s1 - s0 > 1
+            for rows in _identical_sets(np.sort(order[s0:s1]), matrix)
+        ]
+        size = np.asarray([g.size for g in groups], dtype=np.int64)
+        group = np.full(hashes.size, -1, dtype=np.int64)
         for g, rows in enumerate(groups):
-            self.group[rows] = g
+            group[rows] = g
+        return cls(
+            epoch, hashes, group,
+            np.concatenate(groups) if groups else np.zeros(0, dtype=np.int64),
+            (np.cumsum(size) - size).astype(np.int64), size,
+        )
 
     def expand(self, rows: np.ndarray, dist: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Hits ``(rows, dist)`` with every twin of a hit row added at the same similarity
@@ -137,3 +136,23 @@ class Twins:
         idx = np.repeat(self.start[gs] - (ends - sizes), sizes) + np.arange(int(ends[-1]), dtype=np.int64)
         return (np.concatenate([rows[~grouped], self.members[idx]]),
                 np.concatenate([dist[~grouped], np.repeat(gdist, sizes)]))
+
+
+class Twins:
+    """The store's current :class:`TwinGroups`, brought up to date on demand (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._groups = TwinGroups()
+        self._lock = threading.Lock()
+
+    def current(self, epoch: int, committed: int, matrix: np.ndarray) -> TwinGroups:
+        """The groups of ``committed`` rows of ``matrix`` (the vector file of ``epoch``): rebuilt
+        for a new epoch (or fewer rows); for appended rows only those are hashed."""
+        with self._lock:
+            old = self._groups
+            if old.epoch == epoch and old.rows == committed:
+                return old
+            base = old.hashes if old.epoch == epoch and committed > old.rows else np.zeros(0, dtype=np.uint64)
+            new = [row_hashes(matrix[a : min(committed, a + CHUNK_ROWS)]) for a in range(base.size, committed, CHUNK_ROWS)]
+            self._groups = TwinGroups.build(epoch, np.concatenate([base, *new]), matrix)
+            return self._groups
