@@ -16,6 +16,7 @@ __all__ = [
     "MAX_CANDIDATES",
     "MAX_FILTER_FIELDS",
     "INDEX_PATTERN",
+    "NOT_BLANK_PATTERN",
     "Section",
     "Weights",
     "MoreLikeThisRequest",
@@ -47,7 +48,7 @@ INDEX_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 # A paragraph or text must hold a character that is not white space in Python's sense
 # (str.isspace, as the segmenter strips): a blank source has no sentence to encode. The schema
 # states the same rule as a pattern (written for ECMA and Python regex engines alike).
-_NOT_BLANK = r"[^\s\x1c-\x1f\x85]"
+NOT_BLANK_PATTERN = r"[^\s\x1c-\x1f\x85]"
 
 
 def _not_blank(value: str) -> str:
@@ -57,7 +58,7 @@ def _not_blank(value: str) -> str:
 
 
 NonBlank = Annotated[
-    str, AfterValidator(_not_blank), WithJsonSchema({"type": "string", "minLength": 1, "pattern": _NOT_BLANK})
+    str, AfterValidator(_not_blank), WithJsonSchema({"type": "string", "minLength": 1, "pattern": NOT_BLANK_PATTERN})
 ]
 Scalar = Union[str, int, float, bool]
 

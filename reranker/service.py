@@ -298,7 +298,9 @@ async def _require_api_key(request: Request, key: Annotated[str | None, Security
 IndexName = Annotated[
     str, Path(pattern=m.INDEX_PATTERN, description="Index name (an embedded store is served as `default`).")
 ]
-DocId = Annotated[str, Path(min_length=1, max_length=512, description="Document id.")]
+DocId = Annotated[  # stored ids are stripped and never blank (sdr_core.documents.parse_record)
+    str, Path(min_length=1, max_length=512, pattern=m.NOT_BLANK_PATTERN, description="Document id.")
+]
 
 
 def _build_router() -> APIRouter:
