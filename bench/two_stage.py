@@ -8,10 +8,12 @@ Side by side in one run:
    exhaustive ranking with exact statistics (every corpus paragraph), for information.
 2. **Fidelity on wiki**: a store of the first ``--wiki-docs`` articles, queries drawn from it
    (indexed sources, stored statistics).
-3. **Latency**: the IRLeD store's real vectors tiled to >= ``--min-sentences`` (each copy gets
-   small noise and is re-normalised, new ids), ~200-sentence indexed sources: p50 / p99 of
-   ``more_like_this`` (candidates + fetch + exact rerank), next to exhaustive exact SDR for the
-   same sources (speed-up).
+3. **Latency**: real vectors tiled to >= ``--min-sentences`` (each copy gets small noise and is
+   re-normalised, new ids), ~200-sentence indexed sources: p50 / p99 of ``more_like_this``
+   (candidates + fetch + exact rerank), next to exhaustive exact SDR for the same sources
+   (speed-up). Two stores: the IRLeD vectors (long judgments: the top 100 candidates hold 45k-130k
+   sentences) and the vectors of the first ``--latency-wiki-docs`` wiki articles (the issue's
+   shared wiki set; 0 skips it).
 4. **Memory**: store size on disk and process RSS per million sentences, next to the raw float32
    vector bytes.
 
@@ -133,7 +135,7 @@ def irled(args, encoder, cache, work: Path):
         store = EmbeddedStore(work / "irled")
     else:
         store = build_store(work / "irled", corpus_docs, encoder, cache, sample=args.sample)
-    if args.latency_only:
+    if args.latency_only or args.skip_irled_fidelity:
         return store
     print(f"IRLeD store built (from cache) in {time.perf_counter() - t:.0f}s: {store.counts()}")
     corpus = store.all_vectors()
@@ -172,10 +174,11 @@ def wiki(args, encoder, cache, work: Path):
     store.close()
 
 
-def latency(args, irled_store: EmbeddedStore, work: Path):
+def latency(args, irled_store: EmbeddedStore, work: Path, name: str = "IRLeD", path: Path | None = None):
+    """Sections 3 and 4 on ``irled_store``'s vectors tiled to size (the store ``path``)."""
     base = irled_store.all_vectors()
     copies = int(np.ceil(args.min_sentences / base.n_sentences))
-    path = work / "tiled"
+    path = path or work / "tiled"
     rng = np.random.default_rng(1)
     reuse = args.reuse and (path / "store.sqlite").exists()
     store = EmbeddedStore(path, create=True)
@@ -231,7 +234,7 @@ def latency(args, irled_store: EmbeddedStore, work: Path):
         exhaustive_top(engine, src, corpus)
         ex.append(time.perf_counter() - t)
     n_s = counts["sentences"]
-    print(f"\n== latency: tiled store, {copies} copies of IRLeD = {counts['documents']} docs, {n_s} sentences "
+    print(f"\n== latency: tiled store, {copies} copies of {name} = {counts['documents']} docs, {n_s} sentences "
           f"(real vectors; copies >0 with N(0, 0.02) noise, re-normalised); built in {build:.0f}s")
     print(f"sources: {len(picks)} indexed documents of 150-250 sentences; method sdr, K=100")
     print(f"{'':>34} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8}")
@@ -272,6 +275,9 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--reuse", action="store_true", help="reuse stores already built in --workdir")
     ap.add_argument("--latency-only", action="store_true", help="skip the fidelity sections")
+    ap.add_argument("--skip-irled-fidelity", action="store_true", help="skip section 1 (IRLeD fidelity)")
+    ap.add_argument("--latency-wiki-docs", type=int, default=1000,
+                    help="wiki articles whose vectors are tiled for the second latency store (0: skip it)")
     args = ap.parse_args()
 
     encoder = SentenceEncoder()
@@ -284,6 +290,16 @@ def main() -> None:
             wiki(args, encoder, cache, work)
         if not args.skip_latency:
             latency(args, store, work)
+            if args.latency_wiki_docs:
+                wiki_docs = list(itertools.islice(read_documents(DATA / "wiki" / "articles-00.jsonl.gz"),
+                                                  args.latency_wiki_docs))
+                base_path = work / "wiki-latency"
+                if args.reuse and (base_path / "store.sqlite").exists():
+                    base = EmbeddedStore(base_path)
+                else:
+                    base = build_store(base_path, wiki_docs, encoder, cache, sample=args.sample)
+                latency(args, base, work, f"{len(wiki_docs)} wiki articles", work / "tiled-wiki")
+                base.close()
         store.close()
     finally:
         if args.workdir is None:

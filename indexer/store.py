@@ -193,6 +193,13 @@ class DocumentStore(ABC):
     def fetch(self, ids: Sequence[str]) -> CorpusVectors:
         """Sentence vectors of ``ids`` (in that order) for the exact rerank."""
 
+    def fetch_documents(self, ids: Sequence[str]) -> list[DocVectors]:
+        """The same vectors as :meth:`fetch`, one :class:`DocVectors` per id, for
+        :func:`sdr_core.scoring.score_documents`. A store may return read-only views of its own
+        memory (no copy); this default splits :meth:`fetch`."""
+        corpus = self.fetch(ids)
+        return [corpus.doc(k) for k in range(corpus.n_docs)]
+
     @abstractmethod
     def all_vectors(self) -> CorpusVectors:
         """The whole corpus (for exhaustive ranking and exact statistics); may be memory-mapped."""

@@ -4,8 +4,9 @@ hybrid: lexical candidates too, and the signals fused.
 Works over any :class:`indexer.store.DocumentStore`. The source is an indexed document (its
 stored vectors and precomputed per-paragraph statistics) or new text (encoded now, normalised
 against the store's recorded reference sample). Candidates come from :mod:`indexer.candidates`;
-the top K are scored exactly (:func:`sdr_core.scoring.score_candidates`) with the source's
-statistics, which never depend on the candidates.
+the top K are scored exactly (:func:`sdr_core.scoring.score_documents`, over the store's
+:meth:`~indexer.store.DocumentStore.fetch_documents`: memory-map views in the embedded store) with
+the source's statistics, which never depend on the candidates.
 
 Methods:
 
@@ -40,7 +41,7 @@ from sdr_core.encoder import SentenceEncoder
 from sdr_core.errors import InvalidInputError, ModelMismatchError, StatsUnavailableError
 from sdr_core.evaluation import mean_vectors
 from sdr_core.fusion import METHODS, SIGNALS, HybridSpec, fuse
-from sdr_core.scoring import NormStats, paragraph_scores, rank, score_candidates
+from sdr_core.scoring import NormStats, paragraph_scores, rank, score_documents
 from sdr_core.settings import HybridSettings
 from sdr_core.stats import SampledParagraphs, stats_against_sample
 from sdr_core.vectors import CorpusVectors, DocVectors
@@ -74,8 +75,8 @@ class MLTSettings(HybridSettings):
         50, gt=0,
         description="Documents returned per source sentence by the nested k-NN stage (plus any tied with the "
         "k-th). Higher finds more candidates at the cost of ANN time. 50 by measurement (bench/two_stage.py, "
-        "K=100): top-10 fidelity on IRLeD dev 0.992 vs 0.984 at 20, for p50 about 230-260 vs 172 ms on a "
-        "1.1M-sentence store.",
+        "K=100): top-10 fidelity on IRLeD dev 0.992 vs 0.984 at 20, for p50 327 vs 221 ms on a "
+        "1.1M-sentence store (2-core Xeon).",
     )
     aggregation: str = Field(
         "weighted-sum",
@@ -137,11 +138,13 @@ class MLTResult:
         return d
 
 
-def mean_cosines(source: DocVectors, candidates: CorpusVectors) -> np.ndarray:
+def mean_cosines(source: DocVectors, candidates: Sequence[DocVectors]) -> np.ndarray:
     """Cosine of the source's mean sentence vector with each candidate's (the ``mean`` signal),
     float64, shape ``(D,)``."""
     q = mean_vectors(CorpusVectors.from_docs(["_source"], [source]))[0]
-    return (mean_vectors(candidates) @ q).astype(np.float64)
+    sums = np.stack([c.vectors.sum(axis=0) for c in candidates]) if candidates else np.zeros((0, source.dim))
+    means = sums / np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), 1e-12)
+    return (means.astype(np.float32) @ q).astype(np.float64)
 
 
 def explain_pair(
@@ -316,9 +319,9 @@ class MoreLikeThis:
         t1 = time.perf_counter()
         hits: list[Hit] = []
         if cand_ids:
-            cv = self.store.fetch(cand_ids)
+            docs = self.store.fetch_documents(cand_ids)
             t2 = time.perf_counter()
-            scores = score_candidates(source.vectors, cv, source.stats)
+            scores = score_documents(source.vectors, docs, source.stats)
             order = rank(cand_ids, scores)[offset : offset + size]
             for i in order:
                 hits.append(Hit(cand_ids[i], float(scores[i])))
@@ -354,12 +357,12 @@ class MoreLikeThis:
         t2 = time.perf_counter()
         hits: list[Hit] = []
         if cand_ids:
-            cv = self.store.fetch(cand_ids)
+            docs = self.store.fetch_documents(cand_ids)
             t3 = time.perf_counter()
             signals = {
                 "bm25": np.asarray([lexical.score_of(i) for i in cand_ids], dtype=np.float64),
-                "sdr": np.asarray(score_candidates(source.vectors, cv, source.stats), dtype=np.float64),
-                "mean": mean_cosines(source.vectors, cv),
+                "sdr": score_documents(source.vectors, docs, source.stats),
+                "mean": mean_cosines(source.vectors, docs),
             }
             fused = fuse(cand_ids, signals, spec)
             for i in fused.order(cand_ids)[offset : offset + size]:

@@ -31,6 +31,7 @@ __all__ = [
     "stats_from_paragraph_scores",
     "sdr_scores",
     "score_candidates",
+    "score_documents",
     "rank",
     "top_of",
 ]
@@ -141,6 +142,40 @@ def segment_max_rows(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray
     return result
 
 
+class _TileWorkspace:
+    """Buffers for :func:`_tile`, allocated once per scoring call and reused for every block
+    (a fresh product buffer per block costs page faults: on a VM they measured as much as the
+    product itself)."""
+
+    def __init__(self, source: DocVectors, rows: int, paragraphs: int) -> None:
+        self.src_t = source.vectors.T
+        self.n_src = source.n_sentences
+        self.src_starts = source.par_offsets[:-1]
+        self.inv_counts = (1.0 / np.diff(source.par_offsets)).astype(np.float32)
+        self.n_paragraphs = source.n_paragraphs
+        self.product = np.empty(rows * self.n_src, dtype=np.float32)
+        self.scratch = np.empty((paragraphs, self.n_src), dtype=np.float32)
+
+    def sims(self, rows: int) -> np.ndarray:
+        """The product buffer as a ``(rows, source sentences)`` matrix."""
+        return self.product[: rows * self.n_src].reshape(rows, self.n_src)
+
+    def tile(self, sims: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """``P`` for a block of candidate paragraphs from their sentence similarities ``sims``
+        (rows: the block's sentences; ``starts``/``lengths``: its paragraphs' rows in ``sims``):
+        max over each candidate paragraph's rows, mean over each source paragraph's columns.
+        Shape ``(source paragraphs, block paragraphs)``, a fresh array."""
+        colmax, order = _segment_max_rows_permuted(sims, starts, lengths, self.scratch)
+        permuted = np.add.reduceat(colmax, self.src_starts, axis=1)  # (block paragraphs, n_paragraphs)
+        permuted *= self.inv_counts
+        tile = np.empty((self.n_paragraphs, lengths.size), dtype=np.float32)
+        if order is None:
+            tile[...] = permuted.T
+        else:
+            tile[:, order] = permuted.T
+        return tile
+
+
 def iter_paragraph_score_tiles(
     source: DocVectors, corpus: CorpusVectors, *, block_sentences: int = 65536
 ) -> Iterator[tuple[int, int, np.ndarray]]:
@@ -157,27 +192,13 @@ def iter_paragraph_score_tiles(
     blocks = column_blocks(corpus.par_offsets, block_sentences)
     offsets = corpus.par_offsets
     lengths = np.diff(offsets)
-    src = source.vectors
-    n_src = source.n_sentences
-    src_starts = source.par_offsets[:-1]
-    inv_counts = (1.0 / np.diff(source.par_offsets)).astype(np.float32)
     widest = max(int(offsets[p1] - offsets[p0]) for p0, p1 in blocks)
-    most = max(p1 - p0 for p0, p1 in blocks)
-    product = np.empty(widest * n_src, dtype=np.float32)
-    scratch = np.empty((most, n_src), dtype=np.float32)
+    work = _TileWorkspace(source, widest, max(p1 - p0 for p0, p1 in blocks))
     for p0, p1 in blocks:
         s0, s1 = int(offsets[p0]), int(offsets[p1])
-        sims = product[: (s1 - s0) * n_src].reshape(s1 - s0, n_src)
-        np.matmul(corpus.vectors[s0:s1], src.T, out=sims)
-        colmax, order = _segment_max_rows_permuted(sims, offsets[p0:p1] - s0, lengths[p0:p1], scratch)
-        permuted = np.add.reduceat(colmax, src_starts, axis=1)  # (p1 - p0, n_paragraphs)
-        permuted *= inv_counts
-        tile = np.empty((source.n_paragraphs, p1 - p0), dtype=np.float32)
-        if order is None:
-            tile[...] = permuted.T
-        else:
-            tile[:, order] = permuted.T
-        yield p0, p1, tile
+        sims = work.sims(s1 - s0)
+        np.matmul(corpus.vectors[s0:s1], work.src_t, out=sims)
+        yield p0, p1, work.tile(sims, offsets[p0:p1] - s0, lengths[p0:p1])
 
 
 def paragraph_scores(source: DocVectors, corpus: CorpusVectors, *, block_sentences: int = 65536) -> np.ndarray:
@@ -264,6 +285,68 @@ def score_candidates(
         raise ValueError(f"stats cover {len(stats)} paragraphs, the source has {source.n_paragraphs}")
     P = paragraph_scores(source, candidates, block_sentences=block_sentences)
     return sdr_scores(document_max(P, candidates.doc_par_offsets), stats)
+
+
+def document_blocks(rows: Sequence[int], block_rows: int) -> list[tuple[int, int]]:
+    """Split documents of ``rows`` sentences each into consecutive ``[d0, d1)`` blocks of at most
+    ``block_rows`` sentences (a longer document gets a block of its own)."""
+    if block_rows < 1:
+        raise ValueError(f"block_rows must be >= 1, got {block_rows}")
+    blocks: list[tuple[int, int]] = []
+    d0, total = 0, 0
+    for d, n in enumerate(rows):
+        if d > d0 and total + n > block_rows:
+            blocks.append((d0, d))
+            d0, total = d, 0
+        total += n
+    if d0 < len(rows):
+        blocks.append((d0, len(rows)))
+    return blocks
+
+
+def score_documents(
+    source: DocVectors,
+    documents: Sequence[DocVectors],
+    stats: NormStats | None,
+    *,
+    block_rows: int = 8192,
+) -> np.ndarray:
+    """:func:`score_candidates` for documents given one by one, shape ``(D,)`` (float64).
+
+    The documents' vectors are never concatenated: each document's product with the source is
+    written straight into a block of one reused buffer, so they can be read-only views of a
+    memory-mapped store (:meth:`indexer.store.DocumentStore.fetch_documents`). Blocks of about
+    ``block_rows`` candidate sentences keep the product in cache while it is reduced.
+    """
+    if not documents:
+        return np.zeros(0, dtype=np.float64)
+    if stats is not None and len(stats) != source.n_paragraphs:
+        raise ValueError(f"stats cover {len(stats)} paragraphs, the source has {source.n_paragraphs}")
+    for doc in documents:
+        if doc.dim != source.dim:
+            raise ValueError(f"dimension mismatch: source has {source.dim}, a document has {doc.dim}")
+    rows = [doc.n_sentences for doc in documents]
+    blocks = document_blocks(rows, block_rows)
+    widest = max(sum(rows[d0:d1]) for d0, d1 in blocks)
+    most = max(sum(documents[d].n_paragraphs for d in range(d0, d1)) for d0, d1 in blocks)
+    work = _TileWorkspace(source, widest, most)
+    best = np.empty((source.n_paragraphs, len(documents)), dtype=np.float32)
+    for d0, d1 in blocks:
+        block = documents[d0:d1]
+        sims = work.sims(sum(rows[d0:d1]))
+        starts, doc_starts, at, par = [], [], 0, 0
+        for doc in block:
+            n = doc.n_sentences
+            np.matmul(doc.vectors, work.src_t, out=sims[at : at + n])
+            starts.append(doc.par_offsets[:-1] + at)
+            doc_starts.append(par)
+            at += n
+            par += doc.n_paragraphs
+        starts_all = np.concatenate(starts)
+        lengths = np.diff(np.append(starts_all, at))
+        tile = work.tile(sims, starts_all, lengths)
+        best[:, d0:d1] = np.maximum.reduceat(tile, np.asarray(doc_starts, dtype=np.int64), axis=1)
+    return sdr_scores(best, stats)
 
 
 def rank(ids: Sequence[str], scores: np.ndarray) -> list[int]:

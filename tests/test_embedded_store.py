@@ -301,6 +301,9 @@ def test_fetch_order_and_unknown_id(tmp_path):
             store.fetch(["d001", "nope"])
         with pytest.raises(InvalidInputError):
             store.fetch([])
+        views = store.fetch_documents(order)
+        assert all(not v.vectors.flags.writeable for v in views)  # memory-map views, not copies
+        assert [v.vectors.tolist() for v in views] == [cv.doc(k).vectors.tolist() for k in range(len(order))]
 
 
 def _assert_corpus_equal(got: CorpusVectors, expected: CorpusVectors) -> None:
@@ -529,6 +532,9 @@ def test_float16_round_trip(tmp_path):
             got = store.get(doc.id).vectors.vectors
             assert got.dtype == np.float32
             np.testing.assert_allclose(got, vec.vectors, atol=1e-3)
+        converted = store.fetch_documents(["d003", "d001"])
+        assert converted[0].vectors.dtype == np.float32
+        np.testing.assert_array_equal(converted[1].vectors, store.fetch(["d001"]).vectors)
         hits = store.sentence_knn(queries, 3)
     exact = {d.id: v.vectors for d, v in items}
     for q, ids, scores in zip(queries, hits.doc_ids, hits.scores):

@@ -169,7 +169,9 @@ def test_cli_index_info_mlt_stats_and_eval_store(tmp_path, capsys):
 # -- hybrid ---------------------------------------------------------------------------------------
 def test_hybrid_fuses_every_signal_over_the_union_of_both_sides(built, encoder):
     from reranker.engine import mean_cosines
+    from sdr_core.evaluation import mean_vectors
     from sdr_core.fusion import HybridSpec, fuse
+    from sdr_core.vectors import CorpusVectors
 
     path, _ = built
     with EmbeddedStore(path) as store:
@@ -185,11 +187,14 @@ def test_hybrid_fuses_every_signal_over_the_union_of_both_sides(built, encoder):
         assert set(res.timings_ms) == {"candidates", "lexical", "fetch", "rerank"}
         # recompute every signal and the fusion independently
         cv = store.fetch(union)
+        docs = store.fetch_documents(union)
         sdr = engine.search(src, size=len(union), candidate_ids=union)
         sdr_by_id = {h.id: h.score for h in sdr.hits}
         all_lex = store.lexical_search(src.document.text, 0, score_ids=union)
         signals = {"bm25": np.array([all_lex.scored[i] for i in union]),
-                   "sdr": np.array([sdr_by_id[i] for i in union]), "mean": mean_cosines(src.vectors, cv)}
+                   "sdr": np.array([sdr_by_id[i] for i in union]), "mean": mean_cosines(src.vectors, docs)}
+        q = mean_vectors(CorpusVectors.from_docs(["_source"], [src.vectors]))[0]
+        np.testing.assert_allclose(signals["mean"], mean_vectors(cv) @ q, atol=1e-6)  # the plain definition
         fused = fuse(union, signals, spec)
         assert [h.id for h in res.hits] == [union[i] for i in fused.order(union)]
         for h in res.hits:

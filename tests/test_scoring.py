@@ -18,7 +18,9 @@ from sdr_core.scoring import (
     document_max,
     paragraph_scores,
     rank,
+    document_blocks,
     score_candidates,
+    score_documents,
     sdr_scores,
     segment_max_rows,
     stats_from_paragraph_scores,
@@ -177,6 +179,47 @@ def test_normalising_best_equals_max_of_normalised(rng) -> None:
 def test_sdr_scores_rejects_wrong_stats_length() -> None:
     with pytest.raises(ValueError):
         sdr_scores(np.zeros((3, 2)), NormStats(np.zeros(2), np.ones(2)))
+
+
+@pytest.mark.parametrize("source_index", [None, 1, 2])
+@pytest.mark.parametrize("block_rows", [1, 5, 31, 8192])
+def test_score_documents_match_exhaustive_reference(awkward, source_index, block_rows: int) -> None:
+    """Documents scored one by one (as views, never concatenated) give the exhaustive SDR scores,
+    with blocks smaller than a paragraph, than a document, and holding every document."""
+    source, docs = awkward
+    if source_index is not None:
+        source = docs[source_index]
+    corpus = make_corpus(docs)
+    src = DocVectors.from_paragraphs(source)
+    P = paragraph_scores(src, corpus)
+    exclude = None if source_index is None else corpus.paragraph_doc() == source_index
+    stats = stats_from_paragraph_scores(P, exclude=exclude)
+    documents = [corpus.doc(k) for k in range(corpus.n_docs)]
+    assert all(np.shares_memory(d.vectors, corpus.vectors) for d in documents)  # views, no copies
+    got = score_documents(src, documents, stats, block_rows=block_rows)
+    np.testing.assert_allclose(got, reference_corpus_scores(source, docs, source_index=source_index), atol=TOL, rtol=0)
+    np.testing.assert_allclose(got, score_candidates(src, corpus, stats), atol=1e-6, rtol=0)  # BLAS rounding only
+    reversed_docs = score_documents(src, documents[::-1], None, block_rows=block_rows)
+    np.testing.assert_allclose(reversed_docs[::-1], score_candidates(src, corpus, None), atol=1e-6, rtol=0)
+
+
+def test_score_documents_edge_cases(awkward) -> None:
+    source, docs = awkward
+    src = DocVectors.from_paragraphs(source)
+    assert score_documents(src, [], None).shape == (0,)
+    with pytest.raises(ValueError, match="dimension mismatch"):
+        score_documents(src, [DocVectors(np.ones((2, DIM + 1), np.float32), np.array([0, 2]))], None)
+    with pytest.raises(ValueError, match="stats cover 1 paragraphs"):
+        score_documents(src, [DocVectors.from_paragraphs(docs[0])], NormStats(np.zeros(1), np.ones(1)))
+
+
+def test_document_blocks() -> None:
+    assert document_blocks([3, 4, 2, 9, 1], 7) == [(0, 2), (2, 3), (3, 4), (4, 5)]
+    assert document_blocks([3, 4, 2, 9, 1], 100) == [(0, 5)]
+    assert document_blocks([5, 5], 1) == [(0, 1), (1, 2)]
+    assert document_blocks([], 10) == []
+    with pytest.raises(ValueError):
+        document_blocks([1], 0)
 
 
 @pytest.mark.parametrize("source_index", [None, 1, 2])

@@ -327,6 +327,14 @@ def test_fetch_order_and_unknown_id(store):
         store.fetch(["d001", "nope"])
     with pytest.raises(InvalidInputError):
         store.fetch([])
+    docs = store.fetch_documents(order)  # the same vectors, one document at a time
+    assert len(docs) == len(order)
+    for doc, doc_id in zip(docs, order):
+        assert_same_vectors(doc, by_id[doc_id])
+    with pytest.raises(DocumentNotFoundError, match="nope"):
+        store.fetch_documents(["d001", "nope"])
+    with pytest.raises(InvalidInputError):
+        store.fetch_documents([])
 
 
 def test_all_vectors(store):

@@ -153,3 +153,26 @@ def test_first_hits_keeps_documents_tied_at_the_kth_place() -> None:
     assert seqs.tolist() == [10, 11, 12, 13]  # no tie at the 4th place: exactly k
     seqs, _ = _first_hits(dist, rows, row_seq, np.array([11]), 2)
     assert seqs.tolist() == [10, 12, 13]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_first_hits_of_all_rows_at_once_match_row_by_row(seed: int) -> None:
+    """The vectorised per-search form equals the row-by-row reference, with repeated documents,
+    ties at the k-th place, missing hits (-1), dead rows and excluded documents."""
+    from indexer.embedded.ann import _first_hits, _first_hits_rows
+
+    rng = np.random.default_rng(seed)
+    n_rows, width, k = 40, 30, 5
+    row_seq = rng.integers(0, 12, size=200).astype(np.int64)
+    row_seq[rng.random(200) < 0.1] = -1  # dead rows
+    rows = rng.integers(0, 200, size=(n_rows, width))
+    rows[:, -3:] = -1  # FAISS pads short results with -1
+    dist = -np.sort(-rng.choice(np.linspace(0, 1, 8), size=(n_rows, width)), axis=1).astype(np.float32)  # many ties
+    for exclude in (np.zeros(0, np.int64), np.array([3, 7], dtype=np.int64)):
+        got = _first_hits_rows(dist, rows, row_seq, exclude, k)
+        assert len(got) == n_rows
+        for j in range(n_rows):
+            seqs, scores = _first_hits(dist[j], rows[j], row_seq, exclude, k)
+            assert got[j][0].tolist() == seqs.tolist()
+            assert got[j][1].tolist() == scores.tolist()
+    assert _first_hits_rows(dist[:0], rows[:0], row_seq, np.zeros(0, np.int64), k) == []

@@ -211,6 +211,40 @@ def _first_hits(
     return seqs[first], dist[first]
 
 
+def _first_hits_rows(
+    dist: np.ndarray, rows: np.ndarray, row_seq: np.ndarray, exclude: np.ndarray, k: int
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """:func:`_first_hits` (without twins) for every query row of a search result at once.
+
+    ``dist``, ``rows``: ``(n, hits)``, each row best first (FAISS order). Vectorised over the rows
+    (one stable sort of the document numbers per row): calling :func:`_first_hits` row by row
+    cost about 0.12 ms a row, 25 ms for a 200-sentence source (profiled on the 1.13M-sentence
+    bench store), most of the candidate stage's time outside FAISS.
+    """
+    n, width = rows.shape
+    if n == 0 or width == 0:
+        return [(np.zeros(0, np.int64), np.zeros(0, np.float32)) for _ in range(n)]
+    seqs = np.where(rows >= 0, row_seq[np.maximum(rows, 0)], -1)
+    if exclude.size:
+        seqs[np.isin(seqs, exclude)] = -1
+    order = np.argsort(seqs, axis=1, kind="stable")  # by document, hits of one document best first
+    by_doc = np.take_along_axis(seqs, order, axis=1)
+    first_sorted = by_doc >= 0
+    first_sorted[:, 1:] &= by_doc[:, 1:] != by_doc[:, :-1]
+    first = np.zeros((n, width), dtype=bool)
+    np.put_along_axis(first, order, first_sorted, axis=1)  # each document's best hit, in hit order
+    count = np.cumsum(first, axis=1)
+    over = count[:, -1] > k
+    if over.any():  # keep the top k documents and those tied with the k-th
+        kth = np.argmax(first & (count == k), axis=1)
+        threshold = np.where(over, dist[np.arange(n), kth], -np.inf)
+        first &= dist >= threshold[:, None]
+    r, c = np.nonzero(first)
+    bounds = np.searchsorted(r, np.arange(n + 1))
+    kept_seqs, kept_dist = seqs[r, c], dist[r, c]
+    return [(kept_seqs[a:b], kept_dist[a:b]) for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
+
+
 def knn_rounds(
     index, q: np.ndarray, k: int, want: int, row_seq: np.ndarray, exclude: np.ndarray, *,
     oversample: int, ef_search: int, twins: TwinGroups | None = None,
@@ -229,10 +263,14 @@ def knn_rounds(
     pending = np.arange(q.shape[0])
     for round_ in range(_KNN_ROUNDS):
         dist, rows = _search(index, q[pending], n_hits, ef_search)
+        if twins is None:
+            found = _first_hits_rows(dist, rows, row_seq, exclude, k)
+        else:
+            found = [_first_hits(dist[j], rows[j], row_seq, exclude, k, twins) for j in range(len(pending))]
         short = []
-        for j, r in enumerate(pending):
-            results[r] = _first_hits(dist[j], rows[j], row_seq, exclude, k, twins)
-            if results[r][0].size < want:
+        for r, hit in zip(pending.tolist(), found):
+            results[r] = hit
+            if hit[0].size < want:
                 short.append(r)
         if not short or n_hits >= total:
             break

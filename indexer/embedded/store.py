@@ -520,16 +520,31 @@ class EmbeddedStore(DocumentStore):
         vectors = self._vectors.gather(starts, lengths, self._row_map().committed, view=view)
         return CorpusVectors(tuple(ids), vectors, par_offsets, doc_par)
 
+    def _located(self, conn: sqlite3.Connection, ids: list[str], what: str) -> dict[str, Location]:
+        """Where the documents ``ids`` are; every one must be stored (and at least one asked for)."""
+        if not ids:
+            raise InvalidInputError(f"{what}() needs at least one document id")
+        located = catalog.locate(conn, ids)
+        for doc_id in ids:
+            if doc_id not in located:
+                raise DocumentNotFoundError(doc_id)
+        return located
+
     def fetch(self, ids: Sequence[str]) -> CorpusVectors:
         ids = [str(i) for i in ids]
-        if not ids:
-            raise InvalidInputError("fetch() needs at least one document id")
         with self._snapshot() as conn:
-            located = catalog.locate(conn, ids)
-            for doc_id in ids:
-                if doc_id not in located:
-                    raise DocumentNotFoundError(doc_id)
-            return self._corpus(ids, located)
+            return self._corpus(ids, self._located(conn, ids, "fetch"))
+
+    def fetch_documents(self, ids: Sequence[str]) -> list[DocVectors]:
+        """Read-only views of the memory-mapped vector file, one per document (float32 files; a
+        float16 file gives converted copies): the rerank reads the page cache directly instead of
+        first copying every candidate into one fresh array (measured 53 of 400 ms at p50)."""
+        ids = [str(i) for i in ids]
+        with self._snapshot() as conn:
+            located = self._located(conn, ids, "fetch_documents")
+            places = [located[i] for i in ids]
+            views = self._vectors.ranges([p[0] for p in places], [p[1] for p in places], self._row_map().committed)
+        return [DocVectors(v, offsets(json.loads(p[2]))) for v, p in zip(views, places)]
 
     def all_vectors(self) -> CorpusVectors:
         """Every live document in ``seq`` order, float32 (a memory-map view when the file is

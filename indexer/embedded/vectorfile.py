@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
@@ -109,6 +110,14 @@ class VectorFile:
         else:
             self._mm = self._map(self.path, committed)
         return self._mm
+
+    def ranges(self, starts: Sequence[int], lengths: Sequence[int], committed: int) -> list[np.ndarray]:
+        """The row ranges ``[starts[i], starts[i] + lengths[i])`` one by one, as float32: read-only
+        views of the memory map for a float32 file (no copy), converted copies for float16."""
+        mm = self.matrix(committed)
+        if self.dtype == "float32":
+            return [mm[a : a + n] for a, n in zip(starts, lengths)]
+        return [np.asarray(mm[a : a + n], dtype=np.float32) for a, n in zip(starts, lengths)]
 
     def gather(self, starts: np.ndarray, lengths: np.ndarray, committed: int, *, view: bool = False) -> np.ndarray:
         """The row ranges ``[starts[i], starts[i] + lengths[i])``, concatenated, as float32.
