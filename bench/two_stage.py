@@ -25,10 +25,7 @@ Usage: python bench/two_stage.py [--skip-wiki] [--min-sentences 1000000]
 from __future__ import annotations
 
 import argparse
-import gzip
 import itertools
-import json
-import os
 import resource
 import shutil
 import sys
@@ -67,6 +64,13 @@ def rss_mb() -> float:
 
 def dir_mb(path: Path) -> float:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 1e6
+
+
+def reusable_store(args, path: Path, docs: list[Document], encoder, cache) -> EmbeddedStore:
+    """The store at ``path``: reopened with ``--reuse`` when it exists, else built from ``docs``."""
+    if args.reuse and (path / "store.sqlite").exists():
+        return EmbeddedStore(path)
+    return build_store(path, docs, encoder, cache, sample=args.sample)
 
 
 def build_store(path: Path, docs: list[Document], encoder, cache, *, sample: int) -> EmbeddedStore:
@@ -131,10 +135,7 @@ def irled(args, encoder, cache, work: Path):
     corpus_docs = list(read_documents(DATA / "irled" / "corpus.jsonl.gz"))
     query_docs = list(read_documents(DATA / "irled" / "queries-dev.jsonl.gz"))
     t = time.perf_counter()
-    if args.reuse and (work / "irled" / "store.sqlite").exists():
-        store = EmbeddedStore(work / "irled")
-    else:
-        store = build_store(work / "irled", corpus_docs, encoder, cache, sample=args.sample)
+    store = reusable_store(args, work / "irled", corpus_docs, encoder, cache)
     if args.latency_only or args.skip_irled_fidelity:
         return store
     print(f"IRLeD store built (from cache) in {time.perf_counter() - t:.0f}s: {store.counts()}")
@@ -174,21 +175,21 @@ def wiki(args, encoder, cache, work: Path):
     store.close()
 
 
-def latency(args, irled_store: EmbeddedStore, work: Path, name: str = "IRLeD", path: Path | None = None):
-    """Sections 3 and 4 on ``irled_store``'s vectors tiled to size (the store ``path``)."""
-    base = irled_store.all_vectors()
+def latency(args, base_store: EmbeddedStore, work: Path, name: str = "IRLeD", path: Path | None = None):
+    """Sections 3 and 4 on ``base_store``'s vectors tiled to size (the store ``path``)."""
+    base = base_store.all_vectors()
     copies = int(np.ceil(args.min_sentences / base.n_sentences))
     path = path or work / "tiled"
     rng = np.random.default_rng(1)
     reuse = args.reuse and (path / "store.sqlite").exists()
     store = EmbeddedStore(path, create=True)
-    store.ensure_meta(irled_store.meta())
+    store.ensure_meta(base_store.meta())
     ids = list(base.ids)
     t = time.perf_counter()
     for c in range(0 if reuse else copies):
         batch = []
         for k, doc_id in enumerate(ids):
-            stored = irled_store.get(doc_id)
+            stored = base_store.get(doc_id)
             v = stored.vectors.vectors
             if c:
                 v = v + rng.normal(scale=0.02, size=v.shape).astype(np.float32)
@@ -260,6 +261,14 @@ def latency(args, irled_store: EmbeddedStore, work: Path, name: str = "IRLeD", p
     store.close()
 
 
+def wiki_latency(args, encoder, cache, work: Path) -> None:
+    """Sections 3 and 4 on the vectors of the first ``--latency-wiki-docs`` wiki articles."""
+    docs = list(itertools.islice(read_documents(DATA / "wiki" / "articles-00.jsonl.gz"), args.latency_wiki_docs))
+    base = reusable_store(args, work / "wiki-latency", docs, encoder, cache)
+    latency(args, base, work, f"{len(docs)} wiki articles", work / "tiled-wiki")
+    base.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sample", type=int, default=5000)
@@ -291,15 +300,7 @@ def main() -> None:
         if not args.skip_latency:
             latency(args, store, work)
             if args.latency_wiki_docs:
-                wiki_docs = list(itertools.islice(read_documents(DATA / "wiki" / "articles-00.jsonl.gz"),
-                                                  args.latency_wiki_docs))
-                base_path = work / "wiki-latency"
-                if args.reuse and (base_path / "store.sqlite").exists():
-                    base = EmbeddedStore(base_path)
-                else:
-                    base = build_store(base_path, wiki_docs, encoder, cache, sample=args.sample)
-                latency(args, base, work, f"{len(wiki_docs)} wiki articles", work / "tiled-wiki")
-                base.close()
+                wiki_latency(args, encoder, cache, work)
         store.close()
     finally:
         if args.workdir is None:

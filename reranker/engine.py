@@ -39,7 +39,6 @@ from indexer.store import DocumentStore
 from sdr_core.documents import Document, parse_record
 from sdr_core.encoder import SentenceEncoder
 from sdr_core.errors import InvalidInputError, ModelMismatchError, StatsUnavailableError
-from sdr_core.evaluation import mean_vectors
 from sdr_core.fusion import METHODS, SIGNALS, HybridSpec, fuse
 from sdr_core.scoring import NormStats, paragraph_scores, rank, score_documents
 from sdr_core.settings import HybridSettings
@@ -141,10 +140,9 @@ class MLTResult:
 def mean_cosines(source: DocVectors, candidates: Sequence[DocVectors]) -> np.ndarray:
     """Cosine of the source's mean sentence vector with each candidate's (the ``mean`` signal),
     float64, shape ``(D,)``."""
-    q = mean_vectors(CorpusVectors.from_docs(["_source"], [source]))[0]
-    sums = np.stack([c.vectors.sum(axis=0) for c in candidates]) if candidates else np.zeros((0, source.dim))
-    means = sums / np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), 1e-12)
-    return (means.astype(np.float32) @ q).astype(np.float64)
+    sums = np.stack([d.vectors.sum(axis=0) for d in (source, *candidates)])  # the source first
+    means = sums / np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), 1e-12)  # as mean_vectors
+    return (means[1:] @ means[0]).astype(np.float64)
 
 
 def explain_pair(

@@ -143,7 +143,7 @@ def segment_max_rows(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray
 
 
 class _TileWorkspace:
-    """Buffers for :func:`_tile`, allocated once per scoring call and reused for every block
+    """Buffers for :meth:`tile`, allocated once per scoring call and reused for every block
     (a fresh product buffer per block costs page faults: on a VM they measured as much as the
     product itself)."""
 
