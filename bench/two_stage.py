@@ -17,7 +17,8 @@ Side by side in one run:
 4. **Memory**: store size on disk and process RSS per million sentences, next to the raw float32
    vector bytes.
 
-Nested k-NN twin expansion (``SDR_STORE_KNN_TWINS``) is compared on and off in sections 1 and 3.
+Nested k-NN twin expansion (``SDR_STORE_KNN_TWINS``) is compared on and off, and search rounds
+(``SDR_STORE_KNN_ROUNDS``) at 1, 2 and 3, in sections 1 and 3 (``--latency-rounds``).
 Vectors come from the embedding cache (run ``sdr eval`` first, or this script encodes).
 Usage: python bench/two_stage.py [--skip-wiki] [--min-sentences 1000000]
 """
@@ -40,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from indexer.embedded import EmbeddedStore  # noqa: E402
 from indexer.pipeline import index_documents  # noqa: E402
+from indexer.settings import EmbeddedStoreSettings  # noqa: E402
 from indexer.stats_job import refresh_stats  # noqa: E402
 from reranker.engine import MLTSettings, MoreLikeThis  # noqa: E402
 from sdr_core.cache import EmbeddingCache  # noqa: E402
@@ -89,15 +91,18 @@ def exhaustive_top(engine: MoreLikeThis, source, corpus, k: int = 10) -> list[st
     return out[:k]
 
 
-def use_twins(store: EmbeddedStore, twins: bool) -> None:
-    """Switch the store's nested k-NN twin expansion (SDR_STORE_KNN_TWINS) on or off."""
-    store.settings = store.settings.model_copy(update={"knn_twins": twins})
+def use_twins(store: EmbeddedStore, twins: bool, rounds: int | None = None) -> None:
+    """Switch the store's nested k-NN twin expansion (SDR_STORE_KNN_TWINS) on or off and set its
+    search rounds (SDR_STORE_KNN_ROUNDS; None: the settings' default)."""
+    rounds = EmbeddedStoreSettings().knn_rounds if rounds is None else rounds
+    store.settings = store.settings.model_copy(update={"knn_twins": twins, "knn_rounds": rounds})
 
 
-def fidelity(store, encoder, sources, ks, aggregations, knn_ks, corpus, exact_tops=None, twins=False) -> list[dict]:
+def fidelity(store, encoder, sources, ks, aggregations, knn_ks, corpus, exact_tops=None, twins=False,
+             rounds=None) -> list[dict]:
     rows = []
     truth = {}
-    use_twins(store, twins)
+    use_twins(store, twins, rounds)
     engine = MoreLikeThis(store=store, encoder=encoder)
     for name, src in sources:
         truth[name] = exhaustive_top(engine, src, corpus)
@@ -115,7 +120,8 @@ def fidelity(store, encoder, sources, ks, aggregations, knn_ks, corpus, exact_to
                     ov.append(len(set(top) & set(truth[name])) / max(1, len(truth[name])))
                     if exact_tops:
                         ov_exact.append(len(set(top) & set(exact_tops[name])) / 10)
-                rows.append({"aggregation": agg, "twins": twins, "knn_k": knn_k, "K": K, "recall@10": float(np.mean(ov)),
+                rows.append({"aggregation": agg, "twins": twins, "rounds": store.settings.knn_rounds, "knn_k": knn_k, "K": K,
+                             "recall@10": float(np.mean(ov)),
                              "min": float(np.min(ov)),
                              "vs_exact_stats": float(np.mean(ov_exact)) if ov_exact else None,
                              "ms_per_query": float(np.median(times) * 1e3)})
@@ -124,10 +130,12 @@ def fidelity(store, encoder, sources, ks, aggregations, knn_ks, corpus, exact_to
 
 def print_fidelity(title: str, rows: list[dict]) -> None:
     print(f"\n== {title}")
-    print(f"{'aggregation':>12} {'twins':>5} {'knn_k':>5} {'K':>5} {'top10 recall':>12} {'min':>5} {'vs exact-stats':>14} {'ms/query':>9}")
+    print(f"{'aggregation':>12} {'twins':>5} {'rounds':>6} {'knn_k':>5} {'K':>5} {'top10 recall':>12} {'min':>5} "
+          f"{'vs exact-stats':>14} {'ms/query':>9}")
     for r in rows:
         ve = f"{r['vs_exact_stats']:.3f}" if r["vs_exact_stats"] is not None else "-"
-        print(f"{r['aggregation']:>12} {'on' if r['twins'] else 'off':>5} {r['knn_k']:>5} {r['K']:>5} {r['recall@10']:12.3f} "
+        print(f"{r['aggregation']:>12} {'on' if r['twins'] else 'off':>5} {r['rounds']:>6} {r['knn_k']:>5} {r['K']:>5} "
+              f"{r['recall@10']:12.3f} "
               f"{r['min']:5.2f} {ve:>14} {r['ms_per_query']:9.1f}")
 
 
@@ -154,6 +162,10 @@ def irled(args, encoder, cache, work: Path):
                      knn_ks=[k for k in (20, 100) if k != args.knn_k], corpus=corpus, exact_tops=exact_tops)
     rows += fidelity(store, encoder, sources, ks=[100, 200], aggregations=["weighted-sum"],
                      knn_ks=[20, args.knn_k, 100], corpus=corpus, exact_tops=exact_tops, twins=True)
+    default_rounds = EmbeddedStoreSettings().knn_rounds
+    for r in sorted({1, 2, 3} - {default_rounds}):
+        rows += fidelity(store, encoder, sources, ks=[100, 200], aggregations=["weighted-sum"],
+                         knn_ks=[20, args.knn_k], corpus=corpus, exact_tops=exact_tops, rounds=r)
     use_twins(store, False)
     print_fidelity("fidelity: IRLeD dev (50 new-text queries, sampled stats R=%d)" % args.sample, rows)
     return store
@@ -212,10 +224,14 @@ def latency(args, base_store: EmbeddedStore, work: Path, name: str = "IRLeD", pa
     sizes = {i: store.get(i).vectors.n_sentences for i in all_ids[: len(ids)]}
     pool = [i for i, n in sizes.items() if 150 <= n <= 250]
     picks = [pool[i] for i in rng.choice(len(pool), size=min(args.latency_queries, len(pool)), replace=False)]
-    configs = [(args.knn_k, False)] + [(k, False) for k in args.latency_knn_k if k != args.knn_k] + [(args.knn_k, True)]
+    default_rounds = EmbeddedStoreSettings().knn_rounds
+    configs = ([(args.knn_k, False, default_rounds)]
+               + [(k, False, default_rounds) for k in args.latency_knn_k if k != args.knn_k]
+               + [(args.knn_k, False, r) for r in args.latency_rounds if r != default_rounds]
+               + [(args.knn_k, True, default_rounds)])
     timed = {}
-    for knn_k, twins in configs:
-        use_twins(store, twins)
+    for knn_k, twins, rounds in configs:
+        use_twins(store, twins, rounds)
         engine = MoreLikeThis(store=store, settings=MLTSettings(candidates=100, knn_k=knn_k, method="sdr"))
         engine.more_like_this(doc_id=picks[0])  # warm up
         lat, parts = [], []
@@ -224,7 +240,7 @@ def latency(args, base_store: EmbeddedStore, work: Path, name: str = "IRLeD", pa
             res = engine.more_like_this(doc_id=doc_id, size=10)
             lat.append(time.perf_counter() - t)
             parts.append(res.timings_ms)
-        timed[knn_k, twins] = (np.array(lat) * 1e3, parts)
+        timed[knn_k, twins, rounds] = (np.array(lat) * 1e3, parts)
     use_twins(store, False)
     rss1 = rss_mb()
     corpus = store.all_vectors()
@@ -238,16 +254,16 @@ def latency(args, base_store: EmbeddedStore, work: Path, name: str = "IRLeD", pa
     print(f"\n== latency: tiled store, {copies} copies of {name} = {counts['documents']} docs, {n_s} sentences "
           f"(real vectors; copies >0 with N(0, 0.02) noise, re-normalised); built in {build:.0f}s")
     print(f"sources: {len(picks)} indexed documents of 150-250 sentences; method sdr, K=100")
-    print(f"{'':>34} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8}")
-    for (knn_k, twins), (lat_ms, parts) in timed.items():
-        label = f"two-stage, knn_k={knn_k}, twins {'on' if twins else 'off'}"
-        print(f"{label:>34} {np.percentile(lat_ms, 50):8.1f} {np.percentile(lat_ms, 99):8.1f} {lat_ms.mean():8.1f}")
+    print(f"{'':>44} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8}")
+    for (knn_k, twins, rounds), (lat_ms, parts) in timed.items():
+        label = f"two-stage, knn_k={knn_k}, rounds {rounds}, twins {'on' if twins else 'off'}"
+        print(f"{label:>44} {np.percentile(lat_ms, 50):8.1f} {np.percentile(lat_ms, 99):8.1f} {lat_ms.mean():8.1f}")
         for part in ("candidates", "fetch", "rerank"):
             v = np.array([p[part] for p in parts])
-            print(f"{'  of which ' + part:>34} {np.percentile(v, 50):8.1f} {np.percentile(v, 99):8.1f} {v.mean():8.1f}")
-    lat_ms = timed[args.knn_k, False][0]
+            print(f"{'  of which ' + part:>44} {np.percentile(v, 50):8.1f} {np.percentile(v, 99):8.1f} {v.mean():8.1f}")
+    lat_ms = timed[args.knn_k, False, default_rounds][0]
     ex_ms = np.array(ex) * 1e3
-    print(f"{'exhaustive exact SDR':>34} {np.percentile(ex_ms, 50):8.1f} {np.percentile(ex_ms, 99):8.1f} {ex_ms.mean():8.1f}")
+    print(f"{'exhaustive exact SDR':>44} {np.percentile(ex_ms, 50):8.1f} {np.percentile(ex_ms, 99):8.1f} {ex_ms.mean():8.1f}")
     print(f"speed-up (p50, knn_k={args.knn_k}): {np.percentile(ex_ms, 50) / np.percentile(lat_ms, 50):.0f}x")
     disk = dir_mb(path)
     raw = n_s * base.dim * 4 / 1e6
@@ -280,11 +296,14 @@ def main() -> None:
     ap.add_argument("--min-sentences", type=int, default=1_000_000)
     ap.add_argument("--latency-queries", type=int, default=100)
     ap.add_argument("--latency-knn-k", type=int, nargs="*", default=[20], help="also time these knn_k values")
+    ap.add_argument("--latency-rounds", type=int, nargs="*", default=[1, 3],
+                    help="also time these nested k-NN search rounds (SDR_STORE_KNN_ROUNDS) at the default knn_k")
     ap.add_argument("--exhaustive-queries", type=int, default=5)
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--reuse", action="store_true", help="reuse stores already built in --workdir")
     ap.add_argument("--latency-only", action="store_true", help="skip the fidelity sections")
     ap.add_argument("--skip-irled-fidelity", action="store_true", help="skip section 1 (IRLeD fidelity)")
+    ap.add_argument("--skip-irled-latency", action="store_true", help="time only the wiki latency store")
     ap.add_argument("--latency-wiki-docs", type=int, default=1000,
                     help="wiki articles whose vectors are tiled for the second latency store (0: skip it)")
     args = ap.parse_args()
@@ -298,7 +317,8 @@ def main() -> None:
         if not args.skip_wiki and not args.latency_only:
             wiki(args, encoder, cache, work)
         if not args.skip_latency:
-            latency(args, store, work)
+            if not args.skip_irled_latency:
+                latency(args, store, work)
             if args.latency_wiki_docs:
                 wiki_latency(args, encoder, cache, work)
         store.close()

@@ -179,7 +179,9 @@ class DocumentStore(ABC):
         """Nested k-NN: for each row of ``vectors`` the top-``k`` documents by best sentence.
 
         A backend may return more than ``k`` when documents tie at the k-th place (the embedded
-        store keeps every tied document among its hits)."""
+        store keeps every tied document among its hits), and fewer when a row's nearest sentences
+        crowd into fewer documents than ``k`` (the embedded store's single search by default,
+        ``SDR_STORE_KNN_ROUNDS``)."""
 
     @abstractmethod
     def lexical_search(

@@ -263,6 +263,27 @@ def test_nested_knn_semantics(tmp_path):
 
 
 @pytest.mark.unit
+@pytest.mark.parametrize("rounds", [1, 2])
+def test_knn_rounds_for_rows_whose_hits_crowd_into_one_document(tmp_path, rounds):
+    rng = np.random.default_rng(11)
+    q = unit(rng, 1)[0]
+    crowd = make_doc("crowd", rng, n_pars=3, n_sents=6)
+    near = q + 0.05 * unit(rng, 18)  # all 18 sentences of "crowd" lie next to the query
+    near /= np.linalg.norm(near, axis=1, keepdims=True)
+    items = [with_vectors(crowd, near), *make_docs(30, seed=12, n_sents=3)]
+    settings = EmbeddedStoreSettings(knn_oversample=2, knn_rounds=rounds)
+    with open_store(tmp_path / "s", settings=settings) as store:
+        store.put(items)
+        hits = store.sentence_knn(np.stack([q, unit(rng, 1)[0]]), 5)
+    if rounds == 1:  # the 10 hits of one search are all "crowd" sentences: that row keeps one document
+        assert hits.doc_ids[0] == ["crowd"]
+    else:  # a second search with 4x the hits finds the next documents
+        assert hits.doc_ids[0][0] == "crowd"
+        assert set(hits.doc_ids[0]) == set(brute_force_top(q[None], items, 5)[0])
+    assert len(hits.doc_ids[1]) == 5  # a row with spread-out neighbours gets k documents in one search
+
+
+@pytest.mark.unit
 def test_knn_on_empty_store(tmp_path):
     with open_store(tmp_path / "s") as store:
         hits = store.sentence_knn(unit(np.random.default_rng(0), 2), 3)

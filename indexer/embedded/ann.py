@@ -10,7 +10,10 @@ Nested k-NN (:func:`knn_rounds`) fetches ``k * oversample`` sentence hits per qu
 (optionally adding the twins of each hit: identical rows, :mod:`.twins`), drops dead rows and
 excluded documents and keeps each document's best hit: the top ``k`` documents and any tied with
 the k-th (IRLeD's boilerplate sentences tie across many documents; cutting such a tie at an
-arbitrary k cost top-10 fidelity: 0.968 -> 0.992 at K = 100, ``bench/two_stage.py``).
+arbitrary k cost top-10 fidelity: 0.968 -> 0.992 at K = 100, ``bench/two_stage.py``). A row
+whose hits hold fewer than k documents keeps those, or is searched again with 4x the hits when
+more rounds are allowed (``SDR_STORE_KNN_ROUNDS``; one by default: the same fidelity, half the
+candidate time on the wiki latency store).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ logger = logging.getLogger(__package__)  # "indexer.embedded", one logger for th
 FAISS = "faiss.index"
 FAISS_TMP = "faiss.index.tmp"
 _SERIAL_ADD_ROWS = 4_096  # FAISS additions up to this many rows run single-threaded
-_KNN_ROUNDS = 3  # search rounds (x4 hits each) when a row lacks k distinct documents
+_ROUND_GROWTH = 4  # each follow-up search round fetches this many times more hits
 
 
 @contextmanager
@@ -247,7 +250,7 @@ def _first_hits_rows(
 
 def knn_rounds(
     index, q: np.ndarray, k: int, want: int, row_seq: np.ndarray, exclude: np.ndarray, *,
-    oversample: int, ef_search: int, twins: TwinGroups | None = None,
+    oversample: int, ef_search: int, rounds: int = 3, twins: TwinGroups | None = None,
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """For each query row, the ``(seqs, scores)`` of its top-``k`` documents by best sentence
     (more when documents tie at the k-th place; ``twins`` adds the identical rows of every hit).
@@ -255,13 +258,13 @@ def knn_rounds(
     ``row_seq``: row -> document seq (``-1`` = dead); ``exclude``: sorted seqs to leave out;
     ``want``: how many documents a row can get at most. Fetches ``k * oversample`` sentence hits
     per row in one batched search (``efSearch`` at least ``ef_search``); rows left with fewer than
-    ``want`` documents are searched again with 4x as many hits, up to 3 rounds.
+    ``want`` documents are searched again with 4x as many hits, up to ``rounds`` searches in all.
     """
     total = int(index.ntotal)
     n_hits = min(total, k * oversample)
     results: list[tuple[np.ndarray, np.ndarray]] = [(np.zeros(0, np.int64), np.zeros(0, np.float32))] * q.shape[0]
     pending = np.arange(q.shape[0])
-    for round_ in range(_KNN_ROUNDS):
+    for round_ in range(rounds):
         dist, rows = _search(index, q[pending], n_hits, ef_search)
         if twins is None:
             found = _first_hits_rows(dist, rows, row_seq, exclude, k)
@@ -274,9 +277,9 @@ def knn_rounds(
                 short.append(r)
         if not short or n_hits >= total:
             break
-        if round_ == _KNN_ROUNDS - 1:
+        if round_ == rounds - 1:
             logger.debug("nested k-NN: %d query rows got fewer than %d documents", len(short), want)
             break
         pending = np.asarray(short)
-        n_hits = min(total, n_hits * 4)
+        n_hits = min(total, n_hits * _ROUND_GROWTH)
     return results

@@ -434,9 +434,9 @@ class EmbeddedStore(DocumentStore):
 
         Fetches ``k * knn_oversample`` sentence hits per row in one batched FAISS search (with
         ``knn_twins``, adds every hit's twins: byte-identical rows of other documents,
-        :mod:`.twins`), drops dead rows and excluded documents, keeps each document's best hit;
-        rows left with fewer than ``k`` documents (while more exist) are searched again with 4x as
-        many hits, up to 3 rounds.
+        :mod:`.twins`), drops dead rows and excluded documents, keeps each document's best hit.
+        A row whose hits hold fewer than ``k`` documents (while more exist) keeps those, or, with
+        ``knn_rounds`` > 1, is searched again with 4x as many hits, up to ``knn_rounds`` searches.
         """
         if k < 1:
             raise InvalidInputError(f"k must be >= 1, got {k}")
@@ -450,7 +450,7 @@ class EmbeddedStore(DocumentStore):
             index = self._faiss()
             twins = self._twins.current(rows.epoch, rows.committed, self._matrix()) if self.settings.knn_twins else None
             results = knn_rounds(index, q, k, want, rows.rows, exclude, oversample=self.settings.knn_oversample,
-                                 ef_search=self.settings.hnsw_ef_search, twins=twins)
+                                 ef_search=self.settings.hnsw_ef_search, rounds=self.settings.knn_rounds, twins=twins)
             ids = [[rows.seq_ids[int(s)] for s in seqs] for seqs, _ in results]
         return SentenceHits(ids, [np.asarray(d, dtype=np.float32) for _, d in results])
 
