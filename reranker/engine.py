@@ -74,8 +74,8 @@ class MLTSettings(HybridSettings):
         50, gt=0,
         description="Documents returned per source sentence by the nested k-NN stage (plus any tied with the "
         "k-th). Higher finds more candidates at the cost of ANN time. 50 by measurement (bench/two_stage.py, "
-        "K=100): top-10 fidelity on IRLeD dev 0.992 vs 0.984 at 20, for p50 327 vs 221 ms on a "
-        "1.1M-sentence store (2-core Xeon).",
+        "K=100): top-10 fidelity on IRLeD dev 0.984 vs 0.980 at 20 (0.992 vs 0.984 on an earlier HNSW build; "
+        "0.994 vs 0.988 at K=200), for p50 99 vs 66 ms on the 1.14M-sentence wiki latency store (2-core EPYC).",
     )
     aggregation: str = Field(
         "weighted-sum",

@@ -250,7 +250,7 @@ def _first_hits_rows(
 
 def knn_rounds(
     index, q: np.ndarray, k: int, want: int, row_seq: np.ndarray, exclude: np.ndarray, *,
-    oversample: int, ef_search: int, rounds: int = 3, twins: TwinGroups | None = None,
+    oversample: int, ef_search: int, rounds: int, twins: TwinGroups | None = None,
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """For each query row, the ``(seqs, scores)`` of its top-``k`` documents by best sentence
     (more when documents tie at the k-th place; ``twins`` adds the identical rows of every hit).
