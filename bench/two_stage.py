@@ -18,7 +18,8 @@ Side by side in one run:
    vector bytes.
 
 Nested k-NN twin expansion (``SDR_STORE_KNN_TWINS``) is compared on and off, and search rounds
-(``SDR_STORE_KNN_ROUNDS``) at 1, 2 and 3, in sections 1 and 3 (``--latency-rounds``).
+(``SDR_STORE_KNN_ROUNDS``) at 1, 2 and 3 and oversampling (``SDR_STORE_KNN_OVERSAMPLE``) at 2 and
+4, in sections 1 and 3 (``--latency-rounds``, ``--latency-oversample``).
 Vectors come from the embedding cache (run ``sdr eval`` first, or this script encodes).
 Usage: python bench/two_stage.py [--skip-wiki] [--min-sentences 1000000]
 """
@@ -91,18 +92,23 @@ def exhaustive_top(engine: MoreLikeThis, source, corpus, k: int = 10) -> list[st
     return out[:k]
 
 
-def use_twins(store: EmbeddedStore, twins: bool, rounds: int | None = None) -> None:
+def use_twins(store: EmbeddedStore, twins: bool, rounds: int | None = None, oversample: int | None = None) -> None:
     """Switch the store's nested k-NN twin expansion (SDR_STORE_KNN_TWINS) on or off and set its
-    search rounds (SDR_STORE_KNN_ROUNDS; None: the settings' default)."""
-    rounds = EmbeddedStoreSettings().knn_rounds if rounds is None else rounds
-    store.settings = store.settings.model_copy(update={"knn_twins": twins, "knn_rounds": rounds})
+    search rounds and oversampling (SDR_STORE_KNN_ROUNDS, SDR_STORE_KNN_OVERSAMPLE; None: the
+    settings' default)."""
+    defaults = EmbeddedStoreSettings()
+    store.settings = store.settings.model_copy(update={
+        "knn_twins": twins,
+        "knn_rounds": defaults.knn_rounds if rounds is None else rounds,
+        "knn_oversample": defaults.knn_oversample if oversample is None else oversample,
+    })
 
 
 def fidelity(store, encoder, sources, ks, aggregations, knn_ks, corpus, exact_tops=None, twins=False,
-             rounds=None) -> list[dict]:
+             rounds=None, oversample=None) -> list[dict]:
     rows = []
     truth = {}
-    use_twins(store, twins, rounds)
+    use_twins(store, twins, rounds, oversample)
     engine = MoreLikeThis(store=store, encoder=encoder)
     for name, src in sources:
         truth[name] = exhaustive_top(engine, src, corpus)
@@ -120,7 +126,8 @@ def fidelity(store, encoder, sources, ks, aggregations, knn_ks, corpus, exact_to
                     ov.append(len(set(top) & set(truth[name])) / max(1, len(truth[name])))
                     if exact_tops:
                         ov_exact.append(len(set(top) & set(exact_tops[name])) / 10)
-                rows.append({"aggregation": agg, "twins": twins, "rounds": store.settings.knn_rounds, "knn_k": knn_k, "K": K,
+                rows.append({"aggregation": agg, "twins": twins, "rounds": store.settings.knn_rounds,
+                             "oversample": store.settings.knn_oversample, "knn_k": knn_k, "K": K,
                              "recall@10": float(np.mean(ov)),
                              "min": float(np.min(ov)),
                              "vs_exact_stats": float(np.mean(ov_exact)) if ov_exact else None,
@@ -130,11 +137,11 @@ def fidelity(store, encoder, sources, ks, aggregations, knn_ks, corpus, exact_to
 
 def print_fidelity(title: str, rows: list[dict]) -> None:
     print(f"\n== {title}")
-    print(f"{'aggregation':>12} {'twins':>5} {'rounds':>6} {'knn_k':>5} {'K':>5} {'top10 recall':>12} {'min':>5} "
+    print(f"{'aggregation':>12} {'twins':>5} {'rounds':>6} {'over':>4} {'knn_k':>5} {'K':>5} {'top10 recall':>12} {'min':>5} "
           f"{'vs exact-stats':>14} {'ms/query':>9}")
     for r in rows:
         ve = f"{r['vs_exact_stats']:.3f}" if r["vs_exact_stats"] is not None else "-"
-        print(f"{r['aggregation']:>12} {'on' if r['twins'] else 'off':>5} {r['rounds']:>6} {r['knn_k']:>5} {r['K']:>5} "
+        print(f"{r['aggregation']:>12} {'on' if r['twins'] else 'off':>5} {r['rounds']:>6} {r['oversample']:>4} {r['knn_k']:>5} {r['K']:>5} "
               f"{r['recall@10']:12.3f} "
               f"{r['min']:5.2f} {ve:>14} {r['ms_per_query']:9.1f}")
 
@@ -166,6 +173,10 @@ def irled(args, encoder, cache, work: Path):
     for r in sorted({1, 2, 3} - {default_rounds}):
         rows += fidelity(store, encoder, sources, ks=[100, 200], aggregations=["weighted-sum"],
                          knn_ks=[20, args.knn_k], corpus=corpus, exact_tops=exact_tops, rounds=r)
+    default_over = EmbeddedStoreSettings().knn_oversample
+    for o in sorted({2, 4} - {default_over}):
+        rows += fidelity(store, encoder, sources, ks=[100, 200], aggregations=["weighted-sum"],
+                         knn_ks=[20, args.knn_k], corpus=corpus, exact_tops=exact_tops, oversample=o)
     use_twins(store, False)
     print_fidelity("fidelity: IRLeD dev (50 new-text queries, sampled stats R=%d)" % args.sample, rows)
     return store
@@ -224,14 +235,16 @@ def latency(args, base_store: EmbeddedStore, work: Path, name: str = "IRLeD", pa
     sizes = {i: store.get(i).vectors.n_sentences for i in all_ids[: len(ids)]}
     pool = [i for i, n in sizes.items() if 150 <= n <= 250]
     picks = [pool[i] for i in rng.choice(len(pool), size=min(args.latency_queries, len(pool)), replace=False)]
-    default_rounds = EmbeddedStoreSettings().knn_rounds
-    configs = ([(args.knn_k, False, default_rounds)]
-               + [(k, False, default_rounds) for k in args.latency_knn_k if k != args.knn_k]
-               + [(args.knn_k, False, r) for r in args.latency_rounds if r != default_rounds]
-               + [(args.knn_k, True, default_rounds)])
+    defaults = EmbeddedStoreSettings()
+    default_rounds, default_over = defaults.knn_rounds, defaults.knn_oversample
+    configs = ([(args.knn_k, False, default_rounds, default_over)]
+               + [(k, False, default_rounds, default_over) for k in args.latency_knn_k if k != args.knn_k]
+               + [(args.knn_k, False, r, default_over) for r in args.latency_rounds if r != default_rounds]
+               + [(args.knn_k, False, default_rounds, o) for o in args.latency_oversample if o != default_over]
+               + [(args.knn_k, True, default_rounds, default_over)])
     timed = {}
-    for knn_k, twins, rounds in configs:
-        use_twins(store, twins, rounds)
+    for knn_k, twins, rounds, over in configs:
+        use_twins(store, twins, rounds, over)
         engine = MoreLikeThis(store=store, settings=MLTSettings(candidates=100, knn_k=knn_k, method="sdr"))
         engine.more_like_this(doc_id=picks[0])  # warm up
         lat, parts = [], []
@@ -240,7 +253,7 @@ def latency(args, base_store: EmbeddedStore, work: Path, name: str = "IRLeD", pa
             res = engine.more_like_this(doc_id=doc_id, size=10)
             lat.append(time.perf_counter() - t)
             parts.append(res.timings_ms)
-        timed[knn_k, twins, rounds] = (np.array(lat) * 1e3, parts)
+        timed[knn_k, twins, rounds, over] = (np.array(lat) * 1e3, parts)
     use_twins(store, False)
     rss1 = rss_mb()
     corpus = store.all_vectors()
@@ -254,16 +267,16 @@ def latency(args, base_store: EmbeddedStore, work: Path, name: str = "IRLeD", pa
     print(f"\n== latency: tiled store, {copies} copies of {name} = {counts['documents']} docs, {n_s} sentences "
           f"(real vectors; copies >0 with N(0, 0.02) noise, re-normalised); built in {build:.0f}s")
     print(f"sources: {len(picks)} indexed documents of 150-250 sentences; method sdr, K=100")
-    print(f"{'':>44} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8}")
-    for (knn_k, twins, rounds), (lat_ms, parts) in timed.items():
-        label = f"two-stage, knn_k={knn_k}, rounds {rounds}, twins {'on' if twins else 'off'}"
-        print(f"{label:>44} {np.percentile(lat_ms, 50):8.1f} {np.percentile(lat_ms, 99):8.1f} {lat_ms.mean():8.1f}")
+    print(f"{'':>50} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8}")
+    for (knn_k, twins, rounds, over), (lat_ms, parts) in timed.items():
+        label = f"two-stage, knn_k={knn_k}, x{over}, rounds {rounds}, twins {'on' if twins else 'off'}"
+        print(f"{label:>50} {np.percentile(lat_ms, 50):8.1f} {np.percentile(lat_ms, 99):8.1f} {lat_ms.mean():8.1f}")
         for part in ("candidates", "fetch", "rerank"):
             v = np.array([p[part] for p in parts])
-            print(f"{'  of which ' + part:>44} {np.percentile(v, 50):8.1f} {np.percentile(v, 99):8.1f} {v.mean():8.1f}")
-    lat_ms = timed[args.knn_k, False, default_rounds][0]
+            print(f"{'  of which ' + part:>50} {np.percentile(v, 50):8.1f} {np.percentile(v, 99):8.1f} {v.mean():8.1f}")
+    lat_ms = timed[args.knn_k, False, default_rounds, default_over][0]
     ex_ms = np.array(ex) * 1e3
-    print(f"{'exhaustive exact SDR':>44} {np.percentile(ex_ms, 50):8.1f} {np.percentile(ex_ms, 99):8.1f} {ex_ms.mean():8.1f}")
+    print(f"{'exhaustive exact SDR':>50} {np.percentile(ex_ms, 50):8.1f} {np.percentile(ex_ms, 99):8.1f} {ex_ms.mean():8.1f}")
     print(f"speed-up (p50, knn_k={args.knn_k}): {np.percentile(ex_ms, 50) / np.percentile(lat_ms, 50):.0f}x")
     disk = dir_mb(path)
     raw = n_s * base.dim * 4 / 1e6
@@ -298,6 +311,8 @@ def main() -> None:
     ap.add_argument("--latency-knn-k", type=int, nargs="*", default=[20], help="also time these knn_k values")
     ap.add_argument("--latency-rounds", type=int, nargs="*", default=[1, 3],
                     help="also time these nested k-NN search rounds (SDR_STORE_KNN_ROUNDS) at the default knn_k")
+    ap.add_argument("--latency-oversample", type=int, nargs="*", default=[2, 4],
+                    help="also time these nested k-NN oversampling factors (SDR_STORE_KNN_OVERSAMPLE)")
     ap.add_argument("--exhaustive-queries", type=int, default=5)
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--reuse", action="store_true", help="reuse stores already built in --workdir")
