@@ -92,10 +92,9 @@ def exhaustive_top(engine: MoreLikeThis, source, corpus, k: int = 10) -> list[st
     return out[:k]
 
 
-def use_twins(store: EmbeddedStore, twins: bool, rounds: int | None = None, oversample: int | None = None) -> None:
-    """Switch the store's nested k-NN twin expansion (SDR_STORE_KNN_TWINS) on or off and set its
-    search rounds and oversampling (SDR_STORE_KNN_ROUNDS, SDR_STORE_KNN_OVERSAMPLE; None: the
-    settings' default)."""
+def configure_knn(store: EmbeddedStore, twins: bool, rounds: int | None = None, oversample: int | None = None) -> None:
+    """Set the store's nested k-NN twin expansion, search rounds and oversampling
+    (SDR_STORE_KNN_TWINS, _ROUNDS, _OVERSAMPLE; None: the settings' default)."""
     defaults = EmbeddedStoreSettings()
     store.settings = store.settings.model_copy(update={
         "knn_twins": twins,
@@ -108,7 +107,7 @@ def fidelity(store, encoder, sources, ks, aggregations, knn_ks, corpus, exact_to
              rounds=None, oversample=None) -> list[dict]:
     rows = []
     truth = {}
-    use_twins(store, twins, rounds, oversample)
+    configure_knn(store, twins, rounds, oversample)
     engine = MoreLikeThis(store=store, encoder=encoder)
     for name, src in sources:
         truth[name] = exhaustive_top(engine, src, corpus)
@@ -169,15 +168,13 @@ def irled(args, encoder, cache, work: Path):
                      knn_ks=[k for k in (20, 100) if k != args.knn_k], corpus=corpus, exact_tops=exact_tops)
     rows += fidelity(store, encoder, sources, ks=[100, 200], aggregations=["weighted-sum"],
                      knn_ks=[20, args.knn_k, 100], corpus=corpus, exact_tops=exact_tops, twins=True)
-    default_rounds = EmbeddedStoreSettings().knn_rounds
-    for r in sorted({1, 2, 3} - {default_rounds}):
+    defaults = EmbeddedStoreSettings()
+    variants = ([{"rounds": r} for r in (1, 2, 3) if r != defaults.knn_rounds]
+                + [{"oversample": o} for o in (2, 4) if o != defaults.knn_oversample])
+    for variant in variants:
         rows += fidelity(store, encoder, sources, ks=[100, 200], aggregations=["weighted-sum"],
-                         knn_ks=[20, args.knn_k], corpus=corpus, exact_tops=exact_tops, rounds=r)
-    default_over = EmbeddedStoreSettings().knn_oversample
-    for o in sorted({2, 4} - {default_over}):
-        rows += fidelity(store, encoder, sources, ks=[100, 200], aggregations=["weighted-sum"],
-                         knn_ks=[20, args.knn_k], corpus=corpus, exact_tops=exact_tops, oversample=o)
-    use_twins(store, False)
+                         knn_ks=[20, args.knn_k], corpus=corpus, exact_tops=exact_tops, **variant)
+    configure_knn(store, False)
     print_fidelity("fidelity: IRLeD dev (50 new-text queries, sampled stats R=%d)" % args.sample, rows)
     return store
 
@@ -244,7 +241,7 @@ def latency(args, base_store: EmbeddedStore, work: Path, name: str = "IRLeD", pa
                + [(args.knn_k, True, default_rounds, default_over)])
     timed = {}
     for knn_k, twins, rounds, over in configs:
-        use_twins(store, twins, rounds, over)
+        configure_knn(store, twins, rounds, over)
         engine = MoreLikeThis(store=store, settings=MLTSettings(candidates=100, knn_k=knn_k, method="sdr"))
         engine.more_like_this(doc_id=picks[0])  # warm up
         lat, parts = [], []
@@ -254,7 +251,7 @@ def latency(args, base_store: EmbeddedStore, work: Path, name: str = "IRLeD", pa
             lat.append(time.perf_counter() - t)
             parts.append(res.timings_ms)
         timed[knn_k, twins, rounds, over] = (np.array(lat) * 1e3, parts)
-    use_twins(store, False)
+    configure_knn(store, False)
     rss1 = rss_mb()
     corpus = store.all_vectors()
     ex = []
