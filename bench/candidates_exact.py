@@ -11,6 +11,8 @@ For every IRLeD dev query (new text), with statistics over every corpus paragrap
   embedded store's twin expansion gives for identical sentences), and a reference:
   ``relaxed-full`` (SDR with the paragraph max relaxed to a document max, on the complete ``B``:
   no truncation at all).
+- ``+prerank x2``: the engine's centroid pre-rank (:mod:`indexer.prerank`): the top 2K by
+  weighted-sum narrowed to K by the fused aggregation and paragraph-centroid scores;
 - **paragraph centroids** (no sentence k-NN): each paragraph is the normalised mean of its
   sentence vectors; a document scores ``mean_i (max_j cos(c_i, c_j) - mu_i) / sigma_i`` over the
   source paragraphs ``i`` and its own paragraphs ``j`` (SDR's shape with a paragraph pair scored by
@@ -35,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from indexer.candidates import aggregate_hits  # noqa: E402
+from indexer.prerank import paragraph_centroids, prerank_order  # noqa: E402
 from indexer.store import SentenceHits  # noqa: E402
 from sdr_core.cache import EmbeddingCache  # noqa: E402
 from sdr_core.documents import read_documents  # noqa: E402
@@ -88,17 +91,11 @@ def relaxed_full(B: np.ndarray, source: DocVectors, stats: NormStats) -> np.ndar
     return ((A - stats.mu) / stats.sigma).mean(axis=1)
 
 
-def centroids(vectors: np.ndarray, par_offsets: np.ndarray) -> np.ndarray:
-    """One unit vector per paragraph: the normalised mean of its sentence vectors."""
-    c = np.add.reduceat(np.asarray(vectors, dtype=np.float32), par_offsets[:-1], axis=0)
-    return c / np.maximum(np.linalg.norm(c, axis=1, keepdims=True), 1e-12)
-
-
 def centroid_scores(source: DocVectors, corpus_centroids: np.ndarray, doc_par_offsets: np.ndarray,
                     stats: NormStats, k: int | None = None) -> np.ndarray:
     """Paragraph-centroid document scores (module docstring): every corpus paragraph, or with
     ``k`` only each source paragraph's top-k documents (the rest count as cosine 0)."""
-    M = np.maximum.reduceat(centroids(source.vectors, source.par_offsets) @ corpus_centroids.T,
+    M = np.maximum.reduceat(paragraph_centroids(source) @ corpus_centroids.T,
                             doc_par_offsets[:-1], axis=1)  # (n, D): best paragraph of each document
     if k is not None and k < M.shape[1]:
         top = np.argpartition(-M, k - 1, axis=1)[:, :k]
@@ -116,7 +113,7 @@ def main() -> None:
     corpus = CorpusVectors.from_docs([d.id for d, _ in pairs], [v for _, v in pairs])
     queries = list(embed_documents(list(read_documents(DATA / "queries-dev.jsonl.gz")), encoder, cache=cache))
     ids = corpus.ids
-    corpus_centroids = centroids(corpus.vectors, corpus.par_offsets)
+    corpus_centroids = paragraph_centroids(DocVectors(corpus.vectors, corpus.par_offsets))  # every paragraph
     recall: dict[str, dict[int, list[float]]] = {}
 
     def record(name: str, doc_ids: list[str], scores: np.ndarray, truth: set[str]) -> None:
@@ -124,6 +121,18 @@ def main() -> None:
         row = recall.setdefault(name, {K: [] for K in CANDIDATES})
         for K in CANDIDATES:
             row[K].append(len(truth & {doc_ids[i] for i in order[:K]}) / len(truth))
+
+    position = {d: i for i, d in enumerate(ids)}
+
+    def record_prerank(name: str, doc_ids: list[str], scores: np.ndarray, truth: set[str], source: DocVectors) -> None:
+        order = rank(doc_ids, scores)
+        row = recall.setdefault(name, {K: [] for K in CANDIDATES})
+        for K in CANDIDATES:
+            pool = order[: 2 * K]
+            docs = [position[doc_ids[i]] for i in pool]
+            cents = [corpus_centroids[corpus.doc_par_offsets[c] : corpus.doc_par_offsets[c + 1]] for c in docs]
+            keep = prerank_order([doc_ids[i] for i in pool], scores[pool], source, cents)[:K]
+            row[K].append(len(truth & {doc_ids[pool[i]] for i in keep}) / len(truth))
 
     t0 = time.perf_counter()
     for n, (doc, source) in enumerate(queries, 1):
@@ -134,6 +143,8 @@ def main() -> None:
             for method in ("weighted-sum", "sum", "votes", "sdr-bound"):
                 got, scores = aggregate_hits(hits, source.par_offsets, method=method, stats=stats)
                 record(f"{method}, k={k}", got, scores, truth)
+                if method == "weighted-sum":
+                    record_prerank(f"{method}+prerank x2, k={k}", got, scores, truth, source)
             got, scores = aggregate_hits(exact_hits(B, ids, k, ties=True), source.par_offsets,
                                          method="weighted-sum", stats=stats)
             record(f"weighted-sum+ties, k={k}", got, scores, truth)

@@ -10,16 +10,19 @@ Side by side in one run:
    (indexed sources, stored statistics).
 3. **Latency**: real vectors tiled to >= ``--min-sentences`` (each copy gets small noise and is
    re-normalised, new ids), ~200-sentence indexed sources: p50 / p99 of ``more_like_this``
-   (candidates + fetch + exact rerank), next to exhaustive exact SDR for the same sources
+   (candidates + centroid pre-rank + fetch + exact rerank), next to exhaustive exact SDR for the same sources
    (speed-up). Two stores: the IRLeD vectors (long judgments: the top 100 candidates hold 45k-130k
    sentences) and the vectors of the first ``--latency-wiki-docs`` wiki articles (the issue's
    shared wiki set; 0 skips it).
 4. **Memory**: store size on disk and process RSS per million sentences, next to the raw float32
    vector bytes.
 
-Nested k-NN twin expansion (``SDR_STORE_KNN_TWINS``) is compared on and off, and search rounds
-(``SDR_STORE_KNN_ROUNDS``) at 1, 2 and 3 and oversampling (``SDR_STORE_KNN_OVERSAMPLE``) at 2 and
-4, in sections 1 and 3 (``--latency-rounds``, ``--latency-oversample``).
+The centroid pre-rank (``SDR_PRERANK_FACTOR``, :mod:`indexer.prerank`) is compared off (1) and
+on (2) at knn_k 20 and the default in every section (``--prerank``). Unless
+``--skip-knn-variants``: the other aggregations, nested k-NN twin expansion
+(``SDR_STORE_KNN_TWINS``) on and off, search rounds (``SDR_STORE_KNN_ROUNDS``) at 1, 2 and 3 and
+oversampling (``SDR_STORE_KNN_OVERSAMPLE``) at 2 and 4, in sections 1 and 3
+(``--latency-rounds``, ``--latency-oversample``).
 Vectors come from the embedding cache (run ``sdr eval`` first, or this script encodes).
 Usage: python bench/two_stage.py [--skip-wiki] [--min-sentences 1000000]
 """
@@ -104,7 +107,7 @@ def configure_knn(store: EmbeddedStore, twins: bool, rounds: int | None = None, 
 
 
 def fidelity(store, encoder, sources, ks, aggregations, knn_ks, corpus, exact_tops=None, twins=False,
-             rounds=None, oversample=None) -> list[dict]:
+             rounds=None, oversample=None, prerank=None) -> list[dict]:
     rows = []
     truth = {}
     configure_knn(store, twins, rounds, oversample)
@@ -115,7 +118,8 @@ def fidelity(store, encoder, sources, ks, aggregations, knn_ks, corpus, exact_to
         for knn_k in knn_ks:
             for K in ks:
                 eng = MoreLikeThis(store=store, encoder=encoder,
-                                   settings=MLTSettings(candidates=K, knn_k=knn_k, aggregation=agg))
+                                   settings=MLTSettings(candidates=K, knn_k=knn_k, aggregation=agg,
+                                                        prerank_factor=prerank or MLTSettings().prerank_factor))
                 ov, ov_exact, times = [], [], []
                 for name, src in sources:
                     t = time.perf_counter()
@@ -125,7 +129,8 @@ def fidelity(store, encoder, sources, ks, aggregations, knn_ks, corpus, exact_to
                     ov.append(len(set(top) & set(truth[name])) / max(1, len(truth[name])))
                     if exact_tops:
                         ov_exact.append(len(set(top) & set(exact_tops[name])) / 10)
-                rows.append({"aggregation": agg, "twins": twins, "rounds": store.settings.knn_rounds,
+                rows.append({"aggregation": agg, "prerank": eng.settings.prerank_factor,
+                             "twins": twins, "rounds": store.settings.knn_rounds,
                              "oversample": store.settings.knn_oversample, "knn_k": knn_k, "K": K,
                              "recall@10": float(np.mean(ov)),
                              "min": float(np.min(ov)),
@@ -136,11 +141,11 @@ def fidelity(store, encoder, sources, ks, aggregations, knn_ks, corpus, exact_to
 
 def print_fidelity(title: str, rows: list[dict]) -> None:
     print(f"\n== {title}")
-    print(f"{'aggregation':>12} {'twins':>5} {'rounds':>6} {'over':>4} {'knn_k':>5} {'K':>5} {'top10 recall':>12} {'min':>5} "
+    print(f"{'aggregation':>12} {'prerank':>7} {'twins':>5} {'rounds':>6} {'over':>4} {'knn_k':>5} {'K':>5} {'top10 recall':>12} {'min':>5} "
           f"{'vs exact-stats':>14} {'ms/query':>9}")
     for r in rows:
         ve = f"{r['vs_exact_stats']:.3f}" if r["vs_exact_stats"] is not None else "-"
-        print(f"{r['aggregation']:>12} {'on' if r['twins'] else 'off':>5} {r['rounds']:>6} {r['oversample']:>4} {r['knn_k']:>5} {r['K']:>5} "
+        print(f"{r['aggregation']:>12} {r['prerank']:>7g} {'on' if r['twins'] else 'off':>5} {r['rounds']:>6} {r['oversample']:>4} {r['knn_k']:>5} {r['K']:>5} "
               f"{r['recall@10']:12.3f} "
               f"{r['min']:5.2f} {ve:>14} {r['ms_per_query']:9.1f}")
 
@@ -161,9 +166,16 @@ def irled(args, encoder, cache, work: Path):
         sources.append((d.id, src))
         s = sdr_rank_scores(v, corpus)  # exact statistics over every corpus paragraph
         exact_tops[d.id] = [corpus.ids[i] for i in rank(list(corpus.ids), s)[:10]]
-    rows = fidelity(store, encoder, sources, ks=[50, 100, 200],
-                    aggregations=["weighted-sum", "sum", "votes", "sdr-bound"],
-                    knn_ks=[args.knn_k], corpus=corpus, exact_tops=exact_tops)
+    rows = []
+    for factor in args.prerank:
+        rows += fidelity(store, encoder, sources, ks=[50, 100, 200], aggregations=["weighted-sum"],
+                         knn_ks=sorted({20, args.knn_k}), corpus=corpus, exact_tops=exact_tops, prerank=factor)
+    if args.skip_knn_variants:
+        configure_knn(store, False)
+        print_fidelity("fidelity: IRLeD dev (50 new-text queries, sampled stats R=%d)" % args.sample, rows)
+        return store
+    rows += fidelity(store, encoder, sources, ks=[50, 100, 200], aggregations=["sum", "votes", "sdr-bound"],
+                     knn_ks=[args.knn_k], corpus=corpus, exact_tops=exact_tops)
     rows += fidelity(store, encoder, sources, ks=[100, 200], aggregations=["weighted-sum", "sum"],
                      knn_ks=[k for k in (20, 100) if k != args.knn_k], corpus=corpus, exact_tops=exact_tops)
     rows += fidelity(store, encoder, sources, ks=[100, 200], aggregations=["weighted-sum"],
@@ -188,8 +200,13 @@ def wiki(args, encoder, cache, work: Path):
     engine = MoreLikeThis(store=store, encoder=encoder)
     picks = rng.choice(len(docs), size=min(args.wiki_queries, len(docs)), replace=False)
     sources = [(docs[i].id, engine.source_from_id(docs[i].id)) for i in picks]
-    rows = fidelity(store, encoder, sources, ks=[50, 100], aggregations=["weighted-sum", "sum", "votes", "sdr-bound"],
-                    knn_ks=[args.knn_k], corpus=corpus)
+    rows = []
+    for factor in args.prerank:
+        rows += fidelity(store, encoder, sources, ks=[50, 100], aggregations=["weighted-sum"],
+                         knn_ks=sorted({20, args.knn_k}), corpus=corpus, prerank=factor)
+    if not args.skip_knn_variants:
+        rows += fidelity(store, encoder, sources, ks=[50, 100], aggregations=["sum", "votes", "sdr-bound"],
+                         knn_ks=[args.knn_k], corpus=corpus)
     print_fidelity(f"fidelity: wiki store of {len(docs)} articles ({corpus.n_sentences} sentences), "
                    f"{len(sources)} indexed sources", rows)
     store.close()
@@ -234,15 +251,19 @@ def latency(args, base_store: EmbeddedStore, work: Path, name: str = "IRLeD", pa
     picks = [pool[i] for i in rng.choice(len(pool), size=min(args.latency_queries, len(pool)), replace=False)]
     defaults = EmbeddedStoreSettings()
     default_rounds, default_over = defaults.knn_rounds, defaults.knn_oversample
-    configs = ([(args.knn_k, False, default_rounds, default_over)]
-               + [(k, False, default_rounds, default_over) for k in args.latency_knn_k if k != args.knn_k]
-               + [(args.knn_k, False, r, default_over) for r in args.latency_rounds if r != default_rounds]
-               + [(args.knn_k, False, default_rounds, o) for o in args.latency_oversample if o != default_over]
-               + [(args.knn_k, True, default_rounds, default_over)])
+    pre = MLTSettings().prerank_factor
+    configs = ([(args.knn_k, False, default_rounds, default_over, pre)]
+               + [(args.knn_k, False, default_rounds, default_over, f) for f in args.prerank if f != pre]
+               + [(k, False, default_rounds, default_over, f) for k in args.latency_knn_k if k != args.knn_k
+                  for f in args.prerank]
+               + [(args.knn_k, False, r, default_over, pre) for r in args.latency_rounds if r != default_rounds]
+               + [(args.knn_k, False, default_rounds, o, pre) for o in args.latency_oversample if o != default_over]
+               + ([] if args.skip_knn_variants else [(args.knn_k, True, default_rounds, default_over, pre)]))
     timed = {}
-    for knn_k, twins, rounds, over in configs:
+    for knn_k, twins, rounds, over, factor in configs:
         configure_knn(store, twins, rounds, over)
-        engine = MoreLikeThis(store=store, settings=MLTSettings(candidates=100, knn_k=knn_k, method="sdr"))
+        engine = MoreLikeThis(store=store, settings=MLTSettings(candidates=100, knn_k=knn_k, method="sdr",
+                                                                prerank_factor=factor))
         engine.more_like_this(doc_id=picks[0])  # warm up
         lat, parts = [], []
         for doc_id in picks:
@@ -250,7 +271,7 @@ def latency(args, base_store: EmbeddedStore, work: Path, name: str = "IRLeD", pa
             res = engine.more_like_this(doc_id=doc_id, size=10)
             lat.append(time.perf_counter() - t)
             parts.append(res.timings_ms)
-        timed[knn_k, twins, rounds, over] = (np.array(lat) * 1e3, parts)
+        timed[knn_k, twins, rounds, over, factor] = (np.array(lat) * 1e3, parts)
     configure_knn(store, False)
     rss1 = rss_mb()
     corpus = store.all_vectors()
@@ -265,13 +286,13 @@ def latency(args, base_store: EmbeddedStore, work: Path, name: str = "IRLeD", pa
           f"(real vectors; copies >0 with N(0, 0.02) noise, re-normalised); built in {build:.0f}s")
     print(f"sources: {len(picks)} indexed documents of 150-250 sentences; method sdr, K=100")
     print(f"{'':>50} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8}")
-    for (knn_k, twins, rounds, over), (lat_ms, parts) in timed.items():
-        label = f"two-stage, knn_k={knn_k}, x{over}, rounds {rounds}, twins {'on' if twins else 'off'}"
+    for (knn_k, twins, rounds, over, factor), (lat_ms, parts) in timed.items():
+        label = f"knn_k={knn_k}, x{over}, rounds {rounds}, twins {'on' if twins else 'off'}, prerank {factor:g}"
         print(f"{label:>50} {np.percentile(lat_ms, 50):8.1f} {np.percentile(lat_ms, 99):8.1f} {lat_ms.mean():8.1f}")
-        for part in ("candidates", "fetch", "rerank"):
-            v = np.array([p[part] for p in parts])
+        for part in ("candidates", "prerank", "fetch", "rerank"):
+            v = np.array([p.get(part, 0.0) for p in parts])
             print(f"{'  of which ' + part:>50} {np.percentile(v, 50):8.1f} {np.percentile(v, 99):8.1f} {v.mean():8.1f}")
-    lat_ms = timed[args.knn_k, False, default_rounds, default_over][0]
+    lat_ms = timed[args.knn_k, False, default_rounds, default_over, pre][0]
     ex_ms = np.array(ex) * 1e3
     print(f"{'exhaustive exact SDR':>50} {np.percentile(ex_ms, 50):8.1f} {np.percentile(ex_ms, 99):8.1f} {ex_ms.mean():8.1f}")
     print(f"speed-up (p50, knn_k={args.knn_k}): {np.percentile(ex_ms, 50) / np.percentile(lat_ms, 50):.0f}x")
@@ -310,6 +331,10 @@ def main() -> None:
                     help="also time these nested k-NN search rounds (SDR_STORE_KNN_ROUNDS) at the default knn_k")
     ap.add_argument("--latency-oversample", type=int, nargs="*", default=[2, 4],
                     help="also time these nested k-NN oversampling factors (SDR_STORE_KNN_OVERSAMPLE)")
+    ap.add_argument("--prerank", type=float, nargs="*", default=[1.0, 2.0],
+                    help="centroid pre-rank factors (SDR_PRERANK_FACTOR) compared in every section; 1 = off")
+    ap.add_argument("--skip-knn-variants", action="store_true",
+                    help="only the pre-rank comparison: no other aggregations, twins, rounds or oversampling rows")
     ap.add_argument("--exhaustive-queries", type=int, default=5)
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--reuse", action="store_true", help="reuse stores already built in --workdir")

@@ -202,6 +202,15 @@ class DocumentStore(ABC):
         corpus = self.fetch(ids)
         return [corpus.doc(k) for k in range(corpus.n_docs)]
 
+    def paragraph_centroids(self, ids: Sequence[str]) -> list[np.ndarray]:
+        """Each document's paragraph centroids (normalised mean sentence vectors, one
+        ``(paragraphs, dim)`` array per id, in order) for the centroid pre-rank
+        (:mod:`indexer.prerank`). This default computes them from :meth:`fetch_documents`; a
+        store may keep them (the embedded store holds them in memory)."""
+        from indexer.prerank import paragraph_centroids
+
+        return [paragraph_centroids(doc) for doc in self.fetch_documents(ids)]
+
     @abstractmethod
     def all_vectors(self) -> CorpusVectors:
         """The whole corpus (for exhaustive ranking and exact statistics); may be memory-mapped."""

@@ -3,7 +3,8 @@ hybrid: lexical candidates too, and the signals fused.
 
 Works over any :class:`indexer.store.DocumentStore`. The source is an indexed document (its
 stored vectors and precomputed per-paragraph statistics) or new text (encoded now, normalised
-against the store's recorded reference sample). Candidates come from :mod:`indexer.candidates`;
+against the store's recorded reference sample). Candidates come from :mod:`indexer.candidates`,
+narrowed from ``SDR_PRERANK_FACTOR x K`` to K by the centroid pre-rank (:mod:`indexer.prerank`);
 the top K are scored exactly (:func:`sdr_core.scoring.score_documents`, over the store's
 :meth:`~indexer.store.DocumentStore.fetch_documents`: memory-map views in the embedded store) with
 the source's statistics, which never depend on the candidates.
@@ -34,13 +35,14 @@ import numpy as np
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from indexer.candidates import AGGREGATIONS, aggregate_hits, top_candidates
+from indexer.candidates import AGGREGATIONS, aggregate_hits
+from indexer.prerank import prerank_order
 from indexer.store import DocumentStore
 from sdr_core.documents import Document, parse_record
 from sdr_core.encoder import SentenceEncoder
 from sdr_core.errors import InvalidInputError, ModelMismatchError, StatsUnavailableError
 from sdr_core.fusion import METHODS, SIGNALS, HybridSpec, fuse
-from sdr_core.scoring import NormStats, paragraph_scores, rank, score_documents
+from sdr_core.scoring import NormStats, paragraph_scores, rank, score_documents, top_of
 from sdr_core.settings import HybridSettings
 from sdr_core.stats import SampledParagraphs, stats_against_sample
 from sdr_core.vectors import CorpusVectors, DocVectors
@@ -71,11 +73,20 @@ class MLTSettings(HybridSettings):
         "costs linearly in rerank time (about 0.3 ms per candidate of 200 sentences on 2 cores).",
     )
     knn_k: int = Field(
-        50, gt=0,
+        30, gt=0,
         description="Documents returned per source sentence by the nested k-NN stage (plus any tied with the "
-        "k-th). Higher finds more candidates at the cost of ANN time. 50 by measurement (bench/two_stage.py, "
-        "K=100): top-10 fidelity on IRLeD dev 0.984 vs 0.980 at 20 (0.992 vs 0.984 on an earlier HNSW build; "
-        "0.994 vs 0.988 at K=200), for p50 99 vs 66 ms on the 1.14M-sentence wiki latency store (2-core EPYC).",
+        "k-th). Higher finds more candidates at the cost of ANN time. 30 by measurement with the centroid "
+        "pre-rank (bench/two_stage.py, K=100, one run): IRLeD dev top-10 fidelity 0.988 / 0.992 / 0.994 / 0.992 "
+        "at k = 20 / 30 / 40 / 50, wiki 1.000; p50 on the 1.14M-sentence wiki latency store 87 / 98 / 106 ms at "
+        "k = 30 / 40 / 50 (2-core Xeon).",
+    )
+    prerank_factor: float = Field(
+        2.0, ge=1.0,
+        description="Centroid pre-rank (indexer.prerank): the top prerank_factor x K documents by candidate "
+        "aggregation are narrowed to K by their aggregation and paragraph-centroid scores; 1 turns it off (the "
+        "top K by aggregation). 2 by measurement (bench/two_stage.py, README): IRLeD dev top-10 fidelity at K=100 "
+        "0.988 -> 0.992 (knn_k 50) and 0.978 -> 0.988 (knn_k 20), for about 12 ms on the 1.14M-sentence wiki "
+        "store (the embedded store keeps paragraph centroids in memory).",
     )
     aggregation: str = Field(
         "weighted-sum",
@@ -284,13 +295,31 @@ class MoreLikeThis:
         return base.replace(fusion=fusion, weights=weights, rank_constant=rank_constant)
 
     # -- search -------------------------------------------------------------------------------
-    def candidates(self, source: Source, k: int) -> list[str]:
+    def _aggregated(self, source: Source, k: int) -> tuple[list[str], np.ndarray]:
         exclude = [source.indexed_id] if source.indexed_id else []
         hits = self.store.sentence_knn(source.vectors.vectors, self.settings.knn_k, exclude_ids=exclude)
         ids, scores = aggregate_hits(
             hits, source.vectors.par_offsets, method=self.settings.aggregation, stats=source.stats
         )
-        return top_candidates(ids, scores, k)
+        return top_of(ids, scores, k)
+
+    def candidates(self, source: Source, k: int) -> list[str]:
+        """The top ``k`` vector candidates by aggregation of the nested k-NN hits (no pre-rank)."""
+        return self._aggregated(source, k)[0]
+
+    def vector_candidates(self, source: Source, k: int) -> tuple[list[str], dict[str, float]]:
+        """The ``k`` vector candidates for the exact rerank: the top ``prerank_factor * k`` by
+        aggregation narrowed to ``k`` by the centroid pre-rank (:mod:`indexer.prerank`, with the
+        store's :meth:`~indexer.store.DocumentStore.paragraph_centroids`). Also returns timings
+        (ms) of the two steps."""
+        t0 = time.perf_counter()
+        pool, scores = self._aggregated(source, max(k, int(np.ceil(self.settings.prerank_factor * k))))
+        t1 = time.perf_counter()
+        if len(pool) > k:
+            keep = prerank_order(pool, scores, source.vectors, self.store.paragraph_centroids(pool))[:k]
+            pool = [pool[i] for i in keep]
+        t2 = time.perf_counter()
+        return pool, {"candidates": round((t1 - t0) * 1e3, 2), "prerank": round((t2 - t1) * 1e3, 2)}
 
     def lexical_candidates(self, source: Source, k: int) -> list[str]:
         """The lexical (BM25) top ``k`` for the source's whole text."""
@@ -313,7 +342,11 @@ class MoreLikeThis:
             return self._search_hybrid(source, hybrid, size=size, offset=offset, K=K, explain=explain,
                                        candidate_ids=candidate_ids)
         t0 = time.perf_counter()
-        cand_ids = self.candidates(source, K) if candidate_ids is None else list(candidate_ids)
+        timings: dict[str, float] = {}
+        if candidate_ids is None:
+            cand_ids, timings = self.vector_candidates(source, K)
+        else:
+            cand_ids = list(candidate_ids)
         t1 = time.perf_counter()
         hits: list[Hit] = []
         if cand_ids:
@@ -331,7 +364,7 @@ class MoreLikeThis:
         info = self.store.stats_info()
         return MLTResult(
             hits, len(cand_ids), source.stats_origin, info.stale,
-            {"candidates": round((t1 - t0) * 1e3, 2), "fetch": round((t2 - t1) * 1e3, 2),
+            {"candidates": round((t1 - t0) * 1e3, 2), **timings, "fetch": round((t2 - t1) * 1e3, 2),
              "rerank": round((t3 - t2) * 1e3, 2)},
         )
 
@@ -342,8 +375,9 @@ class MoreLikeThis:
         text = source.document.text
         exclude = [source.indexed_id] if source.indexed_id else []
         t0 = time.perf_counter()
+        timings: dict[str, float] = {}
         if candidate_ids is None:
-            vector_ids = self.candidates(source, K)
+            vector_ids, timings = self.vector_candidates(source, K)
             t1 = time.perf_counter()
             lexical = self.store.lexical_search(text, K, exclude_ids=exclude, score_ids=vector_ids)
             seen = set(vector_ids)
@@ -378,7 +412,7 @@ class MoreLikeThis:
         info = self.store.stats_info()
         return MLTResult(
             hits, len(cand_ids), source.stats_origin, info.stale,
-            {"candidates": round((t1 - t0) * 1e3, 2), "lexical": round((t2 - t1) * 1e3, 2),
+            {"candidates": round((t1 - t0) * 1e3, 2), **timings, "lexical": round((t2 - t1) * 1e3, 2),
              "fetch": round((t3 - t2) * 1e3, 2), "rerank": round((t4 - t3) * 1e3, 2)},
             method="hybrid", hybrid=spec.to_dict(),
         )

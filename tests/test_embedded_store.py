@@ -708,3 +708,51 @@ def test_kill_9_leaves_a_consistent_resumable_store(tmp_path, fraction):
         hits = store.sentence_knn(np.stack([crash_item(i)[1].vectors[0] for i in probes]), 1)
         assert hits.doc_ids == [[f"c{i:04d}"] for i in probes]
         assert store.storage_info()["dead_rows"] == 0
+
+
+# -- paragraph centroids (pre-rank) -----------------------------------------------------------
+def _fresh_centroids(store: EmbeddedStore, ids: list[str]) -> list[np.ndarray]:
+    from indexer.prerank import paragraph_centroids
+
+    return [paragraph_centroids(store.get(i).vectors) for i in ids]
+
+
+@pytest.mark.unit
+def test_paragraph_centroids_follow_puts_replacements_deletes_and_compaction(tmp_path):
+    """The in-memory centroids always match the stored vectors, through every kind of write,
+    and equal the store interface's default (computed from the fetched vectors)."""
+    from indexer.store import DocumentStore
+
+    with EmbeddedStore(tmp_path / "s", create=True) as store:
+        store.ensure_meta(META)
+        store.put(make_docs(6, seed=1, n_pars=3))
+        ids = list(store.iter_ids())
+
+        def check(expected_ids):
+            got = store.paragraph_centroids(expected_ids)
+            default = DocumentStore.paragraph_centroids(store, expected_ids)
+            for g, d, f in zip(got, default, _fresh_centroids(store, expected_ids)):
+                assert g.dtype == np.float32 and g.shape == f.shape == d.shape and not g.flags.writeable
+                np.testing.assert_allclose(g, f, atol=1e-6)
+                np.testing.assert_allclose(d, f, atol=1e-6)
+
+        check(ids)  # fills the cache for every live document
+        assert len(store._centroids) == 6
+        store.put(make_docs(2, seed=2, prefix="new", n_pars=2))  # new documents, asked for later
+        check(["new000", ids[0], "new001"])
+        store.put([make_doc(ids[1], np.random.default_rng(9), n_pars=4)])  # replaced: new rows, new centroids
+        check([ids[1]])
+        assert store.paragraph_centroids([ids[1]])[0].shape == (4, DIM)
+        store.delete([ids[2]])
+        with pytest.raises(DocumentNotFoundError):
+            store.paragraph_centroids([ids[2]])
+        store.compact()  # a new epoch: rows move, the cache starts again
+        live = list(store.iter_ids())
+        check(live)
+        assert len(store._centroids) == len(live)
+    with EmbeddedStore(tmp_path / "s") as reopened:  # derived on reopening, nothing written
+        got = reopened.paragraph_centroids(live)
+        for g, f in zip(got, _fresh_centroids(reopened, live)):
+            np.testing.assert_allclose(g, f, atol=1e-6)
+        with pytest.raises(InvalidInputError):
+            reopened.paragraph_centroids([])

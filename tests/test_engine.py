@@ -177,14 +177,14 @@ def test_hybrid_fuses_every_signal_over_the_union_of_both_sides(built, encoder):
     with EmbeddedStore(path) as store:
         engine = MoreLikeThis(store=store, encoder=encoder, settings=MLTSettings(candidates=4, knn_k=4))
         src = engine.source_from_id("murder_2")
-        vector_ids = engine.candidates(src, 4)
+        vector_ids, _ = engine.vector_candidates(src, 4)  # after the centroid pre-rank
         lexical = store.lexical_search(src.document.text, 4, exclude_ids=["murder_2"])
         union = vector_ids + [i for i in lexical.ids if i not in vector_ids]
         spec = HybridSpec("zscore", {"bm25": 1, "mean": 1, "sdr": 0.5})
         res = engine.search(src, size=len(union), hybrid=spec)
         assert res.method == "hybrid" and res.hybrid == spec.to_dict()
         assert res.candidates == len(union) and {h.id for h in res.hits} == set(union)
-        assert set(res.timings_ms) == {"candidates", "lexical", "fetch", "rerank"}
+        assert set(res.timings_ms) == {"candidates", "prerank", "lexical", "fetch", "rerank"}
         # recompute every signal and the fusion independently
         cv = store.fetch(union)
         docs = store.fetch_documents(union)

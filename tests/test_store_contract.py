@@ -335,6 +335,15 @@ def test_fetch_order_and_unknown_id(store):
         store.fetch_documents(["d001", "nope"])
     with pytest.raises(InvalidInputError):
         store.fetch_documents([])
+    centroids = store.paragraph_centroids(order)  # for the pre-rank: normalised paragraph means
+    for c, doc_id in zip(centroids, order):
+        v = by_id[doc_id]
+        sums = np.stack([v.paragraph(j).sum(axis=0) for j in range(v.n_paragraphs)])
+        np.testing.assert_allclose(c, sums / np.linalg.norm(sums, axis=1, keepdims=True), atol=1e-6)
+    with pytest.raises(DocumentNotFoundError, match="nope"):
+        store.paragraph_centroids(["d001", "nope"])
+    with pytest.raises(InvalidInputError):
+        store.paragraph_centroids([])
 
 
 def test_all_vectors(store):

@@ -54,6 +54,7 @@ from ..store import (
 )
 from . import catalog, compaction, records
 from .ann import FAISS, FAISS_TMP, AnnIndex, knn_rounds, query_matrix
+from .centroids import CentroidCache
 from .catalog import SQLITE, Location, transaction
 from .durable import fsync_path
 from .lexical import LexicalIndex, document_texts, fingerprint
@@ -100,6 +101,7 @@ class EmbeddedStore(DocumentStore):
         self._vectors = VectorFile(self.path)  # dtype and dim as recorded in the store
         self._ann = AnnIndex(self.path, self._vectors)
         self._twins = Twins()
+        self._centroids = CentroidCache()
         self._lexical = LexicalIndex(self.path, read_only=read_only)
         self._map: RowMap | None = None
         self._cache: dict[str, Any] = {}  # per-generation caches (counts, stats info, meta)
@@ -545,6 +547,20 @@ class EmbeddedStore(DocumentStore):
             places = [located[i] for i in ids]
             views = self._vectors.ranges([p[0] for p in places], [p[1] for p in places], self._row_map().committed)
         return [DocVectors(v, offsets(json.loads(p[2]))) for v, p in zip(views, places)]
+
+    def paragraph_centroids(self, ids: Sequence[str]) -> list[np.ndarray]:
+        """Paragraph centroids (read-only float32) from the in-memory cache (:mod:`.centroids`): the first
+        call after opening computes them for every live document."""
+        ids = [str(i) for i in ids]
+        with self._snapshot() as conn:
+            located = self._located(conn, ids, "paragraph_centroids")
+            rows = self._row_map()
+
+            def views(starts: list[int], lengths: list[int]) -> list[np.ndarray]:
+                return self._vectors.ranges(starts, lengths, rows.committed)
+
+            return self._centroids.get(rows.epoch, [located[i] for i in ids], views,
+                                       lambda: list(catalog.locate_all(conn).values()), len(rows.seq_ids))
 
     def all_vectors(self) -> CorpusVectors:
         """Every live document in ``seq`` order, float32 (a memory-map view when the file is
