@@ -12,7 +12,8 @@ For every IRLeD dev query (new text), with statistics over every corpus paragrap
   ``relaxed-full`` (SDR with the paragraph max relaxed to a document max, on the complete ``B``:
   no truncation at all).
 - ``+prerank x2``: the engine's centroid pre-rank (:mod:`indexer.prerank`): the top 2K by
-  weighted-sum narrowed to K by the fused aggregation and paragraph-centroid scores;
+  weighted-sum narrowed to K by the fused aggregation and paragraph-centroid scores
+  (``+ties+prerank x2``: what the engine does, ties kept and pre-ranked);
 - **paragraph centroids** (no sentence k-NN): each paragraph is the normalised mean of its
   sentence vectors; a document scores ``mean_i (max_j cos(c_i, c_j) - mu_i) / sigma_i`` over the
   source paragraphs ``i`` and its own paragraphs ``j`` (SDR's shape with a paragraph pair scored by
@@ -148,6 +149,7 @@ def main() -> None:
             got, scores = aggregate_hits(exact_hits(B, ids, k, ties=True), source.par_offsets,
                                          method="weighted-sum", stats=stats)
             record(f"weighted-sum+ties, k={k}", got, scores, truth)
+            record_prerank(f"weighted-sum+ties+prerank x2, k={k}", got, scores, truth, source)
         record("relaxed-full (no k)", list(ids), relaxed_full(B, source, stats), truth)
         record("centroids, dense", list(ids), centroid_scores(source, corpus_centroids, corpus.doc_par_offsets, stats), truth)
         for k in (100, 200):
@@ -158,9 +160,9 @@ def main() -> None:
 
     print(f"\n== exhaustive SDR top-10 inside the top K candidates, exact nested k-NN, IRLeD dev "
           f"({len(queries)} queries, {corpus.n_docs} documents, exact statistics)")
-    print(f"{'aggregation':>22} " + " ".join(f"{'K=' + str(K):>7}" for K in CANDIDATES) + "   min@K=100")
+    print(f"{'aggregation':>36} " + " ".join(f"{'K=' + str(K):>7}" for K in CANDIDATES) + "   min@K=100")
     for name, row in recall.items():
-        print(f"{name:>22} " + " ".join(f"{np.mean(row[K]):7.3f}" for K in CANDIDATES) + f"   {np.min(row[100]):9.1f}")
+        print(f"{name:>36} " + " ".join(f"{np.mean(row[K]):7.3f}" for K in CANDIDATES) + f"   {np.min(row[100]):9.1f}")
 
 
 if __name__ == "__main__":
