@@ -31,10 +31,11 @@ from typing import Sequence
 
 import numpy as np
 
-from sdr_core.scoring import SIGMA_FLOOR, document_blocks, rank
+from sdr_core.fusion import zscore
+from sdr_core.scoring import document_blocks, rank, sdr_scores, segment_sum_rows, stats_from_paragraph_scores
 from sdr_core.vectors import DocVectors
 
-__all__ = ["AGGREGATION_WEIGHT", "paragraph_centroids", "centroid_scores", "zscores", "prerank_order"]
+__all__ = ["AGGREGATION_WEIGHT", "paragraph_centroids", "centroid_scores", "prerank_order"]
 
 AGGREGATION_WEIGHT = 0.5
 """Weight of the aggregation score in the pre-rank (the centroid score has ``1 -`` this). Equal
@@ -43,35 +44,12 @@ with pools of 1.5K-3K (exact k-NN study)."""
 
 
 def paragraph_centroids(doc: DocVectors) -> np.ndarray:
-    """``(n_paragraphs, dim)`` float32: each paragraph's normalised mean sentence vector.
-
-    Paragraphs are summed a row position at a time over all paragraphs still that long (sorted by
-    length), one gather and one add per position: ``np.add.reduceat`` along the rows and
-    ``np.cumsum`` both measured 2-3x slower on candidate documents.
-    """
+    """``(n_paragraphs, dim)`` float32: each paragraph's normalised mean sentence vector."""
     vectors = np.asarray(doc.vectors, dtype=np.float32)
-    starts = np.asarray(doc.par_offsets[:-1], dtype=np.int64)
     lengths = np.diff(doc.par_offsets)
-    order = np.argsort(-lengths, kind="stable")
-    starts, lengths = starts[order], lengths[order]
-    sums = vectors[starts]  # a copy: fancy indexing
-    longer = np.searchsorted(-lengths, -np.arange(1, int(lengths[0])), side="left")  # paragraphs longer than o
-    for o, m in enumerate(longer.tolist(), start=1):
-        sums[:m] += vectors[starts[:m] + o]
-    out = np.empty_like(sums)
-    out[order] = sums / np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), 1e-12)
-    return out
-
-
-def zscores(x: np.ndarray) -> np.ndarray:
-    """``(x - mean) / std`` in float64; all zeros when ``x`` is (nearly) constant."""
-    x = np.asarray(x, dtype=np.float64)
-    if x.size == 0:
-        return x
-    sd = x.std()
-    if sd < SIGMA_FLOOR:
-        return np.zeros_like(x)
-    return (x - x.mean()) / sd
+    scratch = np.empty((lengths.size, vectors.shape[1]), dtype=np.float32)
+    sums = segment_sum_rows(vectors, np.asarray(doc.par_offsets[:-1], dtype=np.int64), lengths, scratch)
+    return sums / np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), 1e-12)
 
 
 def centroid_scores(source: DocVectors, centroids: Sequence[np.ndarray], *, block_rows: int = 4096) -> np.ndarray:
@@ -96,17 +74,14 @@ def centroid_scores(source: DocVectors, centroids: Sequence[np.ndarray], *, bloc
     widest = max(sum(rows[a:b]) for a, b in blocks)
     block = np.empty((widest, source.dim), dtype=np.float32)
     product = np.empty(cs.shape[0] * widest, dtype=np.float32)
-    M = np.empty((cs.shape[0], len(centroids)), dtype=np.float64)
+    M = np.empty((cs.shape[0], len(centroids)), dtype=np.float32)
     for a, b in blocks:
         n_rows = sum(rows[a:b])
         np.concatenate(centroids[a:b], out=block[:n_rows], casting="same_kind")
         sims = product[: cs.shape[0] * n_rows].reshape(cs.shape[0], n_rows)
         np.matmul(cs, block[:n_rows].T, out=sims)
         M[:, a:b] = np.maximum.reduceat(sims, np.cumsum([0, *rows[a : b - 1]]), axis=1)
-    mu = M.mean(axis=1, keepdims=True)
-    sd = M.std(axis=1, keepdims=True)
-    sd = np.where(sd < SIGMA_FLOOR, 1.0, sd)
-    return ((M - mu) / sd).mean(axis=0)
+    return sdr_scores(M, stats_from_paragraph_scores(M))  # each row z-scored over the pool, then the mean
 
 
 def prerank_order(
@@ -119,5 +94,5 @@ def prerank_order(
         raise ValueError(f"{len(ids)} ids, {len(aggregation_scores)} scores and {len(centroids)} centroid sets")
     if not 0.0 <= weight <= 1.0:
         raise ValueError(f"weight must be in [0, 1], got {weight}")
-    fused = weight * zscores(aggregation_scores) + (1.0 - weight) * zscores(centroid_scores(source, centroids))
+    fused = weight * zscore(aggregation_scores) + (1.0 - weight) * zscore(centroid_scores(source, centroids))
     return rank(list(ids), fused)

@@ -23,6 +23,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from indexer.prerank import paragraph_centroids
 from sdr_core.documents import Document
 from sdr_core.scoring import NormStats
 from sdr_core.vectors import CorpusVectors, DocVectors
@@ -207,8 +208,6 @@ class DocumentStore(ABC):
         ``(paragraphs, dim)`` array per id, in order) for the centroid pre-rank
         (:mod:`indexer.prerank`). This default computes them from :meth:`fetch_documents`; a
         store may keep them (the embedded store holds them in memory)."""
-        from indexer.prerank import paragraph_centroids
-
         return [paragraph_centroids(doc) for doc in self.fetch_documents(ids)]
 
     @abstractmethod

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from indexer.prerank import centroid_scores, paragraph_centroids, prerank_order, zscores
+from indexer.prerank import centroid_scores, paragraph_centroids, prerank_order
+from sdr_core.fusion import zscore
 from sdr_core.scoring import rank
 from sdr_core.vectors import DocVectors
 
@@ -77,10 +78,10 @@ def test_centroids_prefer_one_coherent_paragraph_over_matches_scattered_across_p
 
 
 @pytest.mark.unit
-def test_zscores():
-    np.testing.assert_allclose(zscores(np.array([1.0, 2.0, 3.0])), [-1.2247449, 0.0, 1.2247449], atol=1e-6)
-    assert np.all(zscores(np.full(4, 0.3)) == 0.0)
-    assert zscores(np.zeros(0)).shape == (0,)
+def test_zscore():
+    np.testing.assert_allclose(zscore(np.array([1.0, 2.0, 3.0])), [-1.2247449, 0.0, 1.2247449], atol=1e-6)
+    assert np.all(zscore(np.full(4, 0.3)) == 0.0)
+    assert zscore(np.zeros(0)).shape == (0,)
 
 
 @pytest.mark.unit
@@ -91,7 +92,7 @@ def test_prerank_order_fuses_both_z_scores_and_weight_ends_reduce_to_one_signal(
     ids = [f"d{k}" for k in range(7)]
     agg = rng.random(7)
     cent = centroid_scores(source, docs)
-    assert prerank_order(ids, agg, source, docs) == rank(ids, 0.5 * zscores(agg) + 0.5 * zscores(cent))
+    assert prerank_order(ids, agg, source, docs) == rank(ids, 0.5 * zscore(agg) + 0.5 * zscore(cent))
     assert prerank_order(ids, agg, source, docs, weight=1.0) == rank(ids, agg)
     assert prerank_order(ids, agg, source, docs, weight=0.0) == rank(ids, cent)
     with pytest.raises(ValueError):

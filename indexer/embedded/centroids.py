@@ -38,7 +38,6 @@ class CentroidCache:
         self._lock = threading.Lock()
         self._epoch: int | None = None
         self._by_row: dict[int, np.ndarray] = {}
-        self._filled = False
 
     def __len__(self) -> int:
         return len(self._by_row)
@@ -60,10 +59,8 @@ class CentroidCache:
         document (``n_live`` of them); it is read to fill the cache on first use, and again to
         rebuild it once stale entries outnumber the live documents."""
         with self._lock:
-            if self._epoch != epoch or len(self._by_row) > 2 * n_live + 1024:
-                self._epoch, self._by_row, self._filled = epoch, {}, False
-            if not self._filled:
+            if self._epoch != epoch or len(self._by_row) > 2 * n_live + 1024:  # first use, compaction, or stale
+                self._epoch, self._by_row = epoch, {}
                 self._compute(list(live()), views)
-                self._filled = True
             self._compute(places, views)
             return [self._by_row[p[0]] for p in places]
