@@ -256,6 +256,9 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--margin", type=float, help="contrastive margin m for --objective sdr (default 1)")
     tr.add_argument("--triplet-margin", type=float, help="angular margin for --objective triplet (default 0.1)")
     tr.add_argument("--mlm-weight", type=float, help="weight of the MLM loss (default 1)")
+    tr.add_argument("--head-warmup-steps", type=int, help="steps before --steps that train only a newly initialised "
+                    "MLM head, encoder frozen (default 0)")
+    tr.add_argument("--head-warmup-lr", type=float, help="learning rate of the MLM head warm-up (default 5e-4)")
     tr.add_argument("--max-sentences-per-paragraph", type=int, help="sentences sampled per paragraph (default 32)")
     tr.add_argument("--checkpoint-every", type=int, help="steps between checkpoints (default 200)")
     tr.add_argument("--seed", type=int, help="random seed (default 0)")

@@ -296,3 +296,36 @@ def test_cli_train_writes_model_and_summary(tmp_path, capsys):
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["steps"] == 3 and summary["objective"] == "sdr" and summary["corpus_documents"] == 8
     assert (tmp_path / "m" / "config.json").is_file() and (tmp_path / "m" / "model.safetensors").is_file()
+
+
+def test_head_warmup_trains_only_the_new_head_then_everything(tmp_path):
+    """During the MLM-head warm-up the encoder (with the decoder tied to its word embeddings) keeps
+    the base weights and the loss is the MLM loss alone; afterwards the encoder learns too."""
+    import torch
+    from safetensors.numpy import load_file
+
+    from sdr_core.encoder import resolve_model_dir
+    from sdr_core.training.model import load_for_training, read_provenance
+    from sdr_core.training.trainer import train
+
+    docs = tiny_docs()
+    base, _, _ = load_for_training(resolve_model_dir(None), seed=0)
+    base_state = {k: v.detach().numpy().copy() for k, v in base.state_dict().items()}
+    out = tmp_path / "m"
+    train(docs, out, settings=_settings(steps=2, head_warmup_steps=3, head_warmup_lr=1e-3, checkpoint_every=3),
+          progress=False, threads=1)
+    rows = [json.loads(line) for line in (out / "training_log.jsonl").read_text().splitlines()]
+    assert [r["head_warmup"] for r in rows] == [True, True, True, False, False]
+    assert all(r["loss"] == r["mlm"] for r in rows[:3]) and rows[3]["loss"] > rows[3]["mlm"]
+    assert [r["lr"] for r in rows[:3]] == [1e-3] * 3
+
+    warm = torch.load(out / "checkpoints" / "step-0000003" / "training.pt", weights_only=False)["model"]
+    encoder_keys = [k for k in base_state if k.startswith("bert.")]
+    head_keys = [k for k in base_state if k.startswith("cls.") and k != "cls.predictions.decoder.weight"]
+    assert encoder_keys and head_keys
+    assert all(np.array_equal(warm[k].numpy(), base_state[k]) for k in encoder_keys)
+    assert any(not np.array_equal(warm[k].numpy(), base_state[k]) for k in head_keys)
+    final = load_file(str(out / "model.safetensors"))
+    changed = [k for k in encoder_keys if k in final and not np.array_equal(final[k], base_state[k])]
+    assert changed  # the encoder learned after the warm-up
+    assert read_provenance(out)["head_warmup_steps"] == 3

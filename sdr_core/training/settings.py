@@ -34,6 +34,13 @@ class TrainSettings(BaseSettings):
         description="Tokens per training sentence (longer ones are truncated). Shorter than the encoder's "
         "128 to keep CPU steps cheap; most sentences of the shared corpora fit.",
     )
+    head_warmup_steps: int = Field(
+        0, ge=0,
+        description="Steps before --steps in which only a freshly initialised MLM head learns (encoder frozen, "
+        "MLM loss only, at head_warmup_lr), so its random gradients do not reach the encoder. Skipped when the "
+        "base model ships an MLM head.",
+    )
+    head_warmup_lr: float = Field(5e-4, gt=0, description="Constant learning rate of the MLM head during its warm-up.")
     mlm_probability: float = Field(0.15, ge=0, lt=1, description="Fraction of tokens selected for MLM (RoBERTa-style 80/10/10).")
     mlm_weight: float = Field(1.0, ge=0, description="Weight of the MLM term (total = mlm_weight * MLM + metric loss).")
     margin: float = Field(

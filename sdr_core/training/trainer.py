@@ -1,5 +1,12 @@
 """The training loop of ``sdr train``: MLM + metric loss, checkpoints, resume, progress, determinism.
 
+With ``head_warmup_steps`` (and a base without an MLM head) the run starts with that many steps
+in which only the new head learns, from the MLM loss alone, at ``head_warmup_lr``: the encoder
+runs without gradients (a decoder tied to the word embeddings stays frozen with it). A random
+head's MLM loss (about 10) otherwise dominates the total and its gradients flatten the encoder's
+sentence space. ``steps`` counts the steps after the warm-up; the learning-rate schedule starts
+after it.
+
 One step: draw a batch of sentence pairs (:mod:`.sampler`), tokenise both sides together (padding
 to the longest, ``max_tokens`` cap), mask them RoBERTa-style, run the encoder once, and combine
 
@@ -111,13 +118,37 @@ def run_signature(settings: TrainSettings, base_fingerprint: str, corpus_hash: s
     return {"settings": s, "base": base_fingerprint, "corpus": corpus_hash}
 
 
-def _lr_lambda(total: int, warmup: int):
+def _lr_lambda(total: int, warmup: int, *, frozen: int = 0, frozen_factor: float = 0.0):
+    """Linear warm-up then linear decay over ``total`` steps, after ``frozen`` steps at the constant
+    factor ``frozen_factor`` (the MLM-head warm-up: 0 for the encoder, head lr / lr for the head)."""
     def f(step: int) -> float:
+        if step < frozen:
+            return frozen_factor
+        step -= frozen
         if warmup and step < warmup:
             return (step + 1) / warmup
         return max(0.0, (total - step) / max(1, total - warmup))
 
     return f
+
+
+def _param_groups(model, head, weight_decay: float) -> tuple[list[dict], list[bool]]:
+    """AdamW groups (decay / no decay) of the encoder and of the MLM head's own parameters (a
+    decoder tied to the input embeddings belongs to the encoder), and which groups are the head's.
+    Empty groups are left out."""
+    head_ids = {id(p) for p in head.parameters()} if head is not None else set()
+    base_ids = {id(p) for p in model.base_model.parameters()}
+    buckets: dict[tuple[bool, bool], list] = {(h, d): [] for h in (False, True) for d in (True, False)}
+    for name, p in model.named_parameters():
+        is_head = id(p) in head_ids and id(p) not in base_ids
+        decays = not (p.ndim < 2 or "LayerNorm" in name or "layer_norm" in name)
+        buckets[(is_head, decays)].append(p)
+    groups, is_head = [], []
+    for (h, d), params in buckets.items():
+        if params:
+            groups.append({"params": params, "weight_decay": weight_decay if d else 0.0})
+            is_head.append(h)
+    return groups, is_head
 
 
 def _latest_checkpoint(out_dir: Path) -> Path | None:
@@ -235,15 +266,21 @@ def train(
     head = mlm_head(model)
     base_model = model.base_model
 
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        (no_decay if p.ndim < 2 or "LayerNorm" in name or "layer_norm" in name else decay).append(p)
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": settings.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=settings.learning_rate,
-    )
+    head_warmup = settings.head_warmup_steps if head_initialised else 0
+    if head_warmup and head is None:
+        logger.warning("MLM head warm-up skipped: %s exposes no MLM head module", base_dir)
+        head_warmup = 0
+    elif settings.head_warmup_steps and not head_initialised:
+        logger.info("MLM head warm-up skipped: %s ships a trained MLM head", base_dir)
+    total_steps = head_warmup + settings.steps
+    groups, group_is_head = _param_groups(model, head, settings.weight_decay)
+    optimizer = torch.optim.AdamW(groups, lr=settings.learning_rate)
     warmup = int(settings.steps * settings.warmup_fraction)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(settings.steps, warmup))
+    head_factor = settings.head_warmup_lr / settings.learning_rate
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, [
+        _lr_lambda(settings.steps, warmup, frozen=head_warmup, frozen_factor=head_factor if h else 0.0)
+        for h in group_is_head
+    ])
     scaler = torch.amp.GradScaler("cuda") if precision == "fp16" else None
     amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
     mask_gen = torch.Generator().manual_seed(settings.seed + 1)
@@ -258,25 +295,26 @@ def train(
     if ckpt is not None:
         start = _load_checkpoint(ckpt, model, optimizer, scheduler, scaler, sampler, mask_gen, signature)
         _truncate_log(log_path, start)
-        logger.info("resuming from %s (step %d of %d)", ckpt, start, settings.steps)
+        logger.info("resuming from %s (step %d of %d)", ckpt, start, total_steps)
     elif not restart:
         log_path.unlink(missing_ok=True)
-    if start >= settings.steps:
+    if start >= total_steps:
         logger.info("training already reached %d steps; writing the model", start)
 
     vocab_size = model.get_output_embeddings().weight.shape[0] if model.get_output_embeddings() is not None else len(tokenizer)
     bar = None
-    if progress and start < settings.steps:
+    if progress and start < total_steps:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=settings.steps, initial=start, unit="step", desc=f"training ({settings.objective})")
+        bar = tqdm(total=total_steps, initial=start, unit="step", desc=f"training ({settings.objective})")
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     losses: list[float] = []
     ema = None
     try:
         with log_path.open("a") as log:
-            for step in range(start + 1, settings.steps + 1):
+            for step in range(start + 1, total_steps + 1):
+                frozen = step <= head_warmup  # MLM-head warm-up: the encoder neither learns nor gets gradients
                 if settings.objective == "sdr":
                     batch = sampler.pair_batch(settings.batch_size)
                 else:
@@ -294,7 +332,8 @@ def train(
                 attention = enc["attention_mask"].to(device)
                 with torch.autocast(device_type=device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
                     if head is not None:
-                        hidden = base_model(input_ids=input_ids, attention_mask=attention).last_hidden_state
+                        with torch.set_grad_enabled(not frozen):
+                            hidden = base_model(input_ids=input_ids, attention_mask=attention).last_hidden_state
                         sel = labels != -100
                         if bool(sel.any()):
                             logits = head(hidden[sel])
@@ -311,24 +350,26 @@ def train(
                     metric = contrastive_loss(fp, fq, torch.as_tensor(batch.labels, device=device), settings.margin)
                 else:
                     metric = triplet_hardest_loss(fp, fq, torch.as_tensor(batch.left_doc, device=device), settings.triplet_margin)
-                loss = settings.mlm_weight * mlm + metric
+                loss = mlm if frozen else settings.mlm_weight * mlm + metric
                 loss_value, mlm_value, metric_value = float(loss.detach()), float(mlm.detach()), float(metric.detach())
                 if not math.isfinite(loss_value):
                     raise SDRError(f"training diverged at step {step} (loss {loss_value}); lower --lr")
+                step_lr = max(g["lr"] for g in optimizer.param_groups)  # the head's during its warm-up
                 optimizer.zero_grad(set_to_none=True)
-                if scaler is not None:
-                    scaler.scale(loss).backward()
-                    scaler.unscale_(optimizer)
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                    scaler.step(optimizer)
-                    scaler.update()
-                else:
-                    loss.backward()
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                    optimizer.step()
+                if loss.requires_grad:  # not so for a warm-up batch without a masked token
+                    if scaler is not None:
+                        scaler.scale(loss).backward()
+                        scaler.unscale_(optimizer)
+                        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                        scaler.step(optimizer)
+                        scaler.update()
+                    else:
+                        loss.backward()
+                        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                        optimizer.step()
                 scheduler.step()
                 row = {"step": step, "loss": round(loss_value, 5), "mlm": round(mlm_value, 5),
-                       "metric": round(metric_value, 5), "lr": scheduler.get_last_lr()[0]}
+                       "metric": round(metric_value, 5), "lr": step_lr, "head_warmup": frozen}
                 log.write(json.dumps(row) + "\n")
                 losses.append(loss_value)
                 ema = loss_value if ema is None else 0.95 * ema + 0.05 * loss_value
@@ -336,9 +377,9 @@ def train(
                     bar.update(1)
                     bar.set_postfix(loss=f"{ema:.3f}", mlm=f"{mlm_value:.2f}", metric=f"{metric_value:.3f}")
                 elif step % 50 == 0:
-                    logger.info("step %d/%d loss %.4f (mlm %.3f, %s %.4f)", step, settings.steps, ema, mlm_value,
+                    logger.info("step %d/%d loss %.4f (mlm %.3f, %s %.4f)", step, total_steps, ema, mlm_value,
                                 settings.objective, metric_value)
-                if step % settings.checkpoint_every == 0 and step < settings.steps:
+                if step % settings.checkpoint_every == 0 and step < total_steps:
                     log.flush()
                     _save_checkpoint(out_dir, step, model, optimizer, scheduler, scaler, sampler, mask_gen,
                                      signature, settings.keep_checkpoints)
@@ -359,6 +400,7 @@ def train(
         "base_fingerprint": base_fp,
         "objective": settings.objective,
         "steps": settings.steps,
+        "head_warmup_steps": head_warmup,
         "corpus_hash": corpus_hash,
         "corpus_documents": pool.n_docs,
         "corpus_sentences": len(pool.sentences),
