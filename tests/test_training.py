@@ -312,9 +312,10 @@ def test_head_warmup_trains_only_the_new_head_then_everything(tmp_path):
     base, _, _ = load_for_training(resolve_model_dir(None), seed=0)
     base_state = {k: v.detach().numpy().copy() for k, v in base.state_dict().items()}
     out = tmp_path / "m"
-    train(docs, out, settings=_settings(steps=2, head_warmup_steps=3, head_warmup_lr=1e-3, checkpoint_every=3),
-          progress=False, threads=1)
+    result = train(docs, out, settings=_settings(steps=2, head_warmup_steps=3, head_warmup_lr=1e-3, checkpoint_every=3),
+                   progress=False, threads=1)
     rows = [json.loads(line) for line in (out / "training_log.jsonl").read_text().splitlines()]
+    assert result.first_loss == pytest.approx(np.mean([r["loss"] for r in rows[3:]]), abs=1e-4)  # joint steps only
     assert [r["head_warmup"] for r in rows] == [True, True, True, False, False]
     assert all(r["loss"] == r["mlm"] for r in rows[:3]) and rows[3]["loss"] > rows[3]["mlm"]
     assert [r["lr"] for r in rows[:3]] == [1e-3] * 3

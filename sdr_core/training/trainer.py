@@ -371,7 +371,8 @@ def train(
                 row = {"step": step, "loss": round(loss_value, 5), "mlm": round(mlm_value, 5),
                        "metric": round(metric_value, 5), "lr": step_lr, "head_warmup": frozen}
                 log.write(json.dumps(row) + "\n")
-                losses.append(loss_value)
+                if not frozen:  # the summary's first/last losses compare joint steps only
+                    losses.append(loss_value)
                 ema = loss_value if ema is None else 0.95 * ema + 0.05 * loss_value
                 if bar is not None:
                     bar.update(1)
