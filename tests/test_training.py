@@ -194,7 +194,7 @@ def _settings(**kw):
 
     base = dict(steps=16, batch_size=8, learning_rate=5e-4, warmup_fraction=0.0, max_tokens=32,
                 checkpoint_every=100, device="cpu", precision="fp32", min_sentence_chars=0, seed=0,
-                probe_pairs=8)
+                probe_pairs=8, head_warmup_steps=0)
     base.update(kw)
     return TrainSettings(**base)
 
@@ -290,11 +290,13 @@ def test_cli_train_writes_model_and_summary(tmp_path, capsys):
     two = tmp_path / "two.jsonl"
     two.write_text("".join(json.dumps({"id": d.id, "paragraphs": [" ".join(p) for p in d.paragraphs]}) + "\n" for d in tiny_docs()))
     rc = main(["train", "--corpus", str(two), "--out", str(tmp_path / "m"), "--steps", "3", "--batch-size", "4",
-               "--max-tokens", "24", "--device", "cpu", "--no-progress", "--threads", "1"])
+               "--max-tokens", "24", "--device", "cpu", "--no-progress", "--threads", "1", "--head-warmup-steps", "2"])
     # (the CLI's probe uses the default 256 pairs: fine on 8 documents)
     assert rc == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["steps"] == 3 and summary["objective"] == "sdr" and summary["corpus_documents"] == 8
+    rows = [json.loads(line) for line in (tmp_path / "m" / "training_log.jsonl").read_text().splitlines()]
+    assert [r["head_warmup"] for r in rows] == [True, True, False, False, False]
     assert (tmp_path / "m" / "config.json").is_file() and (tmp_path / "m" / "model.safetensors").is_file()
 
 
