@@ -332,3 +332,17 @@ def test_head_warmup_trains_only_the_new_head_then_everything(tmp_path):
     changed = [k for k in encoder_keys if k in final and not np.array_equal(final[k], base_state[k])]
     assert changed  # the encoder learned after the warm-up
     assert read_provenance(out)["head_warmup_steps"] == 3
+
+
+def test_head_warmup_is_skipped_without_the_mlm_term(tmp_path):
+    """With ``mlm_weight=0`` the head is out of the loss, so there is nothing to warm up: every
+    logged step is a joint step and the provenance records no warm-up."""
+    from sdr_core.training.model import read_provenance
+    from sdr_core.training.trainer import train
+
+    out = tmp_path / "m"
+    train(tiny_docs(), out, settings=_settings(steps=2, head_warmup_steps=3, mlm_weight=0.0), progress=False, threads=1)
+    rows = [json.loads(line) for line in (out / "training_log.jsonl").read_text().splitlines()]
+    assert [r["head_warmup"] for r in rows] == [False, False]
+    assert all(r["loss"] == r["metric"] for r in rows)
+    assert read_provenance(out)["head_warmup_steps"] == 0

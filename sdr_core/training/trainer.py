@@ -1,6 +1,6 @@
 """The training loop of ``sdr train``: MLM + metric loss, checkpoints, resume, progress, determinism.
 
-With ``head_warmup_steps`` (and a base without an MLM head) the run starts with that many steps
+With ``head_warmup_steps`` (a base without an MLM head and ``mlm_weight > 0``) the run starts with that many steps
 in which only the new head learns, from the MLM loss alone, at ``head_warmup_lr``: the encoder
 runs without gradients (a decoder tied to the word embeddings stays frozen with it). A random
 head's MLM loss (about 10) otherwise dominates the total and its gradients flatten the encoder's
@@ -266,12 +266,14 @@ def train(
     head = mlm_head(model)
     base_model = model.base_model
 
-    head_warmup = settings.head_warmup_steps if head_initialised else 0
+    head_warmup = settings.head_warmup_steps if head_initialised and settings.mlm_weight > 0 else 0
     if head_warmup and head is None:
         logger.warning("MLM head warm-up skipped: %s exposes no MLM head module", base_dir)
         head_warmup = 0
     elif settings.head_warmup_steps and not head_initialised:
         logger.info("MLM head warm-up skipped: %s ships a trained MLM head", base_dir)
+    elif settings.head_warmup_steps and settings.mlm_weight == 0:
+        logger.info("MLM head warm-up skipped: --mlm-weight 0 leaves the head out of the loss")
     total_steps = head_warmup + settings.steps
     groups, group_is_head = _param_groups(model, head, settings.weight_decay)
     optimizer = torch.optim.AdamW(groups, lr=settings.learning_rate)
