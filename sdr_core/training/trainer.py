@@ -1,11 +1,11 @@
 """The training loop of ``sdr train``: MLM + metric loss, checkpoints, resume, progress, determinism.
 
-With ``head_warmup_steps`` (a base without an MLM head and ``mlm_weight > 0``) the run starts with that many steps
-in which only the new head learns, from the MLM loss alone, at ``head_warmup_lr``: the encoder
-runs without gradients (a decoder tied to the word embeddings stays frozen with it). A random
-head's MLM loss (about 10) otherwise dominates the total and its gradients flatten the encoder's
-sentence space. ``steps`` counts the steps after the warm-up; the learning-rate schedule starts
-after it.
+With ``head_warmup_steps`` (for a base without an MLM head, and ``mlm_weight > 0``) the run starts
+with that many steps in which only the new head learns, from the MLM loss alone, at
+``head_warmup_lr``: the encoder runs without gradients (a decoder tied to the word embeddings stays
+frozen with it). A random head's MLM loss (about 10) otherwise dominates the total and its
+gradients flatten the encoder's sentence space. ``steps`` counts the steps after the warm-up;
+the learning-rate schedule starts after it.
 
 One step: draw a batch of sentence pairs (:mod:`.sampler`), tokenise both sides together (padding
 to the longest, ``max_tokens`` cap), mask them RoBERTa-style, run the encoder once, and combine
