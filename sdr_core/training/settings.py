@@ -42,7 +42,8 @@ class TrainSettings(BaseSettings):
         200, ge=0,
         description="Steps before --steps in which only a freshly initialised MLM head learns (encoder frozen, "
         "MLM loss only, at head_warmup_lr), so its random gradients do not reach the encoder. Skipped when the "
-        "base model ships an MLM head and when mlm_weight is 0. 0 turns it off (measured on IRLeD: the encoder then collapses).",
+        "base model ships an MLM head and when mlm_weight is 0. 0 turns it off (measured on IRLeD: the "
+        "encoder then collapses).",
     )
     head_warmup_lr: float = Field(5e-4, gt=0, description="Constant learning rate of the MLM head during its warm-up.")
     mlm_probability: float = Field(0.15, ge=0, lt=1, description="Fraction of tokens selected for MLM (RoBERTa-style 80/10/10).")

@@ -266,14 +266,16 @@ def train(
     head = mlm_head(model)
     base_model = model.base_model
 
-    head_warmup = settings.head_warmup_steps if head_initialised and settings.mlm_weight > 0 else 0
-    if head_warmup and head is None:
+    head_warmup = settings.head_warmup_steps
+    if head_warmup and not head_initialised:
+        logger.info("MLM head warm-up skipped: %s ships a trained MLM head", base_dir)
+        head_warmup = 0
+    elif head_warmup and settings.mlm_weight == 0:
+        logger.info("MLM head warm-up skipped: --mlm-weight 0 leaves the head out of the loss")
+        head_warmup = 0
+    elif head_warmup and head is None:
         logger.warning("MLM head warm-up skipped: %s exposes no MLM head module", base_dir)
         head_warmup = 0
-    elif settings.head_warmup_steps and not head_initialised:
-        logger.info("MLM head warm-up skipped: %s ships a trained MLM head", base_dir)
-    elif settings.head_warmup_steps and settings.mlm_weight == 0:
-        logger.info("MLM head warm-up skipped: --mlm-weight 0 leaves the head out of the loss")
     total_steps = head_warmup + settings.steps
     groups, group_is_head = _param_groups(model, head, settings.weight_decay)
     optimizer = torch.optim.AdamW(groups, lr=settings.learning_rate)
