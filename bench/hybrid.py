@@ -54,14 +54,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sdr_core.cache import EmbeddingCache  # noqa: E402
-from sdr_core.documents import read_documents  # noqa: E402
+from sdr_core.documents import Document, read_documents  # noqa: E402
 from sdr_core.embed import embed_corpus, embed_documents  # noqa: E402
 from sdr_core.encoder import SentenceEncoder  # noqa: E402
 from sdr_core.evaluation import HYBRID_SIGNALS, EvalInputs, hybrid_ranking, signal_scorers  # noqa: E402
 from sdr_core.fusion import DEFAULT_HYBRID, FUSIONS, HybridSpec, format_weights  # noqa: E402
 from sdr_core.metrics import average_precision, ndcg_at, read_qrels  # noqa: E402
 from sdr_core.scoring import rank  # noqa: E402
-from sdr_core.settings import CacheSettings, EncoderSettings  # noqa: E402
+from sdr_core.settings import CacheSettings, EncoderSettings, SegmentationSettings  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "irled"
 SUBSETS = (("bm25", "mean"), ("bm25", "sdr"), ("sdr", "mean"), ("bm25", "sdr", "mean"))
@@ -95,12 +95,8 @@ def slice_corpus(path: Path, wanted: set[str], n: int, tmp: Path) -> Path:
     return out
 
 
-def per_query(ranking: list[str], relevant: dict[str, int]) -> tuple[float, float]:
-    return average_precision(ranking, relevant), ndcg_at(ranking, relevant, 10)
-
-
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def irled_arguments(p: argparse.ArgumentParser) -> None:
+    """The data, model and slice flags shared by the IRLeD benches."""
     p.add_argument("--corpus", default=str(DATA / "corpus.jsonl.gz"))
     p.add_argument("--queries", default=str(DATA / "queries-dev.jsonl.gz"))
     p.add_argument("--qrels", default=str(DATA / "qrels-dev.txt"))
@@ -110,6 +106,34 @@ def main() -> int:
     p.add_argument("--docs", type=int, help="a slice of N corpus documents: the relevant ones of the chosen queries, "
                    "then the first others (a quick check)")
     p.add_argument("--queries-n", type=int, help="first N queries only")
+
+
+def read_irled(args, settings: SegmentationSettings | None = None) -> tuple[dict, list[Document], list[Document]]:
+    """Qrels, the judged queries (the first ``--queries-n``) and the corpus or its ``--docs`` slice."""
+    qrels = read_qrels(args.qrels)
+    queries = list(itertools.islice(read_documents([args.queries], settings=settings), args.queries_n))
+    queries = [q for q in queries if any(g > 0 for g in qrels.get(q.id, {}).values())]
+    if args.docs is None:
+        docs = list(read_documents([args.corpus], settings=settings))
+    else:  # a slice that still holds every relevant document of the chosen queries
+        wanted = {d for q in queries for d, g in qrels[q.id].items() if g > 0}
+        with tempfile.TemporaryDirectory() as tmp:
+            docs = list(read_documents([slice_corpus(Path(args.corpus), wanted, args.docs, Path(tmp))], settings=settings))
+    return qrels, queries, docs
+
+
+def encoder_from_args(args) -> SentenceEncoder:
+    overrides = {k: v for k, v in {"model": args.model, "precision": args.precision}.items() if v}
+    return SentenceEncoder(settings=EncoderSettings(**overrides))
+
+
+def per_query(ranking: list[str], relevant: dict[str, int]) -> tuple[float, float]:
+    return average_precision(ranking, relevant), ndcg_at(ranking, relevant, 10)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    irled_arguments(p)
     p.add_argument("--candidates", type=int, default=100, help="K: each signal's top K form the fused set (default 100)")
     p.add_argument("--folds", type=int, default=5, help="cross-validation folds over queries (default 5)")
     p.add_argument("--seed", type=int, default=0, help="seed of the fold split (default 0)")
@@ -119,20 +143,11 @@ def main() -> int:
     logging.getLogger("sdr_core.documents").setLevel(logging.ERROR)  # no per-document skip notes
 
     t0 = time.perf_counter()
-    qrels = read_qrels(args.qrels)
-    queries = list(itertools.islice(read_documents([args.queries]), args.queries_n))
-    queries = [q for q in queries if any(g > 0 for g in qrels.get(q.id, {}).values())]
-    if args.docs is None:
-        docs = list(read_documents([args.corpus]))
-    else:  # a slice that still holds every relevant document of the chosen queries
-        wanted = {d for q in queries for d, g in qrels[q.id].items() if g > 0}
-        with tempfile.TemporaryDirectory() as tmp:
-            docs = list(read_documents([slice_corpus(Path(args.corpus), wanted, args.docs, Path(tmp))]))
+    qrels, queries, docs = read_irled(args)
     if not queries or not docs:
         print("no judged query or no document", file=sys.stderr)
         return 2
-    overrides = {k: v for k, v in {"model": args.model, "precision": args.precision}.items() if v}
-    encoder = SentenceEncoder(settings=EncoderSettings(**overrides))
+    encoder = encoder_from_args(args)
     cache_dir = args.cache_dir or CacheSettings().cache_dir
     inputs = EvalInputs(docs, queries)
     with EmbeddingCache(cache_dir / "embeddings.sqlite") as cache:

@@ -45,6 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 from indexer.embedded import EmbeddedStore  # noqa: E402
 from indexer.pipeline import index_documents  # noqa: E402
+from indexer.provenance import segmentation_record  # noqa: E402
 from indexer.settings import EmbeddedStoreSettings  # noqa: E402
 from indexer.stats_job import refresh_stats  # noqa: E402
 from reranker.engine import MLTSettings, MoreLikeThis  # noqa: E402
@@ -54,7 +55,8 @@ from sdr_core.embed import embed_documents  # noqa: E402
 from sdr_core.encoder import SentenceEncoder  # noqa: E402
 from sdr_core.evaluation import sdr_rank_scores  # noqa: E402
 from sdr_core.scoring import document_max, paragraph_scores, rank, sdr_scores  # noqa: E402
-from sdr_core.settings import CacheSettings  # noqa: E402
+from sdr_core.sentences import default_splitter  # noqa: E402
+from sdr_core.settings import CacheSettings, SegmentationSettings  # noqa: E402
 from sdr_core.vectors import DocVectors  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
@@ -82,7 +84,7 @@ def reusable_store(args, path: Path, docs: list[Document], encoder, cache) -> Em
 def build_store(path: Path, docs: list[Document], encoder, cache, *, sample: int) -> EmbeddedStore:
     store = EmbeddedStore(path, create=True)
     index_documents(store, docs, encoder, cache=cache, progress=True, total=len(docs),
-                    segmentation={"paragraph_unit": "paragraph"})
+                    segmentation=segmentation_record(SegmentationSettings(), default_splitter().source))
     refresh_stats(store, exact=False, sample_size=sample, seed=0, progress=True)
     return store
 

@@ -29,30 +29,51 @@ def store_label(args) -> str:
     return f"{args.opensearch}/{args.index or 'default index'}" if getattr(args, "opensearch", None) else str(args.store)
 
 
+def store_segmentation(args, recorded):
+    """How documents added to a store are segmented: as the store recorded (an older store that
+    recorded no such field keeps its as-given paragraphs), or from the flags and settings for a new
+    one. A flag given explicitly that differs from the record is refused, not silently dropped."""
+    from sdr_core.cli import segmentation_settings
+    from sdr_core.errors import ModelMismatchError
+    from sdr_core.settings import SegmentationSettings
+
+    if not recorded:
+        return segmentation_settings(args)
+    seg = SegmentationSettings.from_recorded(recorded)
+    for key, have in seg.recorded().items():
+        given = getattr(args, key, None)
+        if given is not None and given != have:
+            raise ModelMismatchError(
+                f"store {store_label(args)} was built with {key}={have!r}, not {given!r}; "
+                "re-index into a new store (sdr reindex) to change its segmentation"
+            )
+    return seg
+
+
 def cmd_index(args) -> int:
-    from sdr_core.cli import cache_from_args, encoder_settings, segmentation_settings
+    from sdr_core.cli import cache_from_args, encoder_settings
     from sdr_core.documents import ReadReport, read_documents
     from sdr_core.encoder import SentenceEncoder
     from sdr_core.sentences import default_splitter
 
     from .pipeline import index_documents
+    from .provenance import segmentation_mismatch, segmentation_record
     from .stats_job import refresh_stats
 
     t0 = time.perf_counter()
-    seg = segmentation_settings(args)
     report = ReadReport()
-    docs = read_documents(args.paths, settings=seg, report=report, strict=args.strict)
     encoder = SentenceEncoder(settings=encoder_settings(args))
     cache = cache_from_args(args)
-    segmentation = {"paragraph_unit": seg.paragraph_unit, "splitter": default_splitter().source}
     with open_store(args, create=True) as store:
         meta = store.meta()
-        if meta is not None and dict(meta.segmentation) and dict(meta.segmentation) != segmentation:
+        seg = store_segmentation(args, meta.segmentation if meta is not None else None)
+        segmentation = segmentation_record(seg, default_splitter().source)
+        mismatch = segmentation_mismatch(meta.segmentation if meta is not None else None, segmentation)
+        if mismatch:
             from sdr_core.errors import ModelMismatchError
 
-            raise ModelMismatchError(
-                f"store {store_label(args)} was built with segmentation {dict(meta.segmentation)}, not {segmentation}"
-            )
+            raise ModelMismatchError(f"store {store_label(args)} {mismatch}; index with the same segmentation flags")
+        docs = read_documents(args.paths, settings=seg, report=report, strict=args.strict)
         summary = index_documents(
             store, docs, encoder, cache=cache, progress=not args.no_progress, segmentation=segmentation,
         )
@@ -90,6 +111,14 @@ def cmd_stats(args) -> int:
     return 0
 
 
+def _segmentation_line(recorded) -> str:
+    from sdr_core.settings import SegmentationSettings
+
+    seg = SegmentationSettings.from_recorded(recorded)
+    return (f"{seg.paragraph_unit}s merged to >= {seg.min_paragraph_sentences} sentences, "
+            f"sentences under {seg.min_sentence_chars} characters joined")
+
+
 def cmd_info(args) -> int:
     with open_store(args) as store:
         meta = store.meta()
@@ -109,6 +138,7 @@ def cmd_info(args) -> int:
             f"paragraphs: {info['paragraphs']}",
             f"sentences:  {info['sentences']}",
             f"model:      {meta.model_id if meta else '-'} (dim {meta.dim if meta else '-'})",
+            f"segmentation: {_segmentation_line(meta.segmentation) if meta else '-'}",
             f"stats:      version {st['version']}, {st['mode'] or 'none'}"
             + (f" (R={st['sample_size']})" if st["mode"] == "sampled" else "")
             + (", STALE (run `sdr stats`)" if st["stale"] else ", up to date"),

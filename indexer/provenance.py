@@ -13,8 +13,9 @@ from .store import IndexMeta
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from sdr_core.encoder import SentenceEncoder
+    from sdr_core.settings import SegmentationSettings
 
-__all__ = ["library_versions", "index_meta"]
+__all__ = ["library_versions", "index_meta", "segmentation_record", "segmentation_mismatch"]
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +52,31 @@ def library_versions() -> dict[str, str]:
         else:
             versions[label] = found
     return versions
+
+
+def segmentation_record(settings: "SegmentationSettings", splitter_source: str) -> dict[str, Any]:
+    """What an index records of how its documents were segmented (queries follow it)."""
+    return {**settings.recorded(), "splitter": splitter_source}
+
+
+def segmentation_mismatch(recorded: Mapping[str, Any] | None, wanted: Mapping[str, Any]) -> str | None:
+    """Why documents segmented as ``wanted`` cannot join an index that recorded ``recorded``, or
+    None when they can. A field the index did not record (built before it existed) reads as the
+    value that index was built with, so old indexes keep taking documents segmented as they were."""
+    from sdr_core.settings import SegmentationSettings
+
+    if not recorded:
+        return None
+
+    def full(r: Mapping[str, Any]) -> dict[str, Any]:
+        return {**r, **SegmentationSettings.from_recorded(r).recorded()}
+
+    have, want = full(recorded), full(wanted)
+    if have == want:
+        return None
+    diff = ", ".join(f"{k}={have.get(k)!r} (not {want.get(k)!r})" for k in sorted(set(have) | set(want))
+                     if have.get(k) != want.get(k))
+    return f"was built with segmentation {diff}"
 
 
 def index_meta(encoder: "SentenceEncoder", segmentation: Mapping[str, Any]) -> IndexMeta:

@@ -111,7 +111,7 @@ def cmd_eval_store(args) -> int:
     import time
 
     from indexer.commands import open_store
-    from sdr_core.cli import cache_from_args, segmentation_settings
+    from sdr_core.cli import cache_from_args
     from sdr_core.documents import ReadReport, read_documents
     from sdr_core.embed import embed_documents
     from sdr_core.errors import SDRError
@@ -124,13 +124,14 @@ def cmd_eval_store(args) -> int:
     t0 = time.perf_counter()
     qrels = read_qrels(args.qrels)
     report = ReadReport()
-    query_docs = list(read_documents(args.queries, settings=segmentation_settings(args), report=report, strict=args.strict))
     settings = MLTSettings(**({"candidates": args.candidates} if args.candidates else {}))
     runs = {}
     with open_store(args) as store:
         encoder = encoder_for_store(args, store)
         engine = MoreLikeThis(store=store, encoder=encoder, settings=settings)
         engine.check_encoder()
+        # queries are segmented as the store's documents were (its recorded segmentation)
+        query_docs = list(read_documents(args.queries, settings=engine.segmentation(), report=report, strict=args.strict))
         spec = engine.resolve(**fusion_args(args))
         cache = cache_from_args(args)
         pairs = list(embed_documents(query_docs, encoder, cache=cache, progress=not args.no_progress, total=len(query_docs)))

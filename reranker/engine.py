@@ -43,7 +43,7 @@ from sdr_core.encoder import SentenceEncoder
 from sdr_core.errors import InvalidInputError, ModelMismatchError, StatsUnavailableError
 from sdr_core.fusion import METHODS, SIGNALS, HybridSpec, fuse
 from sdr_core.scoring import NormStats, paragraph_scores, rank, score_documents, top_of
-from sdr_core.settings import HybridSettings
+from sdr_core.settings import HybridSettings, SegmentationSettings
 from sdr_core.stats import SampledParagraphs, stats_against_sample
 from sdr_core.vectors import CorpusVectors, DocVectors
 
@@ -240,7 +240,7 @@ class MoreLikeThis:
     def source_from_record(self, record: Mapping[str, Any]) -> Source:
         """A new document (``{"text": ...}``, ``{"paragraphs": [...]}`` or ``{"sections": ...}``)."""
         record = {"id": "_query", **record}
-        doc = parse_record(record)
+        doc = parse_record(record, settings=self.segmentation())
         if doc.n_sentences > self.settings.max_query_sentences:
             raise InvalidInputError(
                 f"the source has {doc.n_sentences} sentences, over the limit of "
@@ -253,6 +253,14 @@ class MoreLikeThis:
         sizes = [len(p) for p in doc.paragraphs]
         vectors = DocVectors(flat, np.concatenate([[0], np.cumsum(sizes)]))
         return Source(doc, vectors, self._sampled_stats(vectors, None), "reference-sample", None)
+
+    def segmentation(self) -> SegmentationSettings:
+        """How new text is segmented for this store: as its documents were (the recorded
+        segmentation; an index that recorded none, or no index yet, takes the settings)."""
+        meta = self.store.meta()
+        if meta is None or not dict(meta.segmentation):
+            return SegmentationSettings()
+        return SegmentationSettings.from_recorded(meta.segmentation)
 
     def check_encoder(self) -> None:
         meta = self.store.meta()

@@ -107,11 +107,9 @@ class _Index:
         self._segmentation: SegmentationSettings | None = None
 
     def segmentation(self) -> SegmentationSettings:
-        """Segment new text the way the index was built (its recorded paragraph unit)."""
+        """Segment new text the way the index was built (its recorded segmentation)."""
         if self._segmentation is None:
-            meta = self.store.meta()
-            unit = dict(meta.segmentation).get("paragraph_unit") if meta is not None else None
-            self._segmentation = SegmentationSettings(**({"paragraph_unit": unit} if unit else {}))
+            self._segmentation = self.engine.segmentation()
         return self._segmentation
 
 

@@ -37,6 +37,15 @@ def _add_segmentation_args(p: argparse.ArgumentParser) -> None:
         "--paragraph-unit", choices=["paragraph", "section"],
         help="what one SDR paragraph is for inputs with sections (default paragraph; env SDR_PARAGRAPH_UNIT)",
     )
+    g.add_argument(
+        "--min-paragraph-sentences", type=int, metavar="N",
+        help="merge consecutive paragraphs until each SDR paragraph has N sentences (default 8; 1 = as given; "
+        "env SDR_MIN_PARAGRAPH_SENTENCES)",
+    )
+    g.add_argument(
+        "--min-sentence-chars", type=int, metavar="C",
+        help="join sentences shorter than C characters to a neighbour (default 20; 0 = as split; env SDR_MIN_SENTENCE_CHARS)",
+    )
     g.add_argument("--strict", action="store_true", help="stop at the first bad document instead of skipping it")
 
 
@@ -306,8 +315,8 @@ def encoder_settings(args):
 def segmentation_settings(args):
     from .settings import SegmentationSettings
 
-    overrides = {"paragraph_unit": args.paragraph_unit} if args.paragraph_unit else {}
-    return SegmentationSettings(**overrides)
+    overrides = {k: getattr(args, k, None) for k in ("paragraph_unit", "min_paragraph_sentences", "min_sentence_chars")}
+    return SegmentationSettings(**{k: v for k, v in overrides.items() if v is not None})
 
 
 def cache_from_args(args):
@@ -378,6 +387,7 @@ def cmd_eval(args) -> int:
         write_run(args.run, {q: r[: args.run_depth] for q, r in runs.items()}, args.run_tag or args.method)
         logger.info("wrote run file %s", args.run)
     out = {"method": args.method, **result, **extra,
+           "segmentation": seg.recorded(),
            "corpus_documents": len(corpus_docs),
            "skipped": {"corpus": corpus_report.n_skipped, "queries": query_report.n_skipped},
            "seconds": round(time.perf_counter() - t0, 1)}

@@ -9,8 +9,10 @@ exactly one body:
 - ``sections``: a list of ``{"title": str, "paragraphs": [str, ...]}``.
 
 Other top-level keys are kept in ``metadata``. Which unit is an SDR paragraph (a text paragraph or
-a whole section) is :attr:`SegmentationSettings.paragraph_unit`. Empty paragraphs are dropped; a
-document with no sentence is rejected.
+a whole section) is :attr:`SegmentationSettings.paragraph_unit`; consecutive short paragraphs are
+then merged (``min_paragraph_sentences``, counting the splitter's sentences) and, inside each unit,
+sentence fragments joined to a neighbour (``min_sentence_chars``; :mod:`sdr_core.segments`). Empty paragraphs are dropped; a document
+with no sentence is rejected.
 
 Readers never drop anything silently: each skipped item is logged with its place and reason and
 counted in a :class:`ReadReport`; with ``strict=True`` the first problem raises instead.
@@ -32,6 +34,7 @@ from .errors import (
     InputReadError,
     InvalidDocumentError,
 )
+from .segments import join_short_sentences, merge_short_paragraphs
 from .sentences import SentenceSplitter, default_splitter
 from .settings import SegmentationSettings
 
@@ -182,6 +185,8 @@ def parse_record(
         sentences = [s for text in unit for s in splitter.split(text)]
         if sentences:
             paragraphs.append(tuple(sentences))
+    paragraphs = [tuple(join_short_sentences(p, settings.min_sentence_chars))
+                  for p in merge_short_paragraphs(paragraphs, settings.min_paragraph_sentences)]
     if not paragraphs:
         raise InvalidDocumentError(doc_id, "no sentence (empty document)")
     n = sum(len(p) for p in paragraphs)

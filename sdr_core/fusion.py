@@ -178,22 +178,34 @@ def _as_scores(scores: np.ndarray | Sequence[float]) -> np.ndarray:
     return x
 
 
+FLAT_TOLERANCE = 1e-6
+"""A signal whose spread over a set is at most this much relative to its size is constant there.
+Signals come from float32 vectors (rounding near 1.2e-7 relative): two copies of one document can
+get cosines of 1.0 and 1.0000001, and normalising that spread would turn rounding into a full-scale
+difference between them."""
+
+
+def _flat(spread: float, *levels: float) -> bool:
+    return spread <= FLAT_TOLERANCE * max(1.0, *(abs(v) for v in levels))
+
+
 def minmax(scores: np.ndarray | Sequence[float]) -> np.ndarray:
-    """``(s - min) / (max - min)`` over the present scores; missing (NaN) -> 0; constant -> 0."""
+    """``(s - min) / (max - min)`` over the present scores; missing (NaN) -> 0; constant (within
+    :data:`FLAT_TOLERANCE`) -> 0."""
     x = _as_scores(scores)
     present = ~np.isnan(x)
     out = np.zeros_like(x)
     if not present.any():
         return out
     lo, hi = float(x[present].min()), float(x[present].max())
-    if hi > lo:
+    if not _flat(hi - lo, lo, hi):
         out[present] = (x[present] - lo) / (hi - lo)
     return out
 
 
 def zscore(scores: np.ndarray | Sequence[float]) -> np.ndarray:
     """``(s - mean) / std`` (population std) over the present scores; missing (NaN) -> the
-    z-score of the lowest present score; constant -> 0."""
+    z-score of the lowest present score; constant (within :data:`FLAT_TOLERANCE`) -> 0."""
     x = _as_scores(scores)
     present = ~np.isnan(x)
     out = np.zeros_like(x)
@@ -202,7 +214,7 @@ def zscore(scores: np.ndarray | Sequence[float]) -> np.ndarray:
     v = x[present]
     mu = float(v.mean())
     sd = float(np.sqrt(np.mean(np.square(v - mu))))
-    if sd <= 1e-12 * max(1.0, abs(mu)):
+    if _flat(sd, mu):
         return out
     out[present] = (v - mu) / sd
     out[~present] = (float(v.min()) - mu) / sd

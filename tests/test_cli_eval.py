@@ -65,6 +65,7 @@ def test_eval_prints_metrics_and_writes_a_run(dataset, method, capsys):
     assert out["queries"] == 3 and out["method"] == method
     assert out["skipped"] == {"corpus": 1, "queries": 0}
     assert out["corpus_documents"] == 9
+    assert out["segmentation"] == {"paragraph_unit": "paragraph", "min_paragraph_sentences": 8, "min_sentence_chars": 20}
     # the topics are well separated: every relevant document is in the top 3
     assert out["HR@10"] == 1.0 and out["MAP"] == pytest.approx(1.0)
     lines = run.read_text().splitlines()

@@ -7,6 +7,8 @@ from sdr_core.documents import ReadReport, documents_from_records, parse_record,
 from sdr_core.errors import DocumentTooLargeError, DuplicateIdError, InputReadError, InvalidDocumentError
 from sdr_core.settings import SegmentationSettings
 
+AS_GIVEN = SegmentationSettings.from_recorded({})  # paragraphs and sentences as written
+
 pytestmark = pytest.mark.unit
 
 SECTIONS = {
@@ -26,16 +28,16 @@ def test_text_paragraphs_split_on_blank_lines_else_on_lines():
 
 
 def test_three_shapes_give_the_same_paragraphs():
-    text = parse_record({"id": 1, "text": "One. Two.\n\nThree."})
-    paras = parse_record({"id": "1", "paragraphs": ["One. Two.", "Three."]})
-    secs = parse_record({"id": "1", "sections": [{"title": "t", "paragraphs": ["One. Two.", "Three."]}]})
+    text = parse_record({"id": 1, "text": "One. Two.\n\nThree."}, settings=AS_GIVEN)
+    paras = parse_record({"id": "1", "paragraphs": ["One. Two.", "Three."]}, settings=AS_GIVEN)
+    secs = parse_record({"id": "1", "sections": [{"title": "t", "paragraphs": ["One. Two.", "Three."]}]}, settings=AS_GIVEN)
     assert text.id == paras.id == secs.id == "1"
     assert text.paragraphs == paras.paragraphs == secs.paragraphs == (("One.", "Two."), ("Three.",))
 
 
 def test_paragraph_unit_section_merges_each_section():
-    by_para = parse_record(SECTIONS)
-    by_section = parse_record(SECTIONS, settings=SegmentationSettings(paragraph_unit="section"))
+    by_para = parse_record(SECTIONS, settings=AS_GIVEN)
+    by_section = parse_record(SECTIONS, settings=AS_GIVEN.model_copy(update={"paragraph_unit": "section"}))
     assert [len(p) for p in by_para.paragraphs] == [2, 1, 1, 2]  # the empty paragraph is dropped
     assert by_section.paragraphs == (
         ("Lead one.", "Lead two.", "Lead three."),
@@ -71,7 +73,7 @@ def test_invalid_records_are_rejected_with_a_clear_message(record, message):
 
 def test_too_many_sentences_is_rejected():
     with pytest.raises(DocumentTooLargeError, match="3 sentences"):
-        parse_record({"id": "big", "text": "Alpha. Beta. Gamma."}, settings=SegmentationSettings(max_sentences=2))
+        parse_record({"id": "big", "text": "Alpha. Beta. Gamma."}, settings=AS_GIVEN.model_copy(update={"max_sentences": 2}))
 
 
 def _write_jsonl(path, lines: list[bytes], gz=False):
@@ -134,7 +136,7 @@ def test_txt_directory_reader(tmp_path):
     (tmp_path / "latin1.txt").write_bytes("Caf\xe9.".encode("latin-1"))
     (tmp_path / "blank.txt").write_text("\n\n", encoding="utf-8")
     report = ReadReport()
-    docs = {d.id: d for d in read_documents(tmp_path, report=report)}
+    docs = {d.id: d for d in read_documents(tmp_path, settings=AS_GIVEN, report=report)}
     assert set(docs) == {"one", "sub/two"}
     assert docs["one"].paragraphs == (("First part.", "Still first."), ("Second para.",))
     assert docs["sub/two"].paragraphs == (("Line one.",), ("Line two.",))
@@ -167,3 +169,38 @@ def test_python_objects_reader():
     docs = list(documents_from_records([{"id": "a", "text": "A."}, {"id": "a", "text": "B."}, {"id": "c"}], report=report))
     assert [d.id for d in docs] == ["a"]
     assert report.n_skipped == 2
+
+
+def test_default_segmentation_joins_fragments_and_merges_short_paragraphs():
+    lines = [
+        "CIVIL APPELLATE JURISDICTION: Civil Appeal No. 132 of 1956.",
+        "DAS, S.K.",
+        "The first question turns on the interpretation of the Act. It was argued at length.",
+        "The appellant relied on Hartlepooles Case, [6 O'M. & H. 1] and others. The court disagreed.",
+        "The appeal fails. It is dismissed with costs. So ordered by the bench today.",
+    ]
+    given = parse_record({"id": "j", "paragraphs": lines}, settings=AS_GIVEN)
+    doc = parse_record({"id": "j", "paragraphs": lines})  # defaults: min 8 sentences, 20 characters
+    assert [len(p) for p in given.paragraphs] == [1, 1, 2, 4, 3]  # "& H." and "1] and others." split off
+    assert len(doc.paragraphs) == 1  # 9 sentences in all, fewer than 2 x 8: one unit
+    assert " ".join(doc.sentences) == " ".join(given.sentences)  # nothing lost, order kept
+    assert all(len(s) >= 20 for s in doc.sentences[1:])
+    assert "DAS, S.K." not in doc.sentences  # the name joined the sentence before it
+
+
+def test_segmentation_is_recorded_and_an_old_record_means_as_given():
+    seg = SegmentationSettings(min_paragraph_sentences=4, min_sentence_chars=10, paragraph_unit="section")
+    assert seg.recorded() == {"paragraph_unit": "section", "min_paragraph_sentences": 4, "min_sentence_chars": 10}
+    assert SegmentationSettings.from_recorded(seg.recorded()) == seg
+    legacy = SegmentationSettings.from_recorded({"paragraph_unit": "section", "splitter": "curated"})
+    assert legacy.recorded() == {"paragraph_unit": "section", "min_paragraph_sentences": 1, "min_sentence_chars": 0}
+    assert SegmentationSettings.from_recorded(None).recorded() == AS_GIVEN.recorded()
+
+
+def test_segmentation_env(monkeypatch):
+    monkeypatch.setenv("SDR_MIN_PARAGRAPH_SENTENCES", "3")
+    monkeypatch.setenv("SDR_MIN_SENTENCE_CHARS", "0")
+    assert SegmentationSettings().recorded()["min_paragraph_sentences"] == 3
+    # a recorded value wins over the environment: queries follow the index
+    assert SegmentationSettings.from_recorded({"min_paragraph_sentences": 5}).min_paragraph_sentences == 5
+    assert SegmentationSettings.from_recorded({}).min_paragraph_sentences == 1

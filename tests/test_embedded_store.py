@@ -18,6 +18,7 @@ import pytest
 from indexer.embedded import EmbeddedStore, library_versions
 from indexer.settings import EmbeddedStoreSettings
 from indexer.store import IndexMeta, ReferenceParagraphs
+from sdr_core.settings import SegmentationSettings
 from sdr_core.cache import document_key
 from sdr_core.documents import Document, parse_record
 from sdr_core.errors import (
@@ -29,6 +30,8 @@ from sdr_core.errors import (
 )
 from sdr_core.scoring import NormStats
 from sdr_core.vectors import CorpusVectors, DocVectors
+
+AS_GIVEN = SegmentationSettings.from_recorded({})  # paragraphs and sentences as written
 
 DIM = 16
 META = IndexMeta("model-a", "tag-a", DIM, {"paragraph_unit": "paragraph"}, {"numpy": np.__version__})
@@ -47,7 +50,7 @@ def make_doc(doc_id: str, rng: np.random.Generator, n_pars: int = 2, n_sents: in
         " ".join(f"Sentence {s} of {doc_id} says {WORDS[(p + s) % len(WORDS)]}." for s in range(n_sents))
         for p in range(n_pars)
     ]
-    doc = parse_record({"id": doc_id, "title": f"Title {doc_id}", "paragraphs": paragraphs, "lang": "en"})
+    doc = parse_record({"id": doc_id, "title": f"Title {doc_id}", "paragraphs": paragraphs, "lang": "en"}, settings=AS_GIVEN)
     sizes = [len(p) for p in doc.paragraphs]
     if sizes != [n_sents] * n_pars:
         raise ValueError(f"unexpected segmentation {sizes}")

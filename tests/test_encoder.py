@@ -10,7 +10,7 @@ from sdr_core.documents import parse_record
 from sdr_core.embed import embed_corpus, embed_documents
 from sdr_core.encoder import SentenceEncoder, default_model_dir, plan_batches
 from sdr_core.errors import InvalidInputError, ModelNotFoundError
-from sdr_core.settings import EncoderSettings
+from sdr_core.settings import EncoderSettings, SegmentationSettings
 
 SENTENCES = [
     "The appeal is dismissed.",
@@ -131,7 +131,9 @@ def test_cache_round_trip_and_keys(tmp_path):
 
 @pytest.mark.integration
 def test_embedding_goes_through_the_cache(encoder, cache, monkeypatch):
-    docs = [parse_record({"id": str(i), "text": f"Doc {i} first. Doc {i} second.\n\nThird of {i}."}) for i in range(5)]
+    as_given = SegmentationSettings.from_recorded({})
+    docs = [parse_record({"id": str(i), "text": f"Doc {i} first. Doc {i} second.\n\nThird of {i}."}, settings=as_given)
+            for i in range(5)]
     first = embed_corpus(docs, encoder, cache=cache)
     assert first.ids == tuple("01234") and first.n_paragraphs == 10 and first.n_sentences == 15
 

@@ -20,8 +20,11 @@ from sdr_core.errors import (
 )
 from sdr_core.reference import reference_sdr_score
 from sdr_core.scoring import rank
+from sdr_core.settings import SegmentationSettings
 
 pytestmark = pytest.mark.integration
+
+AS_GIVEN = SegmentationSettings.from_recorded({})  # three paragraphs per document, as written
 
 TOPICS = {
     "tax": ["The assessee claimed a deduction under the Income Tax Act.", "The revenue disputed the capital gain assessed for that year.",
@@ -47,7 +50,7 @@ def _records():
 @pytest.fixture(scope="module")
 def built(tmp_path_factory, encoder):
     path = tmp_path_factory.mktemp("store") / "s"
-    docs = [parse_record(r) for r in _records()]
+    docs = [parse_record(r, settings=AS_GIVEN) for r in _records()]
     with EmbeddedStore(path, create=True) as store:
         summary = index_documents(store, docs, encoder)
         assert summary.indexed == 24
@@ -127,19 +130,28 @@ def test_cli_index_info_mlt_stats_and_eval_store(tmp_path, capsys):
     corpus.write_text("\n".join(json.dumps(r) for r in _records()) + "\n" + json.dumps({"id": "blank", "text": ""}) + "\n")
     store = tmp_path / "store"
     common = ["--cache-dir", str(tmp_path / "cache"), "--precision", "fp32"]
-    assert main(["--log-level", "WARNING", "index", "--store", str(store), str(corpus), "--no-progress", "--sample", "40", *common]) == 0
+    as_given = ["--min-paragraph-sentences", "1", "--min-sentence-chars", "0"]
+    assert main(["--log-level", "WARNING", "index", "--store", str(store), str(corpus), "--no-progress", "--sample", "40",
+                 *as_given, *common]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["indexed"] == 24 and out["skipped"] == 1 and out["failed"] == 0
     assert out["stats"]["mode"] == "sampled" and not out["stats"]["stale"]
-    # a second run resumes: nothing re-indexed
+    # a second run resumes: nothing re-indexed (no segmentation flags: the store's recorded one is used)
     assert main(["--log-level", "WARNING", "index", "--store", str(store), str(corpus), "--no-progress", *common]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["indexed"] == 0 and out["unchanged"] == 24
+    # an explicit flag that differs from the store's record is refused
+    assert main(["--log-level", "WARNING", "index", "--store", str(store), str(corpus), "--no-progress",
+                 "--min-paragraph-sentences", "8", *common]) == 2
 
     assert main(["info", "--store", str(store), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["documents"] == 24 and info["paragraphs"] == 72 and info["sentences"] == 96
     assert info["meta"]["dim"] == 384 and info["stats"]["version"] == 1
+    seg = info["meta"]["segmentation"]
+    assert (seg["paragraph_unit"], seg["min_paragraph_sentences"], seg["min_sentence_chars"]) == ("paragraph", 1, 0)
+    assert main(["info", "--store", str(store)]) == 0
+    assert "merged to >= 1 sentences" in capsys.readouterr().out
 
     assert main(["mlt", "--store", str(store), "--id", "tax_1", "--size", "3", "--json", "--explain"]) == 0
     res = json.loads(capsys.readouterr().out)
@@ -291,3 +303,23 @@ def test_cli_mlt_and_eval_store_hybrid(tmp_path, capsys):
                  "--method", "hybrid", "--fusion", "rrf", "--no-progress", *common]) == 0
     ev = json.loads(capsys.readouterr().out)
     assert ev["method"] == "hybrid" and ev["hybrid"]["fusion"] == "rrf" and ev["HR@10"] == 1.0
+
+
+def test_default_segmentation_merges_paragraphs_and_sources_follow_the_store(tmp_path, capsys):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("\n".join(json.dumps(r) for r in _records()) + "\n")
+    store = tmp_path / "store"
+    common = ["--cache-dir", str(tmp_path / "cache"), "--precision", "fp32"]
+    assert main(["--log-level", "WARNING", "index", "--store", str(store), str(corpus), "--no-progress", "--sample", "40",
+                 *common]) == 0
+    capsys.readouterr()
+    assert main(["info", "--store", str(store), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    # four sentences per document, fewer than the default 8: each document is one SDR paragraph
+    assert info["paragraphs"] == 24 and info["sentences"] == 96
+    assert info["meta"]["segmentation"]["min_paragraph_sentences"] == 8
+    text = " ".join(TOPICS["murder"][:3]) + "\n\n" + TOPICS["murder"][3]
+    assert main(["mlt", "--store", str(store), "--text", text, "--size", "2", "--json", "--explain", *common]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["hits"][0]["id"].startswith("murder_")
+    assert {p["source_paragraph"] for p in res["hits"][0]["explanation"]["paragraph_pairs"]} == {0}  # one unit

@@ -220,3 +220,13 @@ def test_missing_scores_rank_at_the_bottom_of_their_signal(x, method):
     x[0] = np.nan
     n = normalise(x, method)
     assert n[0] == pytest.approx(np.nanmin(n[1:]) if len(x) > 1 else 0.0)
+
+
+def test_float32_rounding_is_no_spread():
+    # two copies of one document: cosines 1.0 and 1.0000001 (float32 rounding) carry no information
+    noisy = np.array([1.0000001192092896, 1.0, 1.0000001192092896])
+    np.testing.assert_array_equal(zscore(noisy), np.zeros(3))
+    np.testing.assert_array_equal(minmax(noisy), np.zeros(3))
+    # a real spread of the same size relative to small scores still counts
+    assert zscore([1e-3, 2e-3])[1] == pytest.approx(1.0)
+    assert minmax([0.5, 0.5 + 1e-5])[1] == pytest.approx(1.0)

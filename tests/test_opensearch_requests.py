@@ -57,6 +57,7 @@ from indexer.opensearch.requests import (
     stats_os_id,
 )
 from indexer.store import IndexMeta, ReferenceParagraphs
+from sdr_core.settings import SegmentationSettings
 from sdr_core.cache import document_key
 from sdr_core.documents import parse_record
 from sdr_core.errors import (
@@ -70,6 +71,8 @@ from sdr_core.errors import (
 from sdr_core.scoring import NormStats
 from sdr_core.vectors import CorpusVectors, DocVectors
 
+AS_GIVEN = SegmentationSettings.from_recorded({})  # paragraphs and sentences as written
+
 pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[1]
@@ -78,7 +81,7 @@ AT = "2025-01-02T03:04:05+00:00"
 
 
 def small_doc(doc_id: str = "a"):
-    doc = parse_record({"id": doc_id, "title": "T", "paragraphs": ["The cat sat. The dog ran.", "A bird flew."], "lang": "en"})
+    doc = parse_record({"id": doc_id, "title": "T", "paragraphs": ["The cat sat. The dog ran.", "A bird flew."], "lang": "en"}, settings=AS_GIVEN)
     vectors = DocVectors(np.array([[1.0, 0.0], [0.0, 1.0], [0.5, -0.25]], np.float32), [0, 2, 3])
     return doc, vectors
 

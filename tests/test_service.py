@@ -187,12 +187,16 @@ def server(tmp_path_factory, encoder):
     from indexer.embedded import EmbeddedStore
     from indexer.pipeline import index_documents
     from indexer.stats_job import refresh_stats
+    from indexer.provenance import segmentation_record
     from sdr_core.documents import parse_record
+    from sdr_core.settings import SegmentationSettings
 
     tmp = tmp_path_factory.mktemp("service")
     path = tmp / "store"
+    as_given = SegmentationSettings.from_recorded({})  # three paragraphs per document, as written
     with EmbeddedStore(path, create=True) as store:
-        index_documents(store, [parse_record(r) for r in _records()], encoder)
+        index_documents(store, [parse_record(r, settings=as_given) for r in _records()], encoder,
+                        segmentation=segmentation_record(as_given, "curated"))
         refresh_stats(store, exact=True, sample_size=30, seed=0)
     port = _free_port()
     env = {

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from indexer.store import IndexMeta, ReferenceParagraphs
+from sdr_core.settings import SegmentationSettings
 from sdr_core.cache import document_key
 from sdr_core.documents import Document, parse_record
 from sdr_core.errors import (
@@ -31,6 +32,8 @@ from sdr_core.errors import (
 )
 from sdr_core.scoring import NormStats
 from sdr_core.vectors import CorpusVectors, DocVectors
+
+AS_GIVEN = SegmentationSettings.from_recorded({})  # paragraphs and sentences as written
 
 pytestmark = pytest.mark.integration
 
@@ -97,7 +100,7 @@ def make_doc(doc_id: str, rng: np.random.Generator, n_pars: int = 2, n_sents: in
         " ".join(f"Sentence {s} of {doc_id[:20]} says {WORDS[(p + s) % len(WORDS)]}." for s in range(n_sents))
         for p in range(n_pars)
     ]
-    doc = parse_record({"id": doc_id, "title": f"Title {doc_id[:20]}", "paragraphs": paragraphs, "lang": "en"})
+    doc = parse_record({"id": doc_id, "title": f"Title {doc_id[:20]}", "paragraphs": paragraphs, "lang": "en"}, settings=AS_GIVEN)
     sizes = [len(p) for p in doc.paragraphs]
     if sizes != [n_sents] * n_pars:
         raise ValueError(f"unexpected segmentation {sizes}")
@@ -372,7 +375,7 @@ def test_lexical_search(store):
     store.delete(["d003"])
     assert store.lexical_search("d003", 5).ids == []
     doc, vec = items[4]
-    renamed = parse_record({"id": "d004", "paragraphs": ["A zebra crossing. The zebra waited."]})
+    renamed = parse_record({"id": "d004", "paragraphs": ["A zebra crossing. The zebra waited."]}, settings=AS_GIVEN)
     store.put([(renamed, DocVectors(vec.vectors[:2], [0, 2]))])
     assert store.lexical_search("zebra", 5).ids == ["d004"]
     assert "d004" not in store.lexical_search("d004", 5).ids  # its old text is gone

@@ -295,6 +295,10 @@ def test_cli_train_writes_model_and_summary(tmp_path, capsys):
     assert rc == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["steps"] == 3 and summary["objective"] == "sdr" and summary["corpus_documents"] == 8
+    assert summary["segmentation"]["min_paragraph_sentences"] == 8  # the default: positives from merged units
+    from sdr_core.training.model import read_provenance
+
+    assert read_provenance(tmp_path / "m")["segmentation"] == summary["segmentation"]
     rows = [json.loads(line) for line in (tmp_path / "m" / "training_log.jsonl").read_text().splitlines()]
     assert [r["head_warmup"] for r in rows] == [True, True, False, False, False]
     assert (tmp_path / "m" / "config.json").is_file() and (tmp_path / "m" / "model.safetensors").is_file()

@@ -12,8 +12,11 @@ from indexer.embedded import twins as twins_module
 from indexer.embedded.twins import TwinGroups, Twins, row_hashes
 from indexer.settings import EmbeddedStoreSettings
 from indexer.store import IndexMeta
+from sdr_core.settings import SegmentationSettings
 from sdr_core.documents import parse_record
 from sdr_core.vectors import DocVectors
+
+AS_GIVEN = SegmentationSettings.from_recorded({})  # paragraphs and sentences as written
 
 pytestmark = pytest.mark.unit
 
@@ -84,7 +87,7 @@ def test_appended_rows_join_groups_and_new_epoch_rebuilds() -> None:
 
 def make_item(doc_id: str, vectors: np.ndarray):
     n = vectors.shape[0]
-    doc = parse_record({"id": doc_id, "paragraphs": [" ".join(f"Sentence {k} of {doc_id}." for k in range(n))]})
+    doc = parse_record({"id": doc_id, "paragraphs": [" ".join(f"Sentence {k} of {doc_id}." for k in range(n))]}, settings=AS_GIVEN)
     assert doc.n_sentences == n
     return doc, DocVectors(vectors, np.array([0, n]))
 

@@ -180,7 +180,7 @@ def cmd_reindex(args) -> int:
     options = {
         "encoder": {k: v for k, v in {"model": args.model, "max_tokens": args.max_tokens, "precision": args.precision}.items()
                     if v is not None},
-        "segmentation": {"paragraph_unit": seg.paragraph_unit},
+        "segmentation": seg.recorded(),
         "cache": not args.no_cache,
     }
     local = in_process or not settings.broker_url

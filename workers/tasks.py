@@ -301,9 +301,12 @@ class _Writer:
 
 
 def _check_segmentation(store, segmentation: Mapping[str, Any]) -> None:
+    from indexer.provenance import segmentation_mismatch
+
     meta = store.meta()
-    if meta is not None and dict(meta.segmentation) and dict(meta.segmentation) != dict(segmentation):
-        raise FatalTaskError(f"the store was built with segmentation {dict(meta.segmentation)}, not {dict(segmentation)}")
+    mismatch = segmentation_mismatch(meta.segmentation if meta is not None else None, segmentation)
+    if mismatch:
+        raise FatalTaskError(f"the store {mismatch}")
 
 
 def index_batch(
@@ -317,7 +320,8 @@ def index_batch(
     """Parse, encode and store ``records``; one outcome per record, in order.
 
     ``options``: ``encoder`` (model / max_tokens / precision overrides), ``segmentation``
-    (``paragraph_unit``), ``cache`` (use the embedding cache, default true).
+    (:meth:`SegmentationSettings.recorded`: ``paragraph_unit``, ``min_paragraph_sentences``,
+    ``min_sentence_chars``; a field left out takes its setting), ``cache`` (use the embedding cache, default true).
 
     Returns ``{"outcomes": [{"status": "indexed"|"skipped"|"failed", "id", "sentences" | "error"}],
     "encoded_sentences", "seconds", "delivery"}``, or with ``"fatal": message`` when the job cannot
@@ -328,7 +332,7 @@ def index_batch(
     from sdr_core.sentences import default_splitter
     from sdr_core.settings import SegmentationSettings
 
-    from indexer.provenance import index_meta
+    from indexer.provenance import index_meta, segmentation_record
 
     t0 = time.perf_counter()
     opts = dict(options or {})
@@ -360,7 +364,7 @@ def index_batch(
         encoder = process_encoder(opts.get("encoder"))
         cache = _process_cache(bool(opts.get("cache", True)), opts.get("cache_dir"))
         store = process_store(store_spec)
-        segmentation = {"paragraph_unit": seg.paragraph_unit, "splitter": splitter.source}
+        segmentation = segmentation_record(seg, splitter.source)
         _check_segmentation(store, segmentation)
         store.ensure_meta(index_meta(encoder, segmentation))
         keys = {d.id: document_key(encoder.cache_tag, d.paragraphs) for _, d in docs}

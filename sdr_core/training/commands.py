@@ -41,18 +41,19 @@ def cmd_train(args) -> int:
 
     settings = train_settings(args)
     report = ReadReport()
-    docs = list(read_documents(args.corpus, settings=segmentation_settings(args), report=report, strict=args.strict))
+    seg = segmentation_settings(args)
+    docs = list(read_documents(args.corpus, settings=seg, report=report, strict=args.strict))
     if len(docs) < 2:
         raise SDRError(f"training needs at least 2 usable documents, got {len(docs)}")
     logger.info("training corpus: %d documents (%d skipped)", len(docs), report.n_skipped)
     result = train(docs, args.out, base=args.base, settings=settings, restart=args.restart,
-                   progress=not args.no_progress, threads=args.threads)
+                   progress=not args.no_progress, threads=args.threads, segmentation=seg.recorded())
     out = {
         "out": str(result.out_dir), "objective": settings.objective, "steps": result.steps,
         "resumed_from_step": result.resumed_from, "seconds": round(result.seconds, 1),
         "loss_first_20": round(result.first_loss, 4), "loss_last_20": round(result.last_loss, 4),
         "corpus_documents": len(docs), "skipped": report.n_skipped,
-        "corpus_hash": result.provenance["corpus_hash"],
+        "corpus_hash": result.provenance["corpus_hash"], "segmentation": seg.recorded(),
         "probe_cosines": result.probe_cosines,
     }
     sys.stdout.write(json.dumps(out) + "\n")

@@ -38,7 +38,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -231,8 +231,12 @@ def train(
     restart: bool = False,
     progress: bool = True,
     threads: int | None = None,
+    segmentation: Mapping[str, Any] | None = None,
 ) -> TrainResult:
-    """Train an encoder on ``docs`` (see module docstring) and write it to ``out_dir``."""
+    """Train an encoder on ``docs`` (see module docstring) and write it to ``out_dir``.
+
+    ``segmentation`` (how ``docs`` were segmented, :meth:`SegmentationSettings.recorded`) is
+    recorded in the provenance: it decides which sentences are positives."""
     import torch
 
     from ..encoder import mean_pool
@@ -407,6 +411,7 @@ def train(
         "steps": settings.steps,
         "head_warmup_steps": head_warmup,
         "corpus_hash": corpus_hash,
+        "segmentation": dict(segmentation) if segmentation is not None else None,
         "corpus_documents": pool.n_docs,
         "corpus_sentences": len(pool.sentences),
         "mlm_head_initialised": head_initialised,
