@@ -13,7 +13,10 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .fusion import DEFAULT_HYBRID, format_weights
 
-__all__ = ["SegmentationSettings", "RECORDED_SEGMENTATION", "LEGACY_SEGMENTATION", "EncoderSettings", "CacheSettings", "HybridSettings"]
+__all__ = [
+    "SegmentationSettings", "RECORDED_SEGMENTATION", "LEGACY_SEGMENTATION", "EncoderSettings", "CacheSettings",
+    "HybridSettings",
+]
 
 
 class SegmentationSettings(BaseSettings):
@@ -35,10 +38,9 @@ class SegmentationSettings(BaseSettings):
         description=(
             "Consecutive paragraphs are merged until each SDR paragraph holds at least this many "
             "sentences, counted before fragments are joined (a short tail joins the unit before "
-            "it; a paragraph is never split). Inputs "
-            "whose paragraphs are lines (court judgments, transcripts) otherwise give a name or a "
-            "date the weight of a page of argument. 1 keeps the paragraphs as given. Measured on "
-            "IRLeD dev (README, 'Paragraph and sentence units')."
+            "it; a paragraph is never split). Inputs whose paragraphs are lines (court judgments, "
+            "transcripts) otherwise give a name or a date the weight of a page of argument. 1 keeps "
+            "the paragraphs as given. Measured on IRLeD dev (README, 'Paragraph and sentence units')."
         ),
     )
     min_sentence_chars: int = Field(

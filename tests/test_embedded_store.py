@@ -18,7 +18,6 @@ import pytest
 from indexer.embedded import EmbeddedStore, library_versions
 from indexer.settings import EmbeddedStoreSettings
 from indexer.store import IndexMeta, ReferenceParagraphs
-from sdr_core.settings import SegmentationSettings
 from sdr_core.cache import document_key
 from sdr_core.documents import Document, parse_record
 from sdr_core.errors import (
@@ -29,6 +28,7 @@ from sdr_core.errors import (
     StoreError,
 )
 from sdr_core.scoring import NormStats
+from sdr_core.settings import SegmentationSettings
 from sdr_core.vectors import CorpusVectors, DocVectors
 
 AS_GIVEN = SegmentationSettings.from_recorded({})  # paragraphs and sentences as written

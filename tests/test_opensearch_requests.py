@@ -16,6 +16,7 @@ from indexer.opensearch import OpenSearchSettings, OpenSearchStore
 from indexer.opensearch.bulk import run_bulk
 from indexer.opensearch.requests import (
     FORMAT_VERSION,
+    backoff_delay,
     build_alias_swap,
     build_bulk_actions,
     build_counts_query,
@@ -23,8 +24,8 @@ from indexer.opensearch.requests import (
     build_index_body,
     build_lexical_msearch,
     build_meta,
-    build_more_like_this_query,
     build_mget_body,
+    build_more_like_this_query,
     build_msearch_bodies,
     build_msearch_body,
     build_nested_knn_query,
@@ -36,7 +37,6 @@ from indexer.opensearch.requests import (
     build_stats_delete_actions,
     build_stats_update_actions,
     build_terms_query,
-    backoff_delay,
     bulk_lines,
     chunk_by_size,
     cosine_to_knn_score,
@@ -57,7 +57,6 @@ from indexer.opensearch.requests import (
     stats_os_id,
 )
 from indexer.store import IndexMeta, ReferenceParagraphs
-from sdr_core.settings import SegmentationSettings
 from sdr_core.cache import document_key
 from sdr_core.documents import parse_record
 from sdr_core.errors import (
@@ -69,6 +68,7 @@ from sdr_core.errors import (
     StoreError,
 )
 from sdr_core.scoring import NormStats
+from sdr_core.settings import SegmentationSettings
 from sdr_core.vectors import CorpusVectors, DocVectors
 
 AS_GIVEN = SegmentationSettings.from_recorded({})  # paragraphs and sentences as written

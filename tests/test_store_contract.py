@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 
 from indexer.store import IndexMeta, ReferenceParagraphs
-from sdr_core.settings import SegmentationSettings
 from sdr_core.cache import document_key
 from sdr_core.documents import Document, parse_record
 from sdr_core.errors import (
@@ -31,6 +30,7 @@ from sdr_core.errors import (
     StoreError,
 )
 from sdr_core.scoring import NormStats
+from sdr_core.settings import SegmentationSettings
 from sdr_core.vectors import CorpusVectors, DocVectors
 
 AS_GIVEN = SegmentationSettings.from_recorded({})  # paragraphs and sentences as written

@@ -12,8 +12,8 @@ from indexer.embedded import twins as twins_module
 from indexer.embedded.twins import TwinGroups, Twins, row_hashes
 from indexer.settings import EmbeddedStoreSettings
 from indexer.store import IndexMeta
-from sdr_core.settings import SegmentationSettings
 from sdr_core.documents import parse_record
+from sdr_core.settings import SegmentationSettings
 from sdr_core.vectors import DocVectors
 
 AS_GIVEN = SegmentationSettings.from_recorded({})  # paragraphs and sentences as written
