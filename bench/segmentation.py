@@ -58,7 +58,7 @@ from sdr_core.vectors import CorpusVectors, DocVectors  # noqa: E402
 Variant = Callable[[Document, DocVectors], DocVectors]
 
 
-def regroup(doc: Document, vecs: DocVectors, sizes: list[int]) -> DocVectors:
+def regroup(vecs: DocVectors, sizes: list[int]) -> DocVectors:
     """The same sentence vectors under new paragraph sizes (which must cover every sentence)."""
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     return DocVectors(vecs.vectors, offsets)
@@ -81,7 +81,7 @@ def variant_lines(doc: Document, vecs: DocVectors) -> DocVectors:
 def variant_min(n: int) -> Variant:
     def f(doc: Document, vecs: DocVectors) -> DocVectors:
         merged = merge_short_paragraphs(doc.paragraphs, n)
-        return regroup(doc, vecs, [len(p) for p in merged])
+        return regroup(vecs, [len(p) for p in merged])
     return f
 
 
@@ -102,16 +102,16 @@ def variant_drop_short(chars: int) -> Variant:
 
 
 def variant_whole(doc: Document, vecs: DocVectors) -> DocVectors:
-    return regroup(doc, vecs, [vecs.vectors.shape[0]])
+    return regroup(vecs, [vecs.vectors.shape[0]])
 
 
 def variant_both(n: int, chars: int) -> Variant:
-    drop, merge = variant_drop_short(chars), variant_min(n)
+    drop = variant_drop_short(chars)
 
     def f(doc: Document, vecs: DocVectors) -> DocVectors:
-        # merge first (on the document's own paragraphs), then drop fragments inside the units
+        # merge first (on the document's own paragraphs, once), then drop fragments inside the units
         merged = merge_short_paragraphs(doc.paragraphs, n)
-        return drop(Document(doc.id, tuple(merged)), merge(doc, vecs))
+        return drop(Document(doc.id, tuple(merged)), regroup(vecs, [len(p) for p in merged]))
     return f
 
 
