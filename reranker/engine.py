@@ -62,9 +62,9 @@ class MLTSettings(HybridSettings):
     method: Literal["sdr", "hybrid"] = Field(
         "hybrid",
         description="Default ranking method: 'hybrid' (lexical and vector candidates, BM25/SDR/mean fused; see "
-        "SDR_FUSION, SDR_HYBRID_WEIGHTS) or 'sdr' (vector candidates, exact SDR only). 'hybrid' by measurement: "
-        "on IRLeD dev it is at or above BM25, while SDR with the untrained encoder is far below (README, "
-        "bench/hybrid.py).",
+        "SDR_FUSION, SDR_HYBRID_WEIGHTS) or 'sdr' (vector candidates, exact SDR only). 'hybrid' because it keeps "
+        "BM25 in the ranking as a guard against a weak encoder; SDR alone depends more on the encoder and the "
+        "paragraph units (README 'Which default', bench/hybrid.py).",
     )
 
     candidates: int = Field(

@@ -56,7 +56,7 @@ def _add_hybrid_args(p: argparse.ArgumentParser) -> None:
                    "index's default (sdr defaults), else env SDR_FUSION, else zscore)")
     g.add_argument("--weights", metavar="W",
                    help="weight per signal, e.g. bm25=1,mean=1,sdr=0.5 (signals: bm25, sdr, mean; left out = 0; default: "
-                   "the index's default, else env SDR_HYBRID_WEIGHTS, else bm25=1,mean=1)")
+                   "the index's default, else env SDR_HYBRID_WEIGHTS, else bm25=1,sdr=1,mean=1)")
     g.add_argument("--rank-constant", type=int, metavar="K", help="RRF rank constant (default 60)")
 
 
@@ -269,6 +269,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "MLM head, encoder frozen (default 200; 0: off)")
     tr.add_argument("--head-warmup-lr", type=float, help="learning rate of the MLM head warm-up (default 5e-4)")
     tr.add_argument("--max-sentences-per-paragraph", type=int, help="sentences sampled per paragraph (default 32)")
+    tr.add_argument("--positive-fraction", type=float, help="--objective sdr: share of sampled pairs that are "
+                    "same-paragraph positives, the rest different-document negatives (default 0.5)")
     tr.add_argument("--checkpoint-every", type=int, help="steps between checkpoints (default 200)")
     tr.add_argument("--seed", type=int, help="random seed (default 0)")
     tr.add_argument("--device", help="auto, cpu, cuda or cuda:N (default auto)")

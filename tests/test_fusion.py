@@ -124,8 +124,8 @@ def test_fuse_checks_its_inputs():
 
 # -- specs and weights ------------------------------------------------------------------------
 def test_spec_validation():
-    assert HybridSpec().weights == {"bm25": 1.0, "sdr": 0.0, "mean": 1.0} == DEFAULT_HYBRID.weights
-    assert DEFAULT_HYBRID.active == ("bm25", "mean")
+    assert HybridSpec().weights == {"bm25": 1.0, "sdr": 1.0, "mean": 1.0} == DEFAULT_HYBRID.weights
+    assert DEFAULT_HYBRID.active == ("bm25", "sdr", "mean") and DEFAULT_HYBRID.fusion == "zscore"
     with pytest.raises(InvalidInputError, match="fusion"):
         HybridSpec("borda", {"bm25": 1})
     with pytest.raises(InvalidInputError, match="unknown hybrid signal"):

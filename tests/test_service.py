@@ -360,7 +360,7 @@ def test_hybrid_requests(client):
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["method"] == "hybrid" and body["hybrid"]["fusion"] == "zscore"
-    assert body["hybrid"]["weights"] == {"bm25": 1.0, "sdr": 0.0, "mean": 1.0}
+    assert body["hybrid"]["weights"] == {"bm25": 1.0, "sdr": 1.0, "mean": 1.0}  # the default: all three
     assert [h["id"][:5] for h in body["hits"]] == ["land_"] * 4 and "land_0" not in {h["id"] for h in body["hits"]}
     assert "lexical" in body["timings_ms"]
 

@@ -282,6 +282,20 @@ def test_cli_train_errors_are_one_line(tmp_path, caplog):
     two.write_text("".join(json.dumps({"id": d.id, "paragraphs": [" ".join(p) for p in d.paragraphs]}) + "\n" for d in tiny_docs()))
     assert main(["train", "--corpus", str(two), "--out", str(tmp_path / "m"), "--steps", "0"]) == 2
     assert "invalid training setting steps" in caplog.text
+    assert main(["train", "--corpus", str(two), "--out", str(tmp_path / "m"), "--positive-fraction", "1"]) == 2
+    assert "invalid training setting positive_fraction" in caplog.text
+
+
+def test_cli_train_flags_reach_the_settings():
+    from sdr_core.cli import build_parser
+    from sdr_core.training.commands import train_settings
+
+    args = build_parser().parse_args(["train", "--corpus", "c.jsonl", "--out", "m", "--positive-fraction", "0.75",
+                                      "--max-tokens", "128", "--margin", "0.5"])
+    s = train_settings(args)
+    assert (s.positive_fraction, s.max_tokens, s.margin) == (0.75, 128, 0.5)
+    default = train_settings(build_parser().parse_args(["train", "--corpus", "c.jsonl", "--out", "m"]))
+    assert (default.positive_fraction, default.max_tokens, default.margin) == (0.5, 64, 1.0)
 
 
 def test_cli_train_writes_model_and_summary(tmp_path, capsys):
