@@ -181,7 +181,7 @@ class MoreLikeThisRequest(BaseModel):
         "weighted mean, or reciprocal-rank fusion. Default: the index's, else SDR_FUSION (zscore).",
     )
     weights: Weights = Field(  # type: ignore[assignment]
-        None, description="Hybrid only: weight per signal. Default: the index's, else SDR_HYBRID_WEIGHTS (bm25=1, mean=1)."
+        None, description="Hybrid only: weight per signal. Default: the index's, else SDR_HYBRID_WEIGHTS (bm25=1, sdr=1, mean=1)."
     )
     rank_constant: int = Field(  # type: ignore[assignment]
         None, ge=1, le=MAX_RANK_CONSTANT, description="Hybrid rrf only: k in 1 / (k + rank). Default 60."
