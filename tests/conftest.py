@@ -2,11 +2,68 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import urllib.request
+import uuid
+import warnings
 from pathlib import Path
 
 import pytest
 
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = ROOT.parent / "shared" / "data"
+NODE_SCRIPT = ROOT / "scripts" / "opensearch-node.sh"
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def opensearch_url() -> str:
+    """A real OpenSearch node: ``OPENSEARCH_URL`` when set (it must answer), otherwise the local
+    node of ``scripts/opensearch-node.sh`` (fetched and started on first use). Never a skip: a
+    test that needs a node fails, with the reason, when none can be had."""
+    url = os.environ.get("OPENSEARCH_URL")
+    if url:
+        if not _answers(url):
+            pytest.fail(f"OPENSEARCH_URL={url} does not answer", pytrace=False)
+        return url.rstrip("/")
+    r = subprocess.run([str(NODE_SCRIPT), "start"], capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        pytest.fail(f"no OpenSearch node: scripts/opensearch-node.sh start failed:\n{r.stderr}", pytrace=False)
+    url = r.stdout.strip().splitlines()[-1]
+    os.environ["OPENSEARCH_URL"] = url  # for subprocesses (CLI, workers)
+    return url
+
+
+@pytest.fixture()
+def os_index(opensearch_url):
+    """``make(prefix)`` -> a unique index name on the node; every index (and its state index)
+    made through it is deleted afterwards."""
+    from opensearchpy import OpenSearch
+
+    names: list[str] = []
+
+    def make(prefix: str = "sdr-test") -> str:
+        name = f"{prefix}-{uuid.uuid4().hex[:10]}"
+        names.append(name)
+        return name
+
+    yield make
+    client = OpenSearch([opensearch_url], timeout=60)
+    try:
+        for name in names:  # the index, its state index, reindex generations (NAME-<timestamp>)
+            client.indices.delete(index=f"{name}*", params={"expand_wildcards": "all", "ignore_unavailable": "true"})
+    except OSError as e:  # pragma: no cover - cleanup must not hide the test's own result
+        warnings.warn(f"could not delete test indices {names}: {e}")
+    finally:
+        client.close()
 
 
 @pytest.fixture(scope="session")

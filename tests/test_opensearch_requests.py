@@ -29,6 +29,8 @@ from indexer.opensearch.requests import (
     build_msearch_bodies,
     build_msearch_body,
     build_nested_knn_query,
+    MAX_KNN_K,
+    knn_method,
     build_reference_actions,
     build_reference_delete_actions,
     build_scan_query,
@@ -89,11 +91,11 @@ def small_doc(doc_id: str = "a"):
 # -- mappings -------------------------------------------------------------------------------------
 def test_index_body_golden():
     meta = build_meta(META, versions={"numpy": "2.0", "opensearch": "2.19.1"}, hnsw={"m": 16, "ef_construction": 100},
-                      derived_source=False, created_at=AT)
-    body = build_index_body(384, m=16, ef_construction=128, ef_search=100, shards=2, replicas=1, meta=meta)
+                      derived_source=False, created_at=AT, engine="lucene", space_type="innerproduct")
+    body = build_index_body(384, m=16, ef_construction=128, shards=2, replicas=1, meta=meta)
     assert body == {
         "settings": {"index": {
-            "number_of_shards": 2, "number_of_replicas": 1, "knn": True, "knn.algo_param.ef_search": 100,
+            "number_of_shards": 2, "number_of_replicas": 1, "knn": True,
             "mapping.nested_objects.limit": 20000,
             "analysis": {
                 "tokenizer": {"sdr_words": {"type": "pattern", "pattern": "(?U)\\b\\w\\w+\\b", "group": 0}},
@@ -102,6 +104,7 @@ def test_index_body_golden():
                                           "filter": ["lowercase", "sdr_english_stop"]}},
             },
             "similarity": {"sdr_bm25": {"type": "BM25", "k1": 1.5, "b": 0.75}},
+            "knn.derived_source.enabled": False,
         }},
         "mappings": {
             "dynamic": "strict",
@@ -123,7 +126,7 @@ def test_index_body_golden():
                 "vectors_b64": {"type": "binary"},
                 "sentences": {"type": "nested", "properties": {
                     "vector": {"type": "knn_vector", "dimension": 384, "method": {
-                        "name": "hnsw", "engine": "faiss", "space_type": "innerproduct",
+                        "name": "hnsw", "engine": "lucene", "space_type": "innerproduct",
                         "parameters": {"m": 16, "ef_construction": 128}}},
                     "paragraph": {"type": "integer"},
                     "position": {"type": "integer"},
@@ -135,7 +138,7 @@ def test_index_body_golden():
                 "versions": {"numpy": "2.0", "opensearch": "2.19.1"},
                 "hnsw": {"m": 16, "ef_construction": 100},
                 "space_type": "innerproduct",
-                "engine": "faiss",
+                "engine": "lucene",
                 "derived_source": False,
                 "created_at": AT,
             }},
@@ -144,8 +147,9 @@ def test_index_body_golden():
 
 
 def test_index_body_derived_source_drops_excludes():
-    body = build_index_body(8, m=8, ef_construction=64, ef_search=32, shards=1, replicas=0, meta={},
-                            derived_source=True, max_sentences=50_000)
+    body = build_index_body(8, m=8, ef_construction=64, shards=1, replicas=0, meta={},
+                            derived_source=True, max_sentences=50_000, engine="faiss")
+    assert body["mappings"]["properties"]["sentences"]["properties"]["vector"]["method"]["engine"] == "faiss"
     assert "_source" not in body["mappings"]
     assert body["settings"]["index"]["knn.derived_source.enabled"] is True
     assert body["settings"]["index"]["mapping.nested_objects.limit"] == 50_000
@@ -154,9 +158,30 @@ def test_index_body_derived_source_drops_excludes():
 
 def test_index_body_rejects_bad_parameters():
     with pytest.raises(ValueError, match="dim"):
-        build_index_body(0, m=16, ef_construction=100, ef_search=100, shards=1, replicas=0, meta={})
+        build_index_body(0, m=16, ef_construction=100, shards=1, replicas=0, meta={})
     with pytest.raises(ValueError, match="replicas"):
-        build_index_body(4, m=16, ef_construction=100, ef_search=100, shards=1, replicas=-1, meta={})
+        build_index_body(4, m=16, ef_construction=100, shards=1, replicas=-1, meta={})
+    with pytest.raises(ValueError, match="engine"):
+        build_index_body(4, m=16, ef_construction=100, shards=1, replicas=0, meta={}, engine="nmslib")
+
+
+def test_index_body_always_sets_derived_source():
+    """3.x turns derived source on unless the request sets it: 'off' must be written, not left out."""
+    body = build_index_body(4, m=16, ef_construction=100, shards=1, replicas=0, meta={}, derived_source=False)
+    assert body["settings"]["index"]["knn.derived_source.enabled"] is False
+    assert body["mappings"]["_source"] == {"excludes": ["sentences.vector"]}
+
+
+def test_knn_method_reads_the_filled_mapping(monkeypatch):
+    """Engine and space type come from the mapping users may edit, not from constants."""
+    body = build_index_body(4, m=16, ef_construction=100, shards=1, replicas=0, meta={})
+    assert knn_method(body) == ("lucene", "innerproduct")
+    vec = body["mappings"]["properties"]["sentences"]["properties"]["vector"]["method"]
+    vec["space_type"] = "cosinesimil"
+    assert knn_method(body) == ("lucene", "cosinesimil")
+    vec["space_type"] = "hamming"
+    with pytest.raises(StoreError, match="hamming"):
+        knn_method(body)
 
 
 def test_state_index_body_golden():
@@ -189,8 +214,8 @@ def test_initial_state_golden():
 
 def test_meta_provenance_round_trip():
     meta = build_meta(META, versions={"sdr-search": "0.1.0", "opensearch-py": "3.2.0"}, hnsw={"m": 16},
-                      derived_source=True, created_at=AT)
-    body = build_index_body(2, m=16, ef_construction=100, ef_search=100, shards=1, replicas=0, meta=meta)
+                      derived_source=True, created_at=AT, engine="lucene", space_type="innerproduct")
+    body = build_index_body(2, m=16, ef_construction=100, shards=1, replicas=0, meta=meta)
     sdr = body["mappings"]["_meta"]["sdr"]
     assert sdr["versions"] == {"sdr-search": "0.1.0", "opensearch-py": "3.2.0"}
     assert sdr["index_meta"]["encoder_tag"] == "tag-a" and sdr["index_meta"]["dim"] == 2
@@ -360,6 +385,21 @@ def test_nested_knn_query_with_exclusions_golden():
         build_nested_knn_query([1.0], 0)
 
 
+def test_nested_knn_query_limits_and_ef_search():
+    """k-NN takes k <= 10,000 and ef_search >= 2; ef_search goes per query (method_parameters),
+    at least the k asked for."""
+    q = build_nested_knn_query([1.0, 0.0], 10, ef_search=50)
+    assert q["query"]["nested"]["query"]["knn"]["sentences.vector"]["method_parameters"] == {"ef_search": 50}
+    q = build_nested_knn_query([1.0, 0.0], 80, ef_search=50, exclude_ids=["a"])
+    assert q["query"]["bool"]["must"][0]["nested"]["query"]["knn"]["sentences.vector"]["method_parameters"] == {"ef_search": 81}
+    q = build_nested_knn_query([1.0, 0.0], MAX_KNN_K, exclude_ids=["a", "b"])
+    assert q["query"]["bool"]["must"][0]["nested"]["query"]["knn"]["sentences.vector"]["k"] == MAX_KNN_K
+    with pytest.raises(ValueError, match="10000"):
+        build_nested_knn_query([1.0], MAX_KNN_K + 1)
+    with pytest.raises(ValueError, match="ef_search"):
+        build_nested_knn_query([1.0], 1, ef_search=1)
+
+
 def test_msearch_body_golden():
     body = build_msearch_body(np.array([[1, 0], [0, 1]], np.float32), 2, "sdr-1")
     assert body == [
@@ -391,6 +431,18 @@ def test_score_translation_round_trip():
     np.testing.assert_allclose(knn_score_to_cosine(scores.astype(np.float32)), cos, atol=3e-7)
     with pytest.raises(ValueError):
         knn_score_to_cosine(0.0)
+
+
+@pytest.mark.parametrize("space", ["innerproduct", "cosinesimil", "l2"])
+def test_score_translation_per_space_type(space):
+    # the scores a 2.19 node gave for unit vectors at cosine 1, 0.6, 0 and -1 (lucene engine)
+    measured = {"innerproduct": [2.0, 1.6, 1.0, 0.5], "cosinesimil": [1.0, 0.8, 0.5, 0.0],
+                "l2": [1.0, 0.5555556, 0.33333334, 0.2]}[space]
+    np.testing.assert_allclose(knn_score_to_cosine(np.array(measured), space), [1.0, 0.6, 0.0, -1.0], atol=1e-6)
+    cos = np.linspace(-1.0, 1.0, 101)
+    np.testing.assert_allclose(knn_score_to_cosine(cosine_to_knn_score(cos, space), space), cos, atol=1e-12)
+    with pytest.raises(ValueError):
+        knn_score_to_cosine(1.0, "hamming")
 
 
 def test_parse_knn_responses_recorded():
@@ -631,8 +683,9 @@ def test_more_like_this_query_golden():
 def test_lexical_msearch_and_response_parsing():
     top = build_terms_query({"a": 1}, 2)
     scored = build_terms_query({"a": 1}, 1, only_ids=["x"])
-    assert build_lexical_msearch("idx", top, [scored]) == [{"index": "idx"}, top, {"index": "idx"}, scored]
-    assert build_lexical_msearch("idx", None, [scored]) == [{"index": "idx"}, scored]
+    header = {"index": "idx", "search_type": "dfs_query_then_fetch"}
+    assert build_lexical_msearch("idx", top, [scored]) == [header, top, header, scored]
+    assert build_lexical_msearch("idx", None, [scored]) == [header, scored]
     ids, scores = parse_lexical_response({"hits": {"hits": [
         {"_id": "x", "_score": 7.5, "fields": {"doc_id": ["x"]}},
         {"_id": "sha256-1", "_score": 2.0, "fields": {"doc_id": ["L" * 600]}},
@@ -667,7 +720,7 @@ def test_store_lexical_search_sends_one_msearch_and_reads_scores():
     assert got.scored == {"v1": 3.5, "v2": 0.0, "b": 0.0}  # ids the filtered search did not return score 0
     assert got.score_of("c") == 4.0 and got.score_of("v1") == 3.5 and got.score_of("zz") == 0.0
     (body,) = client.bodies
-    assert [h for h in body[::2]] == [{"index": "idx-1"}, {"index": "idx-1"}]
+    assert [h for h in body[::2]] == [{"index": "idx-1", "search_type": "dfs_query_then_fetch"}] * 2
     top, scored = body[1], body[3]
     should = top["query"]["bool"]["must"][0]["bool"]["should"]
     assert {c["term"]["text"]["value"]: c["term"]["text"]["boost"] for c in should} == {

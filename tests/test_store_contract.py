@@ -1,9 +1,9 @@
 """Behavioural contract of :class:`indexer.store.DocumentStore`, run against every backend.
 
 The ``store_factory`` fixture is parametrised over backends: ``embedded`` always runs;
-``opensearch`` runs when the environment variable ``OPENSEARCH_URL`` names a node (each test gets
-its own uniquely named index, deleted afterwards; other ``SDR_OPENSEARCH_*`` settings such as
-credentials apply) and is skipped otherwise. Documents are parsed with
+``opensearch`` runs against a real node (the ``opensearch_url`` fixture: ``OPENSEARCH_URL``, or the
+local node of ``scripts/opensearch-node.sh``; each test gets its own uniquely named index, deleted
+afterwards; other ``SDR_OPENSEARCH_*`` settings such as credentials apply). Documents are parsed with
 :func:`sdr_core.documents.parse_record` and carry random unit vectors of dimension 16.
 
 Backends may differ in the order of :meth:`iter_ids` and :meth:`all_vectors` (insertion order
@@ -12,7 +12,6 @@ vs id order), so the contract compares those by id.
 
 from __future__ import annotations
 
-import os
 import uuid
 
 import numpy as np
@@ -60,9 +59,7 @@ def store_factory(request):
             handles.append(store)
             return store
     else:
-        url = os.environ.get("OPENSEARCH_URL")
-        if not url:
-            pytest.skip("OPENSEARCH_URL not set: no OpenSearch node")
+        url = request.getfixturevalue("opensearch_url")
         from indexer.opensearch import OpenSearchSettings, OpenSearchStore
 
         settings = OpenSearchSettings(replicas=0)

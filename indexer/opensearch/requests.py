@@ -8,7 +8,8 @@ Two indices make one store (see :mod:`indexer.opensearch.store`):
 * the **document index** (``mappings/index.json``): one top-level document per SDR document with
   its text, paragraphs, counts, provenance, all sentence vectors as one base64 float32 string
   (``vectors_b64``, the cheap fetch path of the exact rerank) and a ``nested`` field
-  ``sentences`` whose ``knn_vector`` (faiss HNSW, inner product) serves nested k-NN;
+  ``sentences`` whose ``knn_vector`` (HNSW, inner product; engine ``lucene`` or ``faiss``) serves
+  nested k-NN;
 * the document index's ``text`` field is analysed like bm25s (analyzer ``sdr_text``: the
   pattern tokenizer ``(?U)\\b\\w\\w+\\b``, lowercase, ``_english_`` stop words; similarity
   ``sdr_bm25``: k1 = 1.5, b = 0.75), so lexical search (:func:`build_terms_query`, or
@@ -28,14 +29,23 @@ Version notes (targets: OpenSearch 2.19+ and 3.x with the k-NN plugin):
 * **expand_nested_docs (2.19+)** scores every nested vector of the returned documents (inner hits
   for all sentences, parent score = mean, or max with ``score_mode: max``). Not used: the first
   stage needs one score per document; it could feed sentence-level explanations later.
-* **Derived source (3.x).** ``index.knn.derived_source.enabled`` (default ``true`` for indexes
-  created on 3.0+) keeps vectors out of stored ``_source`` and rebuilds them on read, so
-  ``_update`` and reindex keep working. On 2.19 it is experimental and does not cover nested
-  fields, so there we keep vectors out of ``_source`` with ``_source.excludes`` — which means a
-  partial ``_update`` or a reindex of a document *drops its vectors*. This backend therefore
-  never updates a document in place: statistics live in the state index. Combining excludes with
-  derived source breaks vector reconstruction (opensearch-project/k-NN#3536), so
-  :func:`build_index_body` drops the excludes when ``derived_source`` is on.
+* **Derived source.** ``index.knn.derived_source.enabled`` keeps vectors out of stored
+  ``_source`` and rebuilds them on read, so ``_update`` and reindex keep working. The k-NN plugin
+  turns it on for every k-NN index created on 3.0+ *unless the request sets it*, so
+  :func:`build_index_body` always sets it: ``true`` (and no ``_source.excludes``: combining the
+  two breaks vector reconstruction, opensearch-project/k-NN#3536) or ``false`` with
+  ``_source.excludes`` on the vectors, which means a partial ``_update`` or a reindex of a
+  document *drops its vectors*. This backend therefore never updates a document in place:
+  statistics live in the state index. (2.19 has derived source as an experimental feature; the
+  store turns it on only on 3.x unless told otherwise.)
+* **Engine.** ``lucene`` (pure Java, in every k-NN distribution, including the Maven Central one
+  that has no native libraries) or ``faiss`` (native; a node without its JNI library exits on the
+  first graph build). ``ef_search`` is sent with every query (``method_parameters.ef_search``,
+  2.16+): the index setting ``index.knn.algo_param.ef_search`` is read by nmslib only
+  (k-NN ``IndexUtil.getParametersAtLoading``). Engine and space type are read from the filled
+  mapping and recorded in ``_meta``, so an edited ``mappings/index.json`` cannot silently change
+  the score translation.
+* **Limits.** A k-NN query takes ``k <= 10,000`` (:data:`MAX_KNN_K`); ``ef_search >= 2``.
 * **Score translation.** See :func:`knn_score_to_cosine`.
 """
 
@@ -69,6 +79,11 @@ from sdr_core.vectors import DocVectors
 from indexer.store import IndexMeta, ReferenceParagraphs
 
 __all__ = [
+    "ENGINES",
+    "SPACE_TYPES",
+    "MAX_KNN_K",
+    "MIN_EF_SEARCH",
+    "knn_method",
     "FORMAT_VERSION",
     "KNN_FIELD",
     "MAX_ID_BYTES",
@@ -122,6 +137,14 @@ FORMAT_VERSION = 1
 """Layout version recorded in ``_meta.sdr.format_version``; a newer layout is refused."""
 
 KNN_FIELD = "sentences.vector"
+ENGINES = ("lucene", "faiss")
+"""k-NN engines the store creates indices with (nmslib is deprecated and unsupported)."""
+SPACE_TYPES = ("innerproduct", "cosinesimil", "l2")
+"""k-NN space types whose scores :func:`knn_score_to_cosine` translates back to cosines."""
+MAX_KNN_K = 10_000
+"""The k-NN query's largest ``k``."""
+MIN_EF_SEARCH = 2
+"""The smallest ``ef_search`` the k-NN plugin accepts."""
 LEXICAL_FIELD = "text"
 """The whole-document text field (analyzer ``sdr_text``, similarity ``sdr_bm25``) of lexical search."""
 MAX_ID_BYTES = 512
@@ -213,16 +236,21 @@ def build_meta(
     hnsw: Mapping[str, int],
     derived_source: bool,
     created_at: str,
+    engine: str,
+    space_type: str,
 ) -> dict[str, Any]:
-    """The mapping ``_meta`` of a new document index: provenance under the key ``sdr``."""
+    """The mapping ``_meta`` of a new document index: provenance under the key ``sdr``.
+
+    ``engine`` and ``space_type`` are those of the filled mapping (:func:`knn_method`), which is
+    what the score translation of the index's k-NN results follows."""
     return {
         "sdr": {
             "format_version": FORMAT_VERSION,
             "index_meta": index_meta.to_dict(),
             "versions": dict(versions),
             "hnsw": dict(hnsw),
-            "space_type": "innerproduct",
-            "engine": "faiss",
+            "space_type": str(space_type),
+            "engine": str(engine),
             "derived_source": bool(derived_source),
             "created_at": created_at,
         }
@@ -251,35 +279,61 @@ def build_index_body(
     *,
     m: int,
     ef_construction: int,
-    ef_search: int,
     shards: int,
     replicas: int,
     meta: Mapping[str, Any],
+    engine: str = "lucene",
     derived_source: bool = False,
     max_sentences: int = 20_000,
 ) -> dict[str, Any]:
     """Settings and mappings of a document index (``mappings/index.json`` filled in).
 
-    ``meta`` becomes ``mappings._meta`` (see :func:`build_meta`). ``derived_source`` (3.x) sets
-    ``index.knn.derived_source.enabled`` and drops the ``_source.excludes`` of the vectors.
+    ``meta`` becomes ``mappings._meta`` (see :func:`build_meta`). ``engine`` is the k-NN engine
+    (:data:`ENGINES`). ``index.knn.derived_source.enabled`` is always set (3.x turns it on when
+    absent): ``derived_source`` true also drops the ``_source.excludes`` of the vectors.
     ``max_sentences`` raises ``index.mapping.nested_objects.limit`` (default 10,000 nested
     objects per document) to the largest document accepted (``SDR_MAX_SENTENCES``).
     """
-    for name, value in {"dim": dim, "m": m, "ef_construction": ef_construction, "ef_search": ef_search,
+    for name, value in {"dim": dim, "m": m, "ef_construction": ef_construction,
                         "shards": shards, "max_sentences": max_sentences}.items():
         if int(value) < 1:
             raise ValueError(f"{name} must be >= 1, got {value}")
+    if int(m) < 2:
+        raise ValueError(f"m must be >= 2, got {m}")
     if int(replicas) < 0:
         raise ValueError(f"replicas must be >= 0, got {replicas}")
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     body = fill_placeholders(load_mapping("index.json"), {
-        "dim": int(dim), "m": int(m), "ef_construction": int(ef_construction), "ef_search": int(ef_search),
+        "dim": int(dim), "m": int(m), "ef_construction": int(ef_construction), "engine": engine,
         "shards": int(shards), "replicas": int(replicas), "max_sentences": int(max_sentences),
     })
+    body["settings"]["index"]["knn.derived_source.enabled"] = bool(derived_source)
     if derived_source:
-        body["settings"]["index"]["knn.derived_source.enabled"] = True
         body["mappings"].pop("_source", None)
+    knn_method(body)  # refuses an edited mapping whose space type has no score translation
     body["mappings"]["_meta"] = copy.deepcopy(dict(meta))
     return body
+
+
+def knn_method(body: Mapping[str, Any]) -> tuple[str, str]:
+    """``(engine, space_type)`` of the sentence vectors in an index body or mapping.
+
+    Raises :class:`StoreError` when the mapping has no k-NN vector field, or a space type
+    without a cosine translation (:data:`SPACE_TYPES`)."""
+    mappings = body.get("mappings", body)
+    try:
+        method = mappings["properties"]["sentences"]["properties"]["vector"]["method"]
+    except (KeyError, TypeError) as e:
+        raise StoreError("the index mapping has no sentences.vector k-NN field") from e
+    engine = str(method.get("engine", "faiss"))
+    space = str(method.get("space_type", "l2"))
+    if space not in SPACE_TYPES:
+        raise StoreError(
+            f"the index mapping uses k-NN space type {space!r}; sdr-search translates scores of "
+            f"{', '.join(SPACE_TYPES)} only (mappings/index.json)"
+        )
+    return engine, space
 
 
 def build_state_index_body(*, replicas: int) -> dict[str, Any]:
@@ -447,68 +501,98 @@ def chunk_by_size(sizes: Sequence[int], *, max_items: int, max_bytes: int) -> li
 # =============================================================================================
 # nested k-NN
 # =============================================================================================
-def build_nested_knn_query(vector: Sequence[float] | np.ndarray, k: int, *, exclude_ids: Sequence[str] = ()) -> dict[str, Any]:
+def build_nested_knn_query(
+    vector: Sequence[float] | np.ndarray, k: int, *, exclude_ids: Sequence[str] = (), ef_search: int | None = None
+) -> dict[str, Any]:
     """Top-``k`` documents by their best sentence for one query vector.
 
     Excluded documents are removed after the k-NN (``must_not`` on ``doc_id``), so the k-NN asks
-    for ``k + len(exclude_ids)`` documents: the excluded ones take at most that many places.
+    for ``k + len(exclude_ids)`` documents (at most :data:`MAX_KNN_K`, the k-NN query's limit; past
+    it, excluded documents may leave fewer than ``k`` hits). ``ef_search`` (the HNSW candidate
+    list, at least ``k``) goes in ``method_parameters``, which both engines read (2.16+).
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
+    if k > MAX_KNN_K:
+        raise ValueError(f"k must be <= {MAX_KNN_K} (the k-NN query's limit), got {k}")
+    if ef_search is not None and ef_search < MIN_EF_SEARCH:
+        raise ValueError(f"ef_search must be >= {MIN_EF_SEARCH}, got {ef_search}")
     excluded = list(dict.fromkeys(str(i) for i in exclude_ids))
-    knn = {"knn": {KNN_FIELD: {"vector": np.asarray(vector, dtype=np.float32).ravel().tolist(), "k": int(k) + len(excluded)}}}
-    query: dict[str, Any] = {"nested": {"path": "sentences", "score_mode": "max", "query": knn}}
+    asked = min(int(k) + len(excluded), MAX_KNN_K)
+    knn: dict[str, Any] = {"vector": np.asarray(vector, dtype=np.float32).ravel().tolist(), "k": asked}
+    if ef_search is not None:
+        knn["method_parameters"] = {"ef_search": max(int(ef_search), asked)}
+    query: dict[str, Any] = {"nested": {"path": "sentences", "score_mode": "max", "query": {"knn": {KNN_FIELD: knn}}}}
     if excluded:
         query = {"bool": {"must": [query], "must_not": [{"terms": {"doc_id": excluded}}]}}
     return {"size": int(k), "_source": False, "docvalue_fields": ["doc_id"], "track_total_hits": False, "query": query}
 
 
 def build_msearch_body(
-    vectors: np.ndarray, k: int, index: str, *, exclude_ids: Sequence[str] = ()
+    vectors: np.ndarray, k: int, index: str, *, exclude_ids: Sequence[str] = (), ef_search: int | None = None
 ) -> list[dict[str, Any]]:
     """``_msearch`` body (header, query, header, query, ...) with one nested k-NN per row."""
     body: list[dict[str, Any]] = []
     for row in np.atleast_2d(np.asarray(vectors, dtype=np.float32)):
         body.append({"index": index})
-        body.append(build_nested_knn_query(row, k, exclude_ids=exclude_ids))
+        body.append(build_nested_knn_query(row, k, exclude_ids=exclude_ids, ef_search=ef_search))
     return body
 
 
 def build_msearch_bodies(
-    vectors: np.ndarray, k: int, index: str, *, exclude_ids: Sequence[str] = (), batch_size: int = 100
+    vectors: np.ndarray, k: int, index: str, *, exclude_ids: Sequence[str] = (), batch_size: int = 100,
+    ef_search: int | None = None,
 ) -> list[list[dict[str, Any]]]:
     """The ``_msearch`` bodies for all rows, at most ``batch_size`` searches each, rows in order."""
     if batch_size < 1:
         raise ValueError("batch_size must be >= 1")
     q = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
-    return [build_msearch_body(q[a : a + batch_size], k, index, exclude_ids=exclude_ids)
+    return [build_msearch_body(q[a : a + batch_size], k, index, exclude_ids=exclude_ids, ef_search=ef_search)
             for a in range(0, q.shape[0], batch_size)]
 
 
-def knn_score_to_cosine(score: float | np.ndarray) -> float | np.ndarray:
-    """Inner product (= cosine for unit vectors) from an OpenSearch ``innerproduct`` k-NN score.
+def knn_score_to_cosine(score: float | np.ndarray, space_type: str = "innerproduct") -> float | np.ndarray:
+    """Cosine of unit vectors from the k-NN score OpenSearch reports in ``space_type``.
 
-    For the faiss (and nmslib) engine the distance is ``d = -x.y`` and the score is
-    ``1 / (1 + d)`` when ``d >= 0`` and ``-d + 1`` otherwise
-    (https://docs.opensearch.org/latest/mappings/supported-field-types/knn-spaces/), so
-    ``x.y = score - 1`` for ``score >= 1`` and ``x.y = 1 - 1 / score`` below. Scores are > 0.
+    * ``innerproduct`` (lucene and faiss alike, measured on a 2.19 node): ``x.y + 1`` for
+      ``x.y >= 0``, ``1 / (1 - x.y)`` below, so ``x.y = score - 1`` for ``score >= 1`` and
+      ``1 - 1 / score`` below;
+    * ``cosinesimil``: ``(1 + cos) / 2``;
+    * ``l2``: ``1 / (1 + d^2)`` with ``d^2 = 2 - 2 cos`` for unit vectors.
+
+    Scores are > 0 (``cosinesimil`` >= 0).
     """
     s = np.asarray(score, dtype=np.float64)
-    if np.any(~np.isfinite(s)) or np.any(s <= 0):
-        raise ValueError("k-NN innerproduct scores must be finite and > 0")
-    out = np.where(s >= 1.0, s - 1.0, 1.0 - 1.0 / s)
+    if np.any(~np.isfinite(s)) or np.any(s < 0) or (space_type != "cosinesimil" and np.any(s == 0)):
+        raise ValueError(f"k-NN {space_type} scores must be finite and > 0")
+    if space_type == "innerproduct":
+        out = np.where(s >= 1.0, s - 1.0, 1.0 - 1.0 / s)
+    elif space_type == "cosinesimil":
+        out = 2.0 * s - 1.0
+    elif space_type == "l2":
+        out = 1.0 - (1.0 / s - 1.0) / 2.0
+    else:
+        raise ValueError(f"no score translation for k-NN space type {space_type!r}")
     return float(out) if out.ndim == 0 else out
 
 
-def cosine_to_knn_score(cosine: float | np.ndarray) -> float | np.ndarray:
-    """The faiss ``innerproduct`` score OpenSearch reports for inner product ``cosine``."""
+def cosine_to_knn_score(cosine: float | np.ndarray, space_type: str = "innerproduct") -> float | np.ndarray:
+    """The k-NN score OpenSearch reports for cosine ``cosine`` in ``space_type`` (inverse of
+    :func:`knn_score_to_cosine`)."""
     x = np.asarray(cosine, dtype=np.float64)
-    out = np.where(x > 0, x + 1.0, 1.0 / (1.0 - np.minimum(x, 0.0)))
+    if space_type == "innerproduct":
+        out = np.where(x > 0, x + 1.0, 1.0 / (1.0 - np.minimum(x, 0.0)))
+    elif space_type == "cosinesimil":
+        out = (1.0 + x) / 2.0
+    elif space_type == "l2":
+        out = 1.0 / (1.0 + (2.0 - 2.0 * x))
+    else:
+        raise ValueError(f"no score translation for k-NN space type {space_type!r}")
     return float(out) if out.ndim == 0 else out
 
 
 def parse_knn_responses(
-    responses: Sequence[Mapping[str, Any]], *, k: int, index: str | None = None
+    responses: Sequence[Mapping[str, Any]], *, k: int, index: str | None = None, space_type: str = "innerproduct"
 ) -> tuple[list[list[str]], list[np.ndarray]]:
     """Document ids (from ``fields.doc_id``) and cosines (float32), best first, per response.
 
@@ -522,7 +606,7 @@ def parse_knn_responses(
         hits = item.get("hits", {}).get("hits", [])[:k]
         ids.append([str(h["fields"]["doc_id"][0]) for h in hits])
         raw = np.asarray([h["_score"] for h in hits], dtype=np.float64)
-        scores.append(np.asarray(knn_score_to_cosine(raw) if raw.size else raw, dtype=np.float32))
+        scores.append(np.asarray(knn_score_to_cosine(raw, space_type) if raw.size else raw, dtype=np.float32))
     return ids, scores
 
 
@@ -660,10 +744,12 @@ def build_more_like_this_query(
 
 def build_lexical_msearch(index: str, top: Mapping[str, Any] | None, scored: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
     """``_msearch`` body: the top-k lexical search (if any), then the searches that score given
-    ids, in that order."""
+    ids, in that order. Each runs ``dfs_query_then_fetch``: BM25 statistics (document frequency,
+    average length) of the whole index rather than of each shard, so scores equal the embedded
+    store's BM25 whatever the number of shards (one extra round trip per shard)."""
     body: list[dict[str, Any]] = []
     for query in ([top] if top is not None else []) + list(scored):
-        body.append({"index": index})
+        body.append({"index": index, "search_type": "dfs_query_then_fetch"})
         body.append(dict(query))
     return body
 

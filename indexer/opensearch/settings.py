@@ -51,17 +51,25 @@ class OpenSearchSettings(BaseSettings):
         description="Largest _bulk request body in bytes (a larger single document is sent alone). Keep it "
         "under the cluster's http.max_content_length (100 MB by default).",
     )
+    max_request_bytes: int = Field(
+        100 * 1024 * 1024, ge=1,
+        description="The cluster's http.max_content_length (100 MB by default): a document whose _bulk "
+        "action is larger is refused by name (the others are written) instead of failing the request. "
+        "About 6 kB per sentence at 384 dimensions (JSON floats plus the base64 copy).",
+    )
     max_retries: int = Field(
         5, ge=0,
-        description="Retries of bulk items (or whole requests) rejected with 429 (overload). Other errors "
-        "are never retried. More retries ride out longer overloads but delay reporting them.",
+        description="Retries of a request answered 429 (overload), 502, 503 or 504, or that could not "
+        "connect, and of bulk items rejected with 429; with exponential backoff. Timeouts and other "
+        "errors are not retried. More retries ride out longer outages but delay reporting them.",
     )
     retry_backoff: float = Field(
         1.0, gt=0,
-        description="Seconds before the first 429 retry; doubled at every further retry (capped by "
-        "retry_backoff_max).",
+        description="Seconds before the first retry; doubled at every further retry (capped by "
+        "retry_backoff_max). The default 5 retries wait 1+2+4+8+16 = 31 s in all, long enough for a "
+        "node restart.",
     )
-    retry_backoff_max: float = Field(60.0, gt=0, description="Longest wait between two 429 retries, in seconds.")
+    retry_backoff_max: float = Field(60.0, gt=0, description="Longest wait between two retries, in seconds.")
     refresh: Literal["wait_for", "true", "false"] = Field(
         "wait_for",
         description="Refresh policy of writes. 'wait_for': a write returns once searches see it (up to one "
@@ -92,10 +100,18 @@ class OpenSearchSettings(BaseSettings):
         description="Candidate list size while building the graph: higher gives better recall and slower "
         "indexing. Fixed at index creation.",
     )
+    engine: Literal["lucene", "faiss"] = Field(
+        "lucene",
+        description="k-NN engine of a new index (recorded in its _meta). 'lucene': pure Java, in every "
+        "k-NN distribution (also the Maven Central one that scripts/opensearch-node.sh installs). 'faiss': "
+        "native, faster to build and search at large scale, but needs the k-NN plugin's JNI libraries; "
+        "a node without them exits on the first graph build. Fixed at index creation.",
+    )
     hnsw_ef_search: int = Field(
-        100, ge=1,
-        description="Candidate list size at query time (index setting index.knn.algo_param.ef_search; faiss "
-        "uses at least k). Higher raises recall and latency.",
+        100, ge=2,
+        description="Candidate list size at query time, sent with every k-NN query "
+        "(method_parameters.ef_search, OpenSearch 2.16+; both engines use at least k). Higher raises "
+        "recall and latency.",
     )
     shards: int = Field(
         1, ge=1,
@@ -103,14 +119,15 @@ class OpenSearchSettings(BaseSettings):
         "shards spread large corpora over nodes but add per-query overhead.",
     )
     replicas: int = Field(
-        1, ge=0,
-        description="Replicas of a new index (availability and read throughput; 0 on a single-node cluster "
-        "avoids a yellow status).",
+        0, ge=0,
+        description="Replicas of a new index: availability and read throughput on a cluster of several "
+        "nodes (set 1 or more there); 0 keeps a single node green.",
     )
     derived_source: Literal["auto", "on", "off"] = Field(
         "auto",
         description="How sentence vectors are kept out of stored _source: 'on' = k-NN derived source "
-        "(3.x), 'off' = _source.excludes (2.x), 'auto' = derived source when the cluster is 3.0 or newer.",
+        "(index.knn.derived_source.enabled true), 'off' = _source.excludes (the setting false), 'auto' = "
+        "derived source when the cluster is 3.0 or newer. The index setting is always written explicitly.",
     )
     lexical_query: Literal["terms", "more_like_this"] = Field(
         "terms",

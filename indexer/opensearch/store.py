@@ -4,8 +4,8 @@ Layout (request bodies in :mod:`indexer.opensearch.requests`, mappings in ``mapp
 
 * **Document index** (the ``index`` setting, or the one index an alias of that name points to):
   one document per SDR document, ``_id`` = its id (sha256 for ids over 512 bytes). Sentence
-  vectors are stored twice on purpose: in the ``nested`` field ``sentences.vector`` (faiss HNSW,
-  inner product; nested k-NN) and as one base64 float32 string ``vectors_b64`` (fetched with
+  vectors are stored twice on purpose: in the ``nested`` field ``sentences.vector`` (HNSW, inner
+  product, engine ``lucene`` by default or ``faiss``; nested k-NN) and as one base64 float32 string ``vectors_b64`` (fetched with
   ``_mget`` for the exact rerank: about 4x smaller and far faster to decode than JSON floats).
   Provenance (:class:`~indexer.store.IndexMeta`, library and cluster versions, HNSW parameters)
   is the mapping's ``_meta.sdr``.
@@ -30,6 +30,12 @@ Connection failures raise :class:`~sdr_core.errors.BackendUnavailableError`, a m
 :class:`~sdr_core.errors.IndexNotFoundError`, a missing document
 :class:`~sdr_core.errors.DocumentNotFoundError`, rejected bulk items
 :class:`~sdr_core.errors.BulkWriteError` (after retrying 429s with backoff).
+
+Retries: opensearch-py's own retries are off (it re-sends at once, with no backoff, whatever the
+body size). The store retries a request answered 429, 502, 503 or 504, or that could not connect,
+``max_retries`` times with exponential backoff (``retry_backoff`` doubled, capped by
+``retry_backoff_max``); a timeout is not retried. Every request the store makes is idempotent
+(writes carry stable ``_id`` values), so a retry cannot double a document.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -58,12 +65,14 @@ from indexer.store import (
 from sdr_core.documents import Document
 from sdr_core.errors import (
     BackendUnavailableError,
+    BulkWriteError,
     DocumentNotFoundError,
     DuplicateIdError,
     IndexNotFoundError,
     InvalidDocumentError,
     InvalidInputError,
     ModelMismatchError,
+    OverloadedError,
     StoreError,
 )
 from sdr_core.fusion import check_search_defaults
@@ -73,7 +82,9 @@ from sdr_core.vectors import CorpusVectors, DocVectors
 
 from .bulk import run_bulk
 from .requests import (
+    MAX_KNN_K,
     STATE_DOC_ID,
+    backoff_delay,
     build_alias_swap,
     build_bulk_actions,
     build_counts_query,
@@ -97,6 +108,7 @@ from .requests import (
     error_from_response,
     index_meta_from_meta,
     initial_state,
+    knn_method,
     parse_knn_responses,
     parse_lexical_response,
     reference_os_id,
@@ -113,6 +125,21 @@ _MGET_CHUNK = 500
 _SMALL_DOCS_PER_BULK = 2_000  # statistics documents and deletes are a few hundred bytes each
 _STATE_CAS_ATTEMPTS = 5
 _SCORE_IDS_PER_SEARCH = 1_000  # ids scored by one filtered lexical search
+
+
+def _transient(error: Exception, overload: bool) -> bool:
+    """Whether a failed request may succeed when sent again: 429 (when ``overload``), 502, 503,
+    504, or no connection. A timeout is not (the request may still be running)."""
+    from opensearchpy import exceptions as ox
+
+    if isinstance(error, OverloadedError):
+        return overload
+    cause = error.__cause__
+    if isinstance(cause, ox.ConnectionTimeout):
+        return False
+    if isinstance(cause, ox.ConnectionError):
+        return True
+    return isinstance(cause, ox.TransportError) and cause.status_code in (502, 503, 504)
 
 
 def _now() -> str:
@@ -135,6 +162,8 @@ class _Target:
     name: str  # concrete document index
     state: str  # its state index
     meta: IndexMeta | None
+    engine: str = "faiss"  # k-NN engine recorded in _meta (indices from before the setting: faiss)
+    space_type: str = "innerproduct"  # k-NN space type recorded in _meta
 
     @property
     def recorded(self) -> IndexMeta:
@@ -193,6 +222,8 @@ class OpenSearchStore(DocumentStore):
                         kwargs["http_auth"] = (s.username, s.password.get_secret_value() if s.password else "")
                     if not s.verify_certs:
                         kwargs["ssl_show_warn"] = False
+                    # No transport retries: they re-send at once (bulk bodies included); _call retries.
+                    kwargs["max_retries"] = 0
                     self._client = OpenSearch(**kwargs)
         return self._client
 
@@ -214,6 +245,24 @@ class OpenSearchStore(DocumentStore):
             raise err from e
         except ox.OpenSearchException as e:
             raise StoreError(f"OpenSearch client error during {what}: {e}") from e
+
+    def _call(self, what: str, fn: Any, *, index: str | None = None, retry_overload: bool = True) -> Any:
+        """``fn()`` inside :meth:`_calls`, retried with backoff while the failure is transient
+        (see the module docstring). ``retry_overload`` False leaves 429s to the caller (the bulk
+        loop retries rejected items itself)."""
+        s = self.settings
+        attempt = 0
+        while True:
+            try:
+                with self._calls(what, index=index):
+                    return fn()
+            except (OverloadedError, BackendUnavailableError) as e:
+                if attempt >= s.max_retries or not _transient(e, retry_overload):
+                    raise
+                delay = backoff_delay(attempt, initial=s.retry_backoff, maximum=s.retry_backoff_max)
+                logger.warning("%s: %s; retry %d of %d in %.1f s", what, e, attempt + 1, s.max_retries, delay)
+                time.sleep(delay)
+                attempt += 1
 
     def _resolve(self) -> _Target | None:
         """The concrete index behind ``self.index`` and its provenance; None if it does not exist."""
@@ -237,7 +286,10 @@ class OpenSearchStore(DocumentStore):
                 "needs one index (an alias must point to exactly one)"
             )
         (name, body), = mappings.items()
-        target = _Target(name, state_index_name(name), index_meta_from_meta(body.get("mappings", {}).get("_meta")))
+        meta = body.get("mappings", {}).get("_meta") or {}
+        recorded = meta.get("sdr") if isinstance(meta.get("sdr"), Mapping) else {}
+        target = _Target(name, state_index_name(name), index_meta_from_meta(meta),
+                         str(recorded.get("engine", "faiss")), str(recorded.get("space_type", "innerproduct")))
         if target.meta is not None:
             self._target = target
         return target
@@ -309,12 +361,14 @@ class OpenSearchStore(DocumentStore):
             versions["opensearch-py"] = importlib_metadata.version("opensearch-py")
         except importlib_metadata.PackageNotFoundError:  # pragma: no cover - a client was passed in
             pass
-        hnsw = {"m": s.hnsw_m, "ef_construction": s.hnsw_ef_construction, "ef_search": s.hnsw_ef_search}
+        hnsw = {"m": s.hnsw_m, "ef_construction": s.hnsw_ef_construction}
         body = build_index_body(
-            meta.dim, m=s.hnsw_m, ef_construction=s.hnsw_ef_construction, ef_search=s.hnsw_ef_search,
-            shards=s.shards, replicas=s.replicas, derived_source=derived, max_sentences=s.max_sentences,
-            meta=build_meta(meta, versions=versions, hnsw=hnsw, derived_source=derived, created_at=_now()),
+            meta.dim, m=s.hnsw_m, ef_construction=s.hnsw_ef_construction, engine=s.engine,
+            shards=s.shards, replicas=s.replicas, derived_source=derived, max_sentences=s.max_sentences, meta={},
         )
+        engine, space_type = knn_method(body)
+        body["mappings"]["_meta"] = build_meta(meta, versions=versions, hnsw=hnsw, derived_source=derived,
+                                               created_at=_now(), engine=engine, space_type=space_type)
         self._create_state_index(state_index_name(self.index))
         with self._calls("creating the index"):
             try:
@@ -324,8 +378,8 @@ class OpenSearchStore(DocumentStore):
                     raise
                 return  # another process created it first; its meta is compared by the caller
         self._state_checked = True
-        logger.info("created OpenSearch index %s (dim %d, HNSW M=%d, derived source %s, cluster %s)",
-                    self.index, meta.dim, s.hnsw_m, derived, cluster)
+        logger.info("created OpenSearch index %s (dim %d, %s HNSW M=%d, %s, derived source %s, cluster %s)",
+                    self.index, meta.dim, engine, s.hnsw_m, space_type, derived, cluster)
 
     def meta(self) -> IndexMeta | None:
         target = self._resolve()
@@ -361,13 +415,13 @@ class OpenSearchStore(DocumentStore):
             return stored
 
     def _count(self, index: str, body: Mapping[str, Any] | None = None) -> int:
-        with self._calls("counting documents", index=index):
-            return int(self._os().count(index=index, body=dict(body) if body else None)["count"])
+        return int(self._call("counting documents", lambda: self._os().count(index=index, body=dict(body) if body else None),
+                              index=index)["count"])
 
     def counts(self) -> dict[str, int]:
         target = self._read_target()
-        with self._calls("counting documents", index=target.name):
-            r = self._os().search(index=target.name, body=build_counts_query())
+        r = self._call("counting documents", lambda: self._os().search(index=target.name, body=build_counts_query()),
+                       index=target.name)
         aggs = r.get("aggregations", {})
         return {
             "documents": int(r["hits"]["total"]["value"]),
@@ -386,14 +440,35 @@ class OpenSearchStore(DocumentStore):
         params = {"refresh": refresh or s.refresh}
 
         def send(body: bytes) -> Mapping[str, Any]:
-            with self._calls(what, index=target.name):
-                return self._os().bulk(body=body, params=params)
+            return self._call(what, lambda: self._os().bulk(body=body, params=params), index=target.name,
+                              retry_overload=False)
 
-        return run_bulk(
-            send, [bulk_lines(a) for a in actions], keys, what=what, max_items=max_items or s.bulk_chunk_docs,
-            max_bytes=s.bulk_chunk_bytes, max_retries=s.max_retries, initial_backoff=s.retry_backoff,
-            max_backoff=s.retry_backoff_max, accept=accept,
-        )
+        lines = [bulk_lines(a) for a in actions]
+        too_big = {keys[i]: f"its _bulk action is {len(b) / 1e6:.1f} MB, over the request limit of "
+                            f"{s.max_request_bytes / 1e6:.1f} MB (SDR_OPENSEARCH_MAX_REQUEST_BYTES, the cluster's "
+                            "http.max_content_length); split the document or raise both limits"
+                   for i, b in enumerate(lines) if len(b) > s.max_request_bytes}
+        keep = [i for i in range(len(lines)) if keys[i] not in too_big]
+        try:
+            results = run_bulk(
+                send, [lines[i] for i in keep], [keys[i] for i in keep], what=what,
+                max_items=max_items or s.bulk_chunk_docs, max_bytes=min(s.bulk_chunk_bytes, s.max_request_bytes),
+                max_retries=s.max_retries, initial_backoff=s.retry_backoff, max_backoff=s.retry_backoff_max,
+                accept=accept,
+            ) if keep else {}
+        except BulkWriteError as e:
+            raise BulkWriteError(what, {**too_big, **e.failed}) from e
+        except BackendUnavailableError as e:
+            if target.engine == "faiss" and "writing documents" in what:
+                raise BackendUnavailableError(
+                    f"{e}. If the node stopped while building a faiss graph, its k-NN plugin lacks the native "
+                    "faiss library (the Maven Central k-NN zip has none): create the index with "
+                    "SDR_OPENSEARCH_ENGINE=lucene, or install the full OpenSearch distribution"
+                ) from e
+            raise
+        if too_big:
+            raise BulkWriteError(what, too_big)
+        return results
 
     def _validate(self, items: Sequence[tuple[Document, DocVectors]], target: _Target) -> None:
         meta = target.recorded
@@ -430,8 +505,8 @@ class OpenSearchStore(DocumentStore):
         stale = initial_state(_now())
         stale["state"]["stats"]["stale"] = True
         body = {"doc": {"state": {"stats": {"stale": True}}}, "upsert": stale}
-        with self._calls("marking statistics stale", index=target.state):
-            self._os().update(index=target.state, id=STATE_DOC_ID, body=body, params={"retry_on_conflict": 5})
+        self._call("marking statistics stale", lambda: self._os().update(
+            index=target.state, id=STATE_DOC_ID, body=body, params={"retry_on_conflict": 5}), index=target.state)
 
     def put(self, items: Sequence[tuple[Document, DocVectors]]) -> None:
         """Insert or replace documents (one ``index`` action each; see the module docstring).
@@ -475,8 +550,8 @@ class OpenSearchStore(DocumentStore):
         target = self._read_target()
         docs = build_mget_body([doc_id], {"excludes": ["sentences", "text"]}, index=target.name)["docs"]
         docs.append({"_index": target.state, "_id": stats_os_id(doc_id), "_source": ["stats_mu", "stats_sigma"]})
-        with self._calls("reading a document", index=target.name):
-            main, stats_doc = self._os().mget(body={"docs": docs})["docs"]
+        main, stats_doc = self._call("reading a document", lambda: self._os().mget(body={"docs": docs}),
+                                     index=target.name)["docs"]
         if "error" in main:
             raise error_from_response(404, main, what="reading a document", index=target.name)
         if not main.get("found"):
@@ -502,8 +577,8 @@ class OpenSearchStore(DocumentStore):
         """``id -> _source`` (filtered to ``fields``) for the ids that exist."""
         found: dict[str, dict] = {}
         for chunk in _chunks(list(dict.fromkeys(ids)), _MGET_CHUNK):
-            with self._calls(what, index=target.name):
-                docs = self._os().mget(index=target.name, body=build_mget_body(chunk, fields))["docs"]
+            docs = self._call(what, lambda chunk=chunk: self._os().mget(index=target.name, body=build_mget_body(chunk, fields)),
+                              index=target.name)["docs"]
             for doc_id, d in zip(chunk, docs):
                 if "error" in d:
                     raise error_from_response(404, d, what=what, index=target.name)
@@ -532,8 +607,8 @@ class OpenSearchStore(DocumentStore):
             while True:
                 body = build_scan_query(size=size, source=source, search_after=after, pit_id=pit_id,
                                         keep_alive=self.settings.pit_keep_alive)
-                with self._calls("scanning documents", index=target.name):
-                    r = self._os().search(body=body) if pit_id else self._os().search(index=target.name, body=body)
+                r = self._call("scanning documents", lambda body=body, pit_id=pit_id: self._os().search(body=body)
+                               if pit_id else self._os().search(index=target.name, body=body), index=target.name)
                 pit_id = r.get("pit_id", pit_id)
                 hits = r["hits"]["hits"]
                 yield from hits
@@ -588,13 +663,17 @@ class OpenSearchStore(DocumentStore):
             )
         if not np.all(np.isfinite(q)):
             raise InvalidInputError("query vectors contain NaN or infinity")
+        if k > MAX_KNN_K:
+            raise InvalidInputError(f"k must be <= {MAX_KNN_K} on OpenSearch (the k-NN query's limit), got {k}")
         ids: list[list[str]] = []
         scores: list[np.ndarray] = []
         for body in build_msearch_bodies(q, k, target.name, exclude_ids=[str(i) for i in exclude_ids],
-                                         batch_size=self.settings.msearch_batch):
-            with self._calls("a nested k-NN search", index=target.name):
+                                         batch_size=self.settings.msearch_batch, ef_search=self.settings.hnsw_ef_search):
+            def search(body: list[dict[str, Any]] = body) -> tuple[list[list[str]], list[np.ndarray]]:
                 r = self._os().msearch(body=body)
-            batch_ids, batch_scores = parse_knn_responses(r["responses"], k=k, index=target.name)
+                return parse_knn_responses(r["responses"], k=k, index=target.name, space_type=target.space_type)
+
+            batch_ids, batch_scores = self._call("a nested k-NN search", search, index=target.name)
             ids += batch_ids
             scores += batch_scores
         return SentenceHits(ids, scores)
@@ -628,8 +707,8 @@ class OpenSearchStore(DocumentStore):
         scored_bodies = [make(len(c), list(c), ()) for c in chunks]
         if top is None and not scored_bodies:
             return LexicalHits([], np.zeros(0, dtype=np.float32), {})
-        with self._calls("a lexical search", index=target.name):
-            r = self._os().msearch(body=build_lexical_msearch(target.name, top, scored_bodies))
+        r = self._call("a lexical search", lambda: self._os().msearch(body=build_lexical_msearch(target.name, top, scored_bodies)),
+                       index=target.name)
         responses = list(r["responses"])
         ids: list[str] = []
         scores = np.zeros(0, dtype=np.float32)
@@ -688,13 +767,17 @@ class OpenSearchStore(DocumentStore):
         """The state document's ``state`` and its ``(seq_no, primary_term)`` (None if missing)."""
         from opensearchpy import exceptions as ox
 
-        with self._calls("reading the store state", index=target.state):
+        def read() -> Mapping[str, Any] | None:
             try:
-                r = self._os().get(index=target.state, id=STATE_DOC_ID)
+                return self._os().get(index=target.state, id=STATE_DOC_ID)
             except ox.NotFoundError as e:
                 if e.error == "index_not_found_exception":
                     raise
-                return initial_state(_now())["state"], None
+                return None
+
+        r = self._call("reading the store state", read, index=target.state)
+        if r is None:
+            return initial_state(_now())["state"], None
         return r["_source"]["state"], (int(r["_seq_no"]), int(r["_primary_term"]))
 
     def stats_info(self) -> StatsInfo:
@@ -778,8 +861,8 @@ class OpenSearchStore(DocumentStore):
         fields = ["doc_id", "paragraph_index", "label", "n_sentences", "vectors_b64"]
         for chunk in _chunks(range(n), _MGET_CHUNK):
             body = {"docs": [{"_id": reference_os_id(generation, p), "_source": fields} for p in chunk]}
-            with self._calls("reading the reference sample", index=target.state):
-                docs = self._os().mget(index=target.state, body=body)["docs"]
+            docs = self._call("reading the reference sample", lambda body=body: self._os().mget(index=target.state, body=body),
+                              index=target.state)["docs"]
             for p, d in zip(chunk, docs):
                 if not d.get("found"):
                     raise StoreError(f"the reference sample of OpenSearch index {target.name!r} lacks paragraph {p}; "

@@ -1,0 +1,212 @@
+#!/usr/bin/env bash
+# A local OpenSearch node without Docker: fetched from Maven Central, cached, started on 127.0.0.1.
+#
+#   scripts/opensearch-node.sh start   # fetch (once), install, start; prints the node's URL
+#   scripts/opensearch-node.sh stop    # stop the node started by this script
+#   scripts/opensearch-node.sh restart # stop, then start the same node (same data)
+#   scripts/opensearch-node.sh url     # print the URL (exit 1 when the node does not answer)
+#   scripts/opensearch-node.sh status  # version, k-NN plugin, engines this node can run
+#   scripts/opensearch-node.sh wipe    # stop and delete the node's data (the download cache stays)
+#
+# Environment (all optional):
+#   SDR_NODE_VERSION   OpenSearch version (default 2.19.1; 3.x needs Java 21+). The k-NN plugin
+#                      <version>.0 must exist on Maven Central (2.19.1.0 and 3.5.0.0 do).
+#   SDR_NODE_PORT      HTTP port (default 9200; transport = port + 100)
+#   SDR_NODE_HEAP      JVM heap (default 1g)
+#   SDR_NODE_DIR       where the node lives (default ~/.cache/sdr-search/opensearch, or
+#                      /var/tmp/sdr-search/opensearch when run as root)
+#   SDR_NODE_JAVA_HOME the JDK to run it with (default: the first of JAVA_HOME, the java on PATH,
+#                      /usr/lib/jvm/* that fits: Java 17-23 for 2.x, Java 21+ for 3.x)
+#   SDR_NODE_ARGS      extra -E settings, e.g. "-E thread_pool.write.queue_size=2"
+#
+# What it assembles: the minimal distribution (org.opensearch.distribution.integ-test-zip:opensearch,
+# zip, no bundled JDK), the modules the project's mapping needs (analysis-common for the pattern
+# tokenizer and stop filter, lang-painless which k-NN extends), and the k-NN plugin
+# (org.opensearch.plugin:opensearch-knn). The Maven copy of k-NN carries no native (JNI) libraries:
+# on such a node only the Lucene k-NN engine works (SDR_OPENSEARCH_ENGINE=lucene, the default);
+# a write into a faiss or nmslib index makes the node exit.
+#
+# OpenSearch refuses to run as root: as root, the node runs as the system user sdr-opensearch.
+set -euo pipefail
+
+VERSION=${SDR_NODE_VERSION:-2.19.1}
+PORT=${SDR_NODE_PORT:-9200}
+HEAP=${SDR_NODE_HEAP:-1g}
+if [ "$(id -u)" -eq 0 ]; then
+  DEFAULT_DIR=/var/tmp/sdr-search/opensearch
+else
+  DEFAULT_DIR=${XDG_CACHE_HOME:-$HOME/.cache}/sdr-search/opensearch
+fi
+BASE=${SDR_NODE_DIR:-$DEFAULT_DIR}
+HOME_DIR=$BASE/opensearch-$VERSION
+RUN_DIR=$BASE/node-$VERSION-$PORT
+PID_FILE=$RUN_DIR/opensearch.pid
+URL=http://127.0.0.1:$PORT
+NODE_USER=sdr-opensearch
+
+die() { echo "opensearch-node: $*" >&2; exit 1; }
+log() { echo "opensearch-node: $*" >&2; }
+
+major() { echo "${1%%.*}"; }
+
+java_major() {  # the major version of $1/bin/java, or 0
+  local v
+  v=$("$1/bin/java" -version 2>&1 | awk -F'"' '/version/ {print $2; exit}') || true
+  [ -n "$v" ] || { echo 0; return; }
+  v=${v#1.}
+  echo "${v%%[.+-]*}"
+}
+
+find_java() {
+  # 2.x runs on Java 17-23 (it needs the security manager, gone in Java 24); 3.x needs Java 21+.
+  local lo=17 hi=23 cand v
+  if [ "$(major "$VERSION")" -ge 3 ]; then lo=21; hi=99; fi
+  local path_java=""
+  if command -v java >/dev/null 2>&1; then
+    path_java=$(dirname "$(dirname "$(readlink -f "$(command -v java)")")")
+  fi
+  for cand in ${SDR_NODE_JAVA_HOME:-} ${JAVA_HOME:-} $path_java /usr/lib/jvm/temurin-25-jdk-amd64 /usr/lib/jvm/*; do
+    [ -x "$cand/bin/java" ] || continue
+    v=$(java_major "$cand")
+    if [ "$v" -ge "$lo" ] && [ "$v" -le "$hi" ]; then echo "$cand"; return; fi
+  done
+  die "OpenSearch $VERSION needs Java $lo-$hi; none found (set SDR_NODE_JAVA_HOME to a JDK)"
+}
+
+mvn_copy() {  # mvn_copy GROUP:ARTIFACT:VERSION[:TYPE] DIR
+  mvn -q -B dependency:copy -Dartifact="$1" -DoutputDirectory="$2" -Dmdep.overWriteIfNewer=true >"$BASE/mvn.log" 2>&1 \
+    || die "could not fetch $1 from Maven Central (see $BASE/mvn.log): $(grep -m1 -E 'ERROR' "$BASE/mvn.log" || true)"
+}
+
+write_descriptor() {  # write_descriptor DIR NAME CLASSNAME EXTENDS DESCRIPTION
+  cat >"$1/plugin-descriptor.properties" <<EOF
+description=$5
+version=$VERSION
+name=$2
+classname=$3
+java.version=11
+opensearch.version=$VERSION
+extended.plugins=$4
+has.native.controller=false
+EOF
+}
+
+assemble() {  # fetch the artifacts and build $HOME_DIR once
+  [ -f "$HOME_DIR/.sdr-assembled" ] && return
+  command -v mvn >/dev/null 2>&1 || die "Maven (mvn) is needed to fetch OpenSearch from Maven Central (apt-get install maven)"
+  command -v unzip >/dev/null 2>&1 || die "unzip is needed (apt-get install unzip)"
+  local dl=$BASE/download-$VERSION java_home
+  java_home=$(find_java)
+  mkdir -p "$dl"
+  log "fetching OpenSearch $VERSION and k-NN $VERSION.0 from Maven Central"
+  mvn_copy "org.opensearch.distribution.integ-test-zip:opensearch:$VERSION:zip" "$dl"
+  mvn_copy "org.opensearch.plugin:opensearch-knn:$VERSION.0:zip" "$dl"
+  mvn_copy "org.opensearch.plugin:analysis-common:$VERSION" "$dl/analysis-common"
+  # lang-painless with its runtime dependencies (antlr, asm, the painless SPI), opensearch core excluded.
+  cat >"$dl/painless-pom.xml" <<EOF
+<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>
+<groupId>local.sdr</groupId><artifactId>painless-module</artifactId><version>1</version>
+<dependencies><dependency><groupId>org.opensearch.plugin</groupId><artifactId>lang-painless</artifactId>
+<version>$VERSION</version><exclusions><exclusion><groupId>org.opensearch</groupId><artifactId>*</artifactId>
+</exclusion></exclusions></dependency></dependencies></project>
+EOF
+  mvn -q -B -f "$dl/painless-pom.xml" dependency:copy-dependencies -DoutputDirectory="$dl/lang-painless" \
+    -DincludeScope=runtime >"$BASE/mvn.log" 2>&1 || die "could not fetch lang-painless $VERSION (see $BASE/mvn.log)"
+  # The painless SPI is in group org.opensearch.plugin, so it survives the exclusion above.
+  ls "$dl/lang-painless"/opensearch-scripting-painless-spi-*.jar >/dev/null 2>&1 \
+    || mvn_copy "org.opensearch.plugin:opensearch-scripting-painless-spi:$VERSION" "$dl/lang-painless"
+
+  local tmp=$BASE/.assemble-$$
+  rm -rf "$tmp" && mkdir -p "$tmp"
+  unzip -q "$dl/opensearch-$VERSION.zip" -d "$tmp"
+  local home=$tmp/opensearch-$VERSION
+  mkdir -p "$home/modules/lang-painless" "$home/modules/analysis-common"
+  cp "$dl"/lang-painless/*.jar "$home/modules/lang-painless/"
+  cp "$dl"/analysis-common/*.jar "$home/modules/analysis-common/"
+  write_descriptor "$home/modules/lang-painless" lang-painless org.opensearch.painless.PainlessPlugin "" \
+    "Painless scripting language"
+  printf 'grant {\n  permission java.lang.RuntimePermission "createClassLoader";\n  permission java.lang.RuntimePermission "getClassLoader";\n};\n' \
+    >"$home/modules/lang-painless/plugin-security.policy"
+  write_descriptor "$home/modules/analysis-common" analysis-common org.opensearch.analysis.common.CommonAnalysisPlugin \
+    lang-painless "Common analysis components"
+  OPENSEARCH_JAVA_HOME=$java_home "$home/bin/opensearch-plugin" install --batch \
+    "file://$dl/opensearch-knn-$VERSION.0.zip" >"$BASE/plugin.log" 2>&1 \
+    || die "installing the k-NN plugin failed (see $BASE/plugin.log)"
+  touch "$home/.sdr-assembled"
+  rm -rf "$HOME_DIR"
+  mv "$home" "$HOME_DIR"
+  rm -rf "$tmp"
+}
+
+answers() { curl -fsS -m 2 "$URL" >/dev/null 2>&1; }
+
+running_pid() {
+  [ -f "$PID_FILE" ] || return 1
+  local pid
+  pid=$(cat "$PID_FILE" 2>/dev/null) || return 1
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && echo "$pid"
+}
+
+start() {
+  command -v curl >/dev/null 2>&1 || die "curl is needed"
+  if running_pid >/dev/null && answers; then echo "$URL"; return; fi
+  if answers; then die "port $PORT already answers but not with a node of this script (set SDR_NODE_PORT)"; fi
+  mkdir -p "$BASE"
+  assemble
+  local java_home
+  java_home=$(find_java)
+  mkdir -p "$RUN_DIR/data" "$RUN_DIR/logs"
+  local runner=()
+  if [ "$(id -u)" -eq 0 ]; then
+    id "$NODE_USER" >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin "$NODE_USER"
+    chown -R "$NODE_USER" "$HOME_DIR" "$RUN_DIR"
+    chmod o+x "$BASE" "$(dirname "$BASE")" 2>/dev/null || true
+    runner=(runuser -u "$NODE_USER" --)
+  fi
+  rm -f "$PID_FILE"
+  # shellcheck disable=SC2086
+  "${runner[@]}" env OPENSEARCH_JAVA_HOME="$java_home" OPENSEARCH_PATH_CONF="$HOME_DIR/config" \
+    OPENSEARCH_JAVA_OPTS="-Xms$HEAP -Xmx$HEAP ${OPENSEARCH_JAVA_OPTS:-}" \
+    "$HOME_DIR/bin/opensearch" -d -p "$PID_FILE" \
+    -E cluster.name=sdr-local -E node.name=sdr-local-$PORT -E discovery.type=single-node \
+    -E network.host=127.0.0.1 -E http.port="$PORT" -E transport.port=$((PORT + 100)) \
+    -E path.data="$RUN_DIR/data" -E path.logs="$RUN_DIR/logs" \
+    -E cluster.routing.allocation.disk.threshold_enabled=false \
+    -E action.destructive_requires_name=false ${SDR_NODE_ARGS:-} >"$RUN_DIR/start.log" 2>&1 \
+    || die "the node did not start: $(tail -5 "$RUN_DIR/start.log")"
+  local i
+  for i in $(seq 180); do
+    if curl -fsS -m 2 "$URL/_cluster/health?wait_for_status=yellow&timeout=1s" >/dev/null 2>&1; then
+      echo "$URL"
+      return
+    fi
+    running_pid >/dev/null || [ "$i" -lt 10 ] || break
+    sleep 1
+  done
+  die "the node at $URL did not come up; last log lines:
+$(tail -20 "$RUN_DIR/logs/sdr-local.log" 2>/dev/null || tail -20 "$RUN_DIR/start.log")"
+}
+
+stop() {
+  local pid i
+  if pid=$(running_pid); then
+    kill "$pid"
+    for i in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+    kill -9 "$pid" 2>/dev/null || true
+  fi
+  rm -f "$PID_FILE"
+}
+
+case "${1:-}" in
+  start) start ;;
+  stop) stop ;;
+  restart) stop; start ;;
+  url) answers || die "no node answers at $URL"; echo "$URL" ;;
+  status)
+    answers || die "no node answers at $URL"
+    curl -fsS "$URL/_cat/plugins?h=component,version"
+    echo "k-NN engines: lucene$(ls "$HOME_DIR"/plugins/opensearch-knn/lib*/ 2>/dev/null | grep -q faiss && echo ', faiss')"
+    ;;
+  wipe) stop; rm -rf "$RUN_DIR" ;;
+  *) echo "usage: $0 start|stop|restart|url|status|wipe" >&2; exit 2 ;;
+esac
