@@ -120,15 +120,21 @@ EOF
   rm -rf "$tmp" && mkdir -p "$tmp"
   unzip -q "$dl/opensearch-$VERSION.zip" -d "$tmp"
   local home=$tmp/opensearch-$VERSION
-  mkdir -p "$home/modules/lang-painless" "$home/modules/analysis-common"
-  cp "$dl"/lang-painless/*.jar "$home/modules/lang-painless/"
-  cp "$dl"/analysis-common/*.jar "$home/modules/analysis-common/"
-  write_descriptor "$home/modules/lang-painless" lang-painless org.opensearch.painless.PainlessPlugin "" \
-    "Painless scripting language"
-  printf 'grant {\n  permission java.lang.RuntimePermission "createClassLoader";\n  permission java.lang.RuntimePermission "getClassLoader";\n};\n' \
-    >"$home/modules/lang-painless/plugin-security.policy"
-  write_descriptor "$home/modules/analysis-common" analysis-common org.opensearch.analysis.common.CommonAnalysisPlugin \
-    lang-painless "Common analysis components"
+  # The 2.x integ-test zip has only transport-netty4; later ones ship every module. Add what is missing.
+  if [ ! -d "$home/modules/lang-painless" ]; then
+    mkdir -p "$home/modules/lang-painless"
+    cp "$dl"/lang-painless/*.jar "$home/modules/lang-painless/"
+    write_descriptor "$home/modules/lang-painless" lang-painless org.opensearch.painless.PainlessPlugin "" \
+      "Painless scripting language"
+    printf 'grant {\n  permission java.lang.RuntimePermission "createClassLoader";\n  permission java.lang.RuntimePermission "getClassLoader";\n};\n' \
+      >"$home/modules/lang-painless/plugin-security.policy"
+  fi
+  if [ ! -d "$home/modules/analysis-common" ]; then
+    mkdir -p "$home/modules/analysis-common"
+    cp "$dl"/analysis-common/*.jar "$home/modules/analysis-common/"
+    write_descriptor "$home/modules/analysis-common" analysis-common org.opensearch.analysis.common.CommonAnalysisPlugin \
+      lang-painless "Common analysis components"
+  fi
   OPENSEARCH_JAVA_HOME=$java_home "$home/bin/opensearch-plugin" install --batch \
     "file://$dl/opensearch-knn-$VERSION.0.zip" >"$BASE/plugin.log" 2>&1 \
     || die "installing the k-NN plugin failed (see $BASE/plugin.log)"

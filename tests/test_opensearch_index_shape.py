@@ -1,0 +1,156 @@
+"""What the OpenSearch store creates and sends, checked on a real node (the ``opensearch_url``
+fixture): k-NN engine and space type recorded and honoured, derived source set explicitly, the
+k-NN query's limits (``k <= 10,000``, ``ef_search >= 2``) and per-query ``ef_search``, replicas."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from opensearchpy import OpenSearch
+from pydantic import ValidationError
+
+from indexer.opensearch import OpenSearchSettings, OpenSearchStore
+from indexer.opensearch import requests as osr
+from indexer.store import IndexMeta
+from sdr_core.documents import parse_record
+from sdr_core.errors import InvalidInputError, StoreError
+from sdr_core.settings import SegmentationSettings
+from sdr_core.vectors import DocVectors
+
+pytestmark = pytest.mark.integration
+
+DIM = 8
+META = IndexMeta("model-a", "tag-a", DIM, {"paragraph_unit": "paragraph"}, {"numpy": np.__version__})
+AS_GIVEN = SegmentationSettings.from_recorded({})
+
+
+def docs(n: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        doc = parse_record({"id": f"d{i:03d}", "paragraphs": [f"Sentence one of d{i}. Sentence two of d{i}."]},
+                           settings=AS_GIVEN)
+        v = rng.standard_normal((2, DIM)).astype(np.float32)
+        out.append((doc, DocVectors(v / np.linalg.norm(v, axis=1, keepdims=True), [0, 2])))
+    return out
+
+
+@pytest.fixture()
+def client(opensearch_url):
+    c = OpenSearch([opensearch_url], timeout=60)
+    yield c
+    c.close()
+
+
+def open_store(url, name, **settings):
+    store = OpenSearchStore(url, index=name, settings=OpenSearchSettings(**settings))
+    store.ensure_meta(META)
+    return store
+
+
+def index_settings(client, name) -> dict[str, str]:
+    """The index's own settings, flat (``index.knn.derived_source.enabled``, ...)."""
+    return client.indices.get_settings(index=name, params={"flat_settings": "true"})[name]["settings"]
+
+
+def test_new_index_is_lucene_green_and_explicit_about_derived_source(opensearch_url, os_index, client):
+    store = open_store(opensearch_url, os_index())
+    try:
+        store.put(docs(3))
+        settings = index_settings(client, store.index)
+        assert settings["index.knn.derived_source.enabled"] in ("false", "true")  # always written
+        major = int(client.info()["version"]["number"].split(".")[0])
+        assert settings["index.knn.derived_source.enabled"] == ("true" if major >= 3 else "false")
+        assert "index.knn.algo_param.ef_search" not in settings  # ef_search is a query parameter now
+        assert settings["index.number_of_replicas"] == "0"
+        health = client.cluster.health(index=store.index, params={"wait_for_status": "green"})
+        assert health["status"] == "green"
+        mapping = client.indices.get_mapping(index=store.index)[store.index]["mappings"]
+        method = mapping["properties"]["sentences"]["properties"]["vector"]["method"]
+        assert (method["engine"], method["space_type"]) == ("lucene", "innerproduct")
+        assert (mapping["_meta"]["sdr"]["engine"], mapping["_meta"]["sdr"]["space_type"]) == ("lucene", "innerproduct")
+    finally:
+        store.drop()
+        store.close()
+
+
+@pytest.mark.parametrize("mode", ["on", "off"])
+def test_derived_source_setting_is_what_the_node_keeps(opensearch_url, os_index, client, mode):
+    store = open_store(opensearch_url, os_index(), derived_source=mode)
+    try:
+        store.put(docs(2))
+        enabled = index_settings(client, store.index)["index.knn.derived_source.enabled"]
+        assert enabled == ("true" if mode == "on" else "false")
+        mapping = client.indices.get_mapping(index=store.index)[store.index]["mappings"]
+        assert ("_source" in mapping) == (mode == "off")
+        assert store.fetch(["d000"]).n_docs == 1  # the rerank's vectors come back either way
+    finally:
+        store.drop()
+        store.close()
+
+
+def test_edited_space_type_is_recorded_and_translated(opensearch_url, os_index, client, monkeypatch):
+    """A user who edits mappings/index.json to cosinesimil still gets cosines back (the score
+    translation follows the mapping, recorded in _meta), and an untranslatable one is refused."""
+    original = osr.load_mapping
+
+    def edited(space):
+        def load(name):
+            body = original(name)
+            if name == "index.json":
+                body["mappings"]["properties"]["sentences"]["properties"]["vector"]["method"]["space_type"] = space
+            return body
+        return load
+
+    monkeypatch.setattr(osr, "load_mapping", edited("cosinesimil"))
+    items = docs(5)
+    store = open_store(opensearch_url, os_index())
+    try:
+        store.put(items)
+        meta = client.indices.get_mapping(index=store.index)[store.index]["mappings"]["_meta"]["sdr"]
+        assert meta["space_type"] == "cosinesimil"
+        q = items[0][1].vectors[:1]
+        hits = store.sentence_knn(q, 5)
+        expected = {d.id: float((q @ v.vectors.T).max()) for d, v in items}
+        for doc_id, cos in zip(hits.doc_ids[0], hits.scores[0]):
+            assert cos == pytest.approx(expected[doc_id], abs=1e-5)
+    finally:
+        store.drop()
+        store.close()
+    monkeypatch.setattr(osr, "load_mapping", edited("hamming"))
+    bad = OpenSearchStore(opensearch_url, index=os_index())
+    with pytest.raises(StoreError, match="hamming"):
+        bad.ensure_meta(META)
+    assert not client.indices.exists(index=bad.index)
+    bad.close()
+
+
+def test_knn_limits_on_the_node(opensearch_url, os_index):
+    """k + excluded ids stays within the node's 10,000; ef_search below 2 is refused before any
+    index is made; ef_search is sent per query and accepted by the node."""
+    with pytest.raises(ValidationError):
+        OpenSearchSettings(hnsw_ef_search=1)
+    items = docs(6)
+    store = open_store(opensearch_url, os_index(), hnsw_ef_search=2)
+    try:
+        store.put(items)
+        q = items[0][1].vectors[:1]
+        excluded = [f"x{i}" for i in range(50)] + ["d000"]
+        hits = store.sentence_knn(q, osr.MAX_KNN_K, exclude_ids=excluded)  # node limit: k <= 10,000
+        assert sorted(hits.doc_ids[0]) == [f"d{i:03d}" for i in range(1, 6)]
+        with pytest.raises(InvalidInputError, match="10000"):
+            store.sentence_knn(q, osr.MAX_KNN_K + 1)
+        # ef_search goes with the query: a query with and without a large ef_search agree here
+        wide = open_store(opensearch_url, store.index, hnsw_ef_search=500).sentence_knn(q, 3)
+        assert wide.doc_ids == store.sentence_knn(q, 3).doc_ids
+    finally:
+        store.drop()
+        store.close()
+
+
+def test_query_body_carries_ef_search():
+    body = osr.build_msearch_body(np.ones((1, DIM), np.float32), 5, "i", ef_search=64)
+    assert json.loads(json.dumps(body))[1]["query"]["nested"]["query"]["knn"]["sentences.vector"]["method_parameters"] == {
+        "ef_search": 64}
