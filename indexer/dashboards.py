@@ -1,7 +1,7 @@
 """Import sdr-search's OpenSearch Dashboards saved objects (``mappings/dashboards.ndjson``).
 
-The objects — an index pattern over ``sdr-*``, a saved search and two visualizations of the
-per-document figures — are posted to the Dashboards saved-objects import API::
+The objects — an index pattern, a saved search and two visualizations of the per-document
+figures — are posted to the Dashboards saved-objects import API::
 
     POST {url}/api/saved_objects/_import?overwrite=true
     osd-xsrf: true
@@ -9,14 +9,22 @@ per-document figures — are posted to the Dashboards saved-objects import API::
 
 which answers ``{"success": bool, "successCount": int, "errors": [...]}``.
 
-:func:`build_import_request` and :func:`encode_multipart` are pure (tested without a server);
-:func:`import_saved_objects` does the I/O with the standard library only. Nothing connects at import.
+The index pattern's title is exactly the store's index or alias name (:data:`DEFAULT_INDEX` in the
+shipped file; :func:`saved_objects_for_index` sets another), never a wildcard: after ``sdr reindex``
+the alias names only the current ``ALIAS-<timestamp>`` generation, so the old generations are not
+counted again, and the state indices (``<index>-sdr-state``) never match.
+
+:func:`saved_objects_for_index`, :func:`build_import_request` and :func:`encode_multipart` are pure
+(tested without a server); :func:`import_saved_objects` does the I/O with the standard library only.
+Nothing connects at import.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
+import re
 import secrets
 import sys
 import urllib.error
@@ -35,9 +43,14 @@ from sdr_core.errors import (
 __all__ = [
     "IMPORT_PATH",
     "DEFAULT_NDJSON",
+    "DEFAULT_INDEX",
     "MultipartPart",
     "ImportRequest",
     "read_saved_objects",
+    "check_pattern_title",
+    "set_index_pattern_title",
+    "render_saved_objects",
+    "saved_objects_for_index",
     "build_import_request",
     "encode_multipart",
     "import_saved_objects",
@@ -50,6 +63,13 @@ logger = logging.getLogger("sdr")
 IMPORT_PATH = "/api/saved_objects/_import"
 #: The file next to the source tree (a checkout or an editable install).
 DEFAULT_NDJSON = Path(__file__).resolve().parents[1] / "mappings" / "dashboards.ndjson"
+#: The index-pattern title of the shipped file: the store's default index (``SDR_OPENSEARCH_INDEX``).
+DEFAULT_INDEX = "sdr"
+#: Suffix of the state index next to every document index (``indexer.opensearch.requests.state_index_name``).
+STATE_INDEX_SUFFIX = "-sdr-state"
+# Characters OpenSearch refuses in index and alias names, plus the index-expression syntax a title
+# must not use: wildcards (* ?), lists (,), exclusions (leading -), remote clusters (:).
+_FORBIDDEN_IN_TITLE = re.compile(r'[\\/*?"<>|,#:\s]')
 #: Dashboards checks the extension of the uploaded file name: it must be .ndjson.
 UPLOAD_FILENAME = "dashboards.ndjson"
 UPLOAD_FIELD = "file"
@@ -116,6 +136,59 @@ def read_saved_objects(ndjson_bytes: bytes, *, source: str = "<ndjson>") -> list
     return objects
 
 
+def check_pattern_title(index: str) -> str:
+    """``index`` when it names one index or alias exactly; :class:`InvalidInputError` otherwise.
+
+    Refused: wildcards and lists (a pattern such as ``sdr-*`` also matches every reindex
+    generation and the state indices), names OpenSearch refuses, and state index names.
+    """
+    if not isinstance(index, str) or not index:
+        raise InvalidInputError("the index pattern needs an index or alias name, got an empty one")
+    bad = sorted(set(_FORBIDDEN_IN_TITLE.findall(index)))
+    if bad:
+        raise InvalidInputError(
+            f"index pattern title {index!r}: give one index or alias name, without {' '.join(repr(c) for c in bad)} "
+            "(a wildcard would also count old reindex generations and the state indices)"
+        )
+    if index in (".", "..") or index.startswith(("-", "_", "+")):
+        raise InvalidInputError(f"index pattern title {index!r} is not a valid index or alias name")
+    if index.endswith(STATE_INDEX_SUFFIX):
+        raise InvalidInputError(
+            f"{index!r} is a state index (statistics, not documents); give the document index or its alias"
+        )
+    return index
+
+
+def set_index_pattern_title(objects: Sequence[Mapping[str, Any]], index: str) -> list[dict[str, Any]]:
+    """Copies of ``objects`` with the title of every index pattern set to ``index`` (checked by
+    :func:`check_pattern_title`). Ids and references are kept, so the saved search and the
+    visualizations follow the pattern; importing again with another name re-points them."""
+    title = check_pattern_title(index)
+    out = []
+    for obj in objects:
+        new = copy.deepcopy(dict(obj))
+        if new.get("type") == "index-pattern":
+            attributes = new.get("attributes")
+            if not isinstance(attributes, dict):
+                raise InvalidInputError(f"index-pattern/{new.get('id')}: no 'attributes' object")
+            attributes["title"] = title
+        out.append(new)
+    return out
+
+
+def render_saved_objects(objects: Sequence[Mapping[str, Any]]) -> bytes:
+    """ndjson of ``objects``: one compact JSON object per line (the layout of the shipped file)."""
+    return b"".join(
+        json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n" for obj in objects
+    )
+
+
+def saved_objects_for_index(ndjson_bytes: bytes, index: str = DEFAULT_INDEX, *, source: str = "<ndjson>") -> bytes:
+    """The ndjson to import so that the index pattern shows exactly the documents of ``index``
+    (an index or alias name; default :data:`DEFAULT_INDEX`). Pure."""
+    return render_saved_objects(set_index_pattern_title(read_saved_objects(ndjson_bytes, source=source), index))
+
+
 def build_import_request(
     ndjson_bytes: bytes, *, overwrite: bool = True, boundary: str | None = None
 ) -> ImportRequest:
@@ -160,26 +233,28 @@ def encode_multipart(parts: Sequence[MultipartPart], *, boundary: str) -> bytes:
 
 
 def import_saved_objects(
-    url: str, ndjson_path: str | Path, *, overwrite: bool = True, timeout: float = 30
+    url: str, ndjson_path: str | Path, *, index: str = DEFAULT_INDEX, overwrite: bool = True, timeout: float = 30
 ) -> dict[str, Any]:
-    """Post ``ndjson_path`` to the Dashboards at ``url`` and return its parsed answer.
+    """Post the objects of ``ndjson_path``, their index pattern titled ``index`` (the store's index
+    or alias, see :func:`saved_objects_for_index`), to the Dashboards at ``url``; return its parsed answer.
 
     Raises :class:`BackendUnavailableError` when Dashboards cannot be reached (connection refused,
     timeout, 502/503/504), :class:`DashboardsImportError` with the server's message for any other
     non-2xx answer or ``success: false``, :class:`InputReadError` / :class:`InvalidInputError` for a
-    missing or malformed file.
+    missing or malformed file or an ``index`` that is not one index or alias name.
     """
     base = _check_url(url)
     path = Path(ndjson_path)
     try:
-        data = path.read_bytes()
+        raw_file = path.read_bytes()
     except OSError as e:
         raise InputReadError(f"cannot read saved objects file {path}: {e.strerror or e}") from e
+    data = saved_objects_for_index(raw_file, index, source=str(path))
     objects = read_saved_objects(data, source=str(path))
     request = build_import_request(data, overwrite=overwrite)
     full_url = request.url(base)
     req = urllib.request.Request(full_url, data=request.body(), headers=request.headers, method="POST")
-    logger.info("importing %d saved objects from %s into %s", len(objects), path, base)
+    logger.info("importing %d saved objects from %s into %s (index pattern %r)", len(objects), path, base, index)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             status, raw = resp.status, resp.read()
@@ -231,13 +306,22 @@ def default_ndjson_path() -> Path:
 
 
 def cmd_dashboards_import(args) -> int:
-    """Handler of ``sdr dashboards import --url URL [--file PATH]``: prints one JSON summary."""
+    """Handler of ``sdr dashboards import --url URL [--index NAME] [--file PATH]``: prints one JSON summary.
+
+    ``--index`` defaults like every store command's: env ``SDR_OPENSEARCH_INDEX``, else ``sdr``.
+    """
+    index = getattr(args, "index", None)
+    if not index:
+        from indexer.opensearch.settings import OpenSearchSettings
+
+        index = OpenSearchSettings().index
     path = Path(args.file) if getattr(args, "file", None) else default_ndjson_path()
     overwrite = not getattr(args, "no_overwrite", False)
     timeout = getattr(args, "timeout", None) or 30
-    answer = import_saved_objects(args.url, path, overwrite=overwrite, timeout=timeout)
+    answer = import_saved_objects(args.url, path, index=index, overwrite=overwrite, timeout=timeout)
     summary = {
         "url": args.url,
+        "index": index,
         "file": str(path),
         "overwrite": overwrite,
         "success": answer["success"],

@@ -215,6 +215,10 @@ def build_parser() -> argparse.ArgumentParser:
         "objects with the same ids are overwritten unless --no-overwrite) and print a JSON summary.",
     )
     dbi.add_argument("--url", required=True, help="OpenSearch Dashboards base URL, e.g. http://localhost:5601")
+    dbi.add_argument("--index", metavar="NAME",
+                     help="the index or alias whose documents the index pattern shows; the pattern's title is this "
+                     "exact name, so after `sdr reindex` only the index behind the alias counts and the state "
+                     "indices never match (default: env SDR_OPENSEARCH_INDEX or sdr)")
     dbi.add_argument("--file", type=Path, metavar="PATH", help="saved objects ndjson (default: mappings/dashboards.ndjson)")
     dbi.add_argument("--no-overwrite", action="store_true", help="report objects that already exist as conflicts instead of replacing them")
     dbi.add_argument("--timeout", type=float, default=30, help="seconds to wait for an answer (default 30)")

@@ -1,8 +1,14 @@
 """Dashboards saved objects (mappings/dashboards.ndjson) and the import request (indexer.dashboards).
 
-No OpenSearch Dashboards is involved: the request tests post to a tiny local ``http.server`` that
-records what it receives and answers the way the saved-objects import API is documented to answer.
-They check OUR request (method, path, query, headers, multipart body), not Dashboards' behaviour.
+No OpenSearch Dashboards is involved (it cannot run here): the request tests post to a tiny local
+``http.server`` that records what it receives and answers the way the saved-objects import API is
+documented to answer. They check OUR request (method, path, query, headers, multipart body), not
+Dashboards' behaviour.
+
+The ``integration`` tests at the end put a store on a real OpenSearch node (two reindex generations
+behind an alias, and a concrete index) and send the queries Dashboards sends for the index pattern's
+title: the count and the "documents by model" terms aggregation must see the documents of the store
+and nothing else (the old title ``sdr-*`` also counted old generations and state indices).
 """
 
 from __future__ import annotations
@@ -14,19 +20,26 @@ import socket
 import threading
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from indexer.dashboards import (
+    DEFAULT_INDEX,
     DEFAULT_NDJSON,
     IMPORT_PATH,
     build_import_request,
+    check_pattern_title,
     cmd_dashboards_import,
     encode_multipart,
     import_saved_objects,
     read_saved_objects,
+    render_saved_objects,
+    saved_objects_for_index,
+    set_index_pattern_title,
 )
 from sdr_core.errors import (
     BackendUnavailableError,
@@ -35,8 +48,6 @@ from sdr_core.errors import (
     InvalidInputError,
     SDRError,
 )
-
-pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[1]
 NDJSON = ROOT / "mappings" / "dashboards.ndjson"
@@ -83,6 +94,7 @@ def pattern_fields(index_pattern) -> dict[str, dict]:
     return {f["name"]: f for f in json.loads(index_pattern["attributes"]["fields"])}
 
 
+@pytest.mark.unit
 def test_every_line_is_one_json_object(objects):
     lines = NDJSON.read_text(encoding="utf-8").splitlines()
     assert lines and all(line.strip() for line in lines), "no blank lines in the file"
@@ -93,6 +105,7 @@ def test_every_line_is_one_json_object(objects):
     assert read_saved_objects(NDJSON.read_bytes()) == objects
 
 
+@pytest.mark.unit
 def test_objects_have_the_saved_object_keys(objects):
     ids = [(o["type"], o["id"]) for o in objects]
     assert len(ids) == len(set(ids)), "duplicate type/id"
@@ -106,15 +119,17 @@ def test_objects_have_the_saved_object_keys(objects):
             assert set(ref) == {"name", "type", "id"}
 
 
+@pytest.mark.unit
 def test_one_of_each_kind(by_type):
     assert len(by_type["index-pattern"]) == 1
     assert len(by_type["search"]) == 1
     assert len(by_type["visualization"]) >= 1
 
 
-def test_index_pattern_covers_sdr_indices_with_the_document_figures(index_pattern, pattern_fields):
+@pytest.mark.unit
+def test_index_pattern_is_the_default_index_with_the_document_figures(index_pattern, pattern_fields):
     attrs = index_pattern["attributes"]
-    assert attrs["title"] == "sdr-*"
+    assert attrs["title"] == DEFAULT_INDEX == "sdr"  # the store's default index name, not a wildcard
     assert attrs["timeFieldName"] == "indexed_at"
     assert pattern_fields["indexed_at"]["type"] == "date"
     for name in FIGURES:
@@ -128,6 +143,7 @@ def test_index_pattern_covers_sdr_indices_with_the_document_figures(index_patter
     json.loads(attrs["fieldFormatMap"])
 
 
+@pytest.mark.unit
 def test_saved_search_lists_the_figures(by_type, pattern_fields):
     (search,) = by_type["search"]
     attrs = search["attributes"]
@@ -139,6 +155,7 @@ def test_saved_search_lists_the_figures(by_type, pattern_fields):
     assert source["query"] == {"query": "", "language": "kuery"}
 
 
+@pytest.mark.unit
 def test_visualizations_aggregate_existing_aggregatable_fields(by_type, pattern_fields):
     fields_used = set()
     for vis in by_type["visualization"]:
@@ -157,6 +174,7 @@ def test_visualizations_aggregate_existing_aggregatable_fields(by_type, pattern_
     assert "n_sentences" in fields_used
 
 
+@pytest.mark.unit
 def test_references_resolve_to_objects_in_the_file(objects):
     present = {(o["type"], o["id"]) for o in objects}
     for o in objects:
@@ -199,12 +217,14 @@ def _mismatches(pattern_fields: dict[str, dict], mapping_doc: dict) -> list[str]
     return problems
 
 
+@pytest.mark.unit
 def test_index_pattern_fields_exist_in_the_index_mapping(pattern_fields):
     if not INDEX_MAPPING.is_file():
         pytest.skip(f"{INDEX_MAPPING.relative_to(ROOT)} does not exist yet (written with the OpenSearch backend issue)")
     assert _mismatches(pattern_fields, json.loads(INDEX_MAPPING.read_text(encoding="utf-8"))) == []
 
 
+@pytest.mark.unit
 def test_mapping_check_itself_on_a_synthetic_mapping(pattern_fields):
     """The check above, exercised on made-up mappings so it is known to work before index.json exists."""
     props = {
@@ -233,6 +253,7 @@ def _parse_multipart(content_type: str, body: bytes):
     return list(message.iter_parts())
 
 
+@pytest.mark.unit
 def test_build_import_request_path_query_and_headers():
     req = build_import_request(b'{"type":"search","id":"x"}\n')
     assert req.path == IMPORT_PATH == "/api/saved_objects/_import"
@@ -247,6 +268,7 @@ def test_build_import_request_path_query_and_headers():
     assert plain.url("http://h:5601") == "http://h:5601/api/saved_objects/_import"
 
 
+@pytest.mark.unit
 def test_multipart_body_parses_back_with_the_email_parser():
     data = NDJSON.read_bytes()
     req = build_import_request(data)
@@ -258,6 +280,7 @@ def test_multipart_body_parses_back_with_the_email_parser():
     assert part.get_payload(decode=True) == data
 
 
+@pytest.mark.unit
 def test_multipart_body_keeps_bytes_exactly():
     data = "{\"title\":\"Zürich \\\\ \\\"q\\\"\"}\r\n{\"a\":1}\n\n".encode("utf-8")
     body = encode_multipart(build_import_request(data, boundary="XyZ").parts, boundary="XyZ")
@@ -272,6 +295,7 @@ def test_multipart_body_keeps_bytes_exactly():
     assert part.get_payload(decode=True) == data
 
 
+@pytest.mark.unit
 def test_boundary_never_occurs_in_the_file():
     with pytest.raises(ValueError):
         build_import_request(b"abc--XyZ--def", boundary="XyZ")
@@ -279,6 +303,7 @@ def test_boundary_never_occurs_in_the_file():
     assert a.boundary != b.boundary
 
 
+@pytest.mark.unit
 def test_read_saved_objects_names_the_bad_line():
     with pytest.raises(InvalidInputError, match=r"f\.ndjson:2: invalid JSON"):
         read_saved_objects(b'{"type":"search","id":"a"}\n{oops\n', source="f.ndjson")
@@ -333,6 +358,7 @@ def dashboards_stub():
         thread.join(5)
 
 
+@pytest.mark.unit
 def test_request_import_posts_multipart_file_with_xsrf_header(dashboards_stub):
     answer = import_saved_objects(dashboards_stub.url + "/", NDJSON, timeout=5)
     assert answer == {"success": True, "successCount": 4}
@@ -350,12 +376,14 @@ def test_request_import_posts_multipart_file_with_xsrf_header(dashboards_stub):
     assert part.get_payload(decode=True) == NDJSON.read_bytes()
 
 
+@pytest.mark.unit
 def test_request_without_overwrite_has_no_query(dashboards_stub):
     import_saved_objects(dashboards_stub.url, NDJSON, overwrite=False, timeout=5)
     (req,) = dashboards_stub.requests
     assert req.target == "/api/saved_objects/_import"
 
 
+@pytest.mark.unit
 def test_request_success_false_raises_with_the_object_errors(dashboards_stub):
     dashboards_stub.answer = (200, {
         "success": False,
@@ -373,6 +401,7 @@ def test_request_success_false_raises_with_the_object_errors(dashboards_stub):
     assert info.value.errors and info.value.errors[0]["id"] == "sdr-sentences-histogram"
 
 
+@pytest.mark.unit
 def test_request_http_error_carries_the_server_message(dashboards_stub):
     dashboards_stub.answer = (400, {"statusCode": 400, "error": "Bad Request", "message": "Invalid file extension .json"})
     with pytest.raises(DashboardsImportError, match="HTTP 400.*Bad Request: Invalid file extension .json") as info:
@@ -380,6 +409,7 @@ def test_request_http_error_carries_the_server_message(dashboards_stub):
     assert info.value.status == 400
 
 
+@pytest.mark.unit
 def test_request_503_means_dashboards_unavailable(dashboards_stub):
     dashboards_stub.answer = (503, {"statusCode": 503, "error": "Service Unavailable",
                                     "message": "OpenSearch Dashboards server is not ready yet"})
@@ -387,12 +417,14 @@ def test_request_503_means_dashboards_unavailable(dashboards_stub):
         import_saved_objects(dashboards_stub.url, NDJSON, timeout=5)
 
 
+@pytest.mark.unit
 def test_request_timeout_is_backend_unavailable(dashboards_stub):
     dashboards_stub.stall = True
     with pytest.raises(BackendUnavailableError, match="cannot reach"):
         import_saved_objects(dashboards_stub.url, NDJSON, timeout=0.3)
 
 
+@pytest.mark.unit
 def test_connection_refused_is_backend_unavailable():
     with socket.socket() as s:  # a port nobody listens on: bound, then released
         s.bind(("127.0.0.1", 0))
@@ -401,6 +433,7 @@ def test_connection_refused_is_backend_unavailable():
         import_saved_objects(f"http://127.0.0.1:{port}", NDJSON, timeout=2)
 
 
+@pytest.mark.unit
 def test_bad_url_and_missing_file_are_user_errors(tmp_path):
     with pytest.raises(InvalidInputError):
         import_saved_objects("localhost:5601", NDJSON)
@@ -413,10 +446,213 @@ def test_bad_url_and_missing_file_are_user_errors(tmp_path):
     assert issubclass(DashboardsImportError, SDRError)
 
 
-def test_request_cmd_prints_a_json_summary(dashboards_stub, capsys):
+@pytest.mark.unit
+def test_request_cmd_prints_a_json_summary(dashboards_stub, capsys, monkeypatch):
+    monkeypatch.delenv("SDR_OPENSEARCH_INDEX", raising=False)
     args = SimpleNamespace(url=dashboards_stub.url, file=None)
     assert cmd_dashboards_import(args) == 0
     summary = json.loads(capsys.readouterr().out)
-    assert summary == {"url": dashboards_stub.url, "file": str(DEFAULT_NDJSON), "overwrite": True,
+    assert summary == {"url": dashboards_stub.url, "index": "sdr", "file": str(DEFAULT_NDJSON), "overwrite": True,
                        "success": True, "successCount": 4, "errors": []}
     assert len(dashboards_stub.requests) == 1
+    assert _sent_pattern_titles(dashboards_stub.requests[0]) == ["sdr"]
+
+
+def _sent_pattern_titles(req) -> list[str]:
+    (part,) = _parse_multipart(req.headers["Content-Type"], req.body)
+    sent = read_saved_objects(part.get_payload(decode=True))
+    return [o["attributes"]["title"] for o in sent if o["type"] == "index-pattern"]
+
+
+@pytest.mark.unit
+def test_request_cmd_index_from_the_flag_else_the_environment(dashboards_stub, capsys, monkeypatch):
+    monkeypatch.setenv("SDR_OPENSEARCH_INDEX", "corpus-live")
+    assert cmd_dashboards_import(SimpleNamespace(url=dashboards_stub.url, file=None, index=None)) == 0
+    assert json.loads(capsys.readouterr().out)["index"] == "corpus-live"
+    assert cmd_dashboards_import(SimpleNamespace(url=dashboards_stub.url, file=None, index="sdr-demo")) == 0
+    assert json.loads(capsys.readouterr().out)["index"] == "sdr-demo"
+    assert [_sent_pattern_titles(r) for r in dashboards_stub.requests] == [["corpus-live"], ["sdr-demo"]]
+
+
+@pytest.mark.unit
+def test_request_with_a_wildcard_index_is_refused_before_sending(dashboards_stub):
+    with pytest.raises(InvalidInputError, match="wildcard"):
+        import_saved_objects(dashboards_stub.url, NDJSON, index="sdr-*", timeout=5)
+    assert dashboards_stub.requests == []
+
+
+@pytest.mark.unit
+def test_cli_parses_dashboards_import_with_index():
+    from sdr_core.cli import build_parser
+
+    args = build_parser().parse_args(["dashboards", "import", "--url", "http://h:5601", "--index", "sdr-demo"])
+    assert (args.url, args.index, args.file, args.no_overwrite, args.timeout) == ("http://h:5601", "sdr-demo", None, False, 30)
+    assert build_parser().parse_args(["dashboards", "import", "--url", "http://h:5601"]).index is None
+
+
+# ------------------------------------------------------ the index pattern title, pure
+
+
+@pytest.mark.unit
+def test_shipped_file_is_what_import_sends_for_the_default_index():
+    """The file in mappings/ and the body of a default import are the same bytes (kept in sync)."""
+    data = NDJSON.read_bytes()
+    assert saved_objects_for_index(data) == data
+    assert saved_objects_for_index(data, DEFAULT_INDEX) == data
+    assert render_saved_objects(read_saved_objects(data)) == data
+
+
+@pytest.mark.unit
+def test_set_index_pattern_title_changes_only_the_pattern_title(objects):
+    out = set_index_pattern_title(objects, "corpus-2")
+    assert [(o["type"], o["id"]) for o in out] == [(o["type"], o["id"]) for o in objects]
+    for before, after in zip(objects, out):
+        if before["type"] == "index-pattern":
+            assert after["attributes"]["title"] == "corpus-2"
+            assert {**after["attributes"], "title": before["attributes"]["title"]} == before["attributes"]
+            assert {k: v for k, v in after.items() if k != "attributes"} == {k: v for k, v in before.items() if k != "attributes"}
+        else:
+            assert after == before  # the search and visualizations follow the pattern through its id
+    assert [o["attributes"]["title"] for o in objects if o["type"] == "index-pattern"] == ["sdr"]  # input untouched
+    again = read_saved_objects(saved_objects_for_index(NDJSON.read_bytes(), "corpus-2"))
+    assert again == out
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("name", ["sdr", "sdr-demo", "corpus.v2", "sdr-20240101-000000", "ünïcode-idx"])
+def test_pattern_title_accepts_one_index_or_alias_name(name):
+    assert check_pattern_title(name) == name
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("name, why", [
+    ("sdr-*", "wildcard"), ("sdr*", "wildcard"), ("*", "wildcard"), ("sdr?", "wildcard"),
+    ("sdr,other", "wildcard"), ("remote:sdr", "without"), ("sdr demo", "without"), ("a/b", "without"),
+    ("", "empty"), ("-sdr", "not a valid"), ("_all", "not a valid"), ("+sdr", "not a valid"), ("..", "not a valid"),
+    ("sdr-sdr-state", "state index"), ("sdr-20240101-000000-sdr-state", "state index"),
+])
+def test_pattern_title_refuses_patterns_and_state_indices(name, why):
+    with pytest.raises(InvalidInputError, match=why):
+        check_pattern_title(name)
+    with pytest.raises(InvalidInputError):
+        saved_objects_for_index(NDJSON.read_bytes(), name)
+
+
+@pytest.mark.unit
+def test_pattern_without_attributes_is_an_input_error():
+    with pytest.raises(InvalidInputError, match="index-pattern/p"):
+        saved_objects_for_index(b'{"type":"index-pattern","id":"p"}\n', "sdr")
+
+
+# --------------------------------------- what the index pattern matches on a real OpenSearch node
+
+OLD_TITLE = "sdr-*"  # the title shipped before: "<default index>-*"
+DIM = 8
+
+
+def _put(url: str, index: str, model_id: str, n_docs: int, seed: int) -> None:
+    """A store ``index`` with ``n_docs`` documents of ``model_id`` (random unit vectors)."""
+    from indexer.opensearch import OpenSearchSettings, OpenSearchStore
+    from indexer.store import IndexMeta
+    from sdr_core.documents import parse_record
+    from sdr_core.settings import SegmentationSettings
+    from sdr_core.vectors import DocVectors
+
+    rng = np.random.default_rng(seed)
+    items = []
+    for i in range(n_docs):
+        doc = parse_record({"id": f"{model_id}-{i}", "title": f"Doc {i}", "paragraphs": ["One. Two.", "Three."]},
+                           settings=SegmentationSettings.from_recorded({}))
+        sizes = [len(p) for p in doc.paragraphs]
+        x = rng.standard_normal((sum(sizes), DIM)).astype(np.float32)
+        items.append((doc, DocVectors(x / np.linalg.norm(x, axis=1, keepdims=True), np.concatenate([[0], np.cumsum(sizes)]))))
+    with OpenSearchStore(url, index=index, settings=OpenSearchSettings(replicas=0)) as store:
+        store.ensure_meta(IndexMeta(model_id, f"tag-{model_id}", DIM, {"paragraph_unit": "paragraph"}, {}))
+        store.put(items)
+
+
+def _title_imported_for(index: str) -> str:
+    (pattern,) = [o for o in read_saved_objects(saved_objects_for_index(NDJSON.read_bytes(), index))
+                  if o["type"] == "index-pattern"]
+    return pattern["attributes"]["title"]
+
+
+def _documents_by_model_body(objects: list[dict]) -> dict:
+    """The search Dashboards sends for the "documents by model" table: its count metric and its
+    terms bucket (field, size, order, the "Missing" bucket as ``missing: "__missing__"``)."""
+    (vis,) = [o for o in objects if o["id"] == "sdr-documents-by-model"]
+    state = json.loads(vis["attributes"]["visState"])
+    (terms,) = [a for a in state["aggs"] if a["type"] == "terms"]
+    p = terms["params"]
+    agg = {"field": p["field"], "size": p["size"], "order": {"_count": p["order"]}}
+    if p.get("missingBucket"):
+        agg["missing"] = "__missing__"
+    return {"size": 0, "track_total_hits": True, "aggs": {"2": {"terms": agg}}}
+
+
+def _what_the_pattern_shows(client, title: str, objects: list[dict]) -> tuple[int, dict[str, int], set[str]]:
+    """(document count, documents per model_id, indices of the hits) for an index pattern ``title``."""
+    count = client.count(index=title)["count"]
+    answer = client.search(index=title, body=_documents_by_model_body(objects))
+    by_model = {b["key"]: b["doc_count"] for b in answer["aggregations"]["2"]["buckets"]}
+    assert answer["hits"]["total"]["value"] == count
+    hits = client.search(index=title, body={"size": 100, "_source": False})["hits"]["hits"]
+    return count, by_model, {h["_index"] for h in hits}
+
+
+@pytest.fixture()
+def os_client(opensearch_url):
+    from opensearchpy import OpenSearch
+
+    client = OpenSearch([opensearch_url], timeout=60)
+    yield client
+    client.close()
+
+
+@pytest.mark.integration
+def test_on_a_node_after_two_reindexes_only_the_live_generation_counts(opensearch_url, os_index, os_client):
+    """`sdr reindex` twice (model-a, then model-b) behind an alias: the pattern the import writes
+    for the alias sees the current generation only; the old title's shape sees everything."""
+    from indexer.opensearch import OpenSearchSettings
+    from indexer.opensearch.requests import state_index_name
+    from workers.swap import swap_opensearch_alias, timestamped_name
+
+    alias = os_index("sdr-dash")
+    settings = OpenSearchSettings(replicas=0)
+    old = timestamped_name(alias, datetime(2024, 1, 1, tzinfo=timezone.utc))
+    new = timestamped_name(alias, datetime(2024, 2, 1, tzinfo=timezone.utc))
+    _put(opensearch_url, old, "model-a", 5, seed=1)
+    assert swap_opensearch_alias(opensearch_url, alias, old, settings) is None
+    _put(opensearch_url, new, "model-b", 3, seed=2)
+    assert swap_opensearch_alias(opensearch_url, alias, new, settings) == old
+    os_client.indices.refresh(index=f"{alias}*")
+    state_docs = os_client.count(index=f"{state_index_name(old)},{state_index_name(new)}")["count"]
+    assert state_docs > 0  # the state indices hold documents that must not be counted
+
+    objects = read_saved_objects(saved_objects_for_index(NDJSON.read_bytes(), alias))
+    title = _title_imported_for(alias)
+    assert _what_the_pattern_shows(os_client, title, objects) == (3, {"model-b": 3}, {new})
+    assert title == alias
+
+    # The defect, on the same node: the old title shape counts both generations and the state
+    # documents (8 + state), shows a false "mixed models" row and a "Missing" row.
+    count, by_model, indices = _what_the_pattern_shows(os_client, OLD_TITLE.replace(DEFAULT_INDEX, alias, 1), objects)
+    assert count == 5 + 3 + state_docs
+    assert by_model == {"model-a": 5, "model-b": 3, "__missing__": state_docs}
+    assert indices == {old, new, state_index_name(old), state_index_name(new)}
+
+
+@pytest.mark.integration
+def test_on_a_node_a_concrete_index_is_matched_and_its_state_index_is_not(opensearch_url, os_index, os_client):
+    """`sdr index --index NAME` makes a concrete index NAME (like the default `sdr`): the imported
+    pattern NAME shows its documents; the old shape NAME-* missed them and matched the state index."""
+    from indexer.opensearch.requests import state_index_name
+
+    name = os_index("sdr-dash")
+    _put(opensearch_url, name, "model-a", 4, seed=3)
+    os_client.indices.refresh(index=f"{name}*")
+    objects = read_saved_objects(saved_objects_for_index(NDJSON.read_bytes(), name))
+    assert _what_the_pattern_shows(os_client, _title_imported_for(name), objects) == (4, {"model-a": 4}, {name})
+
+    count, by_model, indices = _what_the_pattern_shows(os_client, OLD_TITLE.replace(DEFAULT_INDEX, name, 1), objects)
+    assert indices == {state_index_name(name)} and "model-a" not in by_model
