@@ -405,6 +405,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=getattr(logging, args.log_level), format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    if args.log_level != "DEBUG":
+        # opensearch-py logs every request (INFO) and every failed one with its traceback (WARNING);
+        # the OpenSearch store raises each failure as one SDRError, reported below in one line
+        logging.getLogger("opensearch").setLevel(logging.ERROR)
     try:
         return args.handler(args)
     except SDRError as e:
