@@ -284,14 +284,17 @@ def _free_port() -> int:
 
 def test_backend_errors_are_one_line_exit_2(opensearch_url):
     """No node at the URL, or no such index: one line on stderr and exit status 2, no traceback
-    (also not the client library's own request-failure log with its traceback)."""
+    (also not the client library's own request-failure log with its traceback). Retries are off
+    here: by default an unreachable node is retried for ~31 s first, one warning line per retry."""
     cases = [
         (["mlt", "--opensearch", f"http://127.0.0.1:{_free_port()}", "--index", "sdr-e2e-x", "--id", "a"], "cannot be reached"),
         (["serve", "--opensearch", opensearch_url, "--index", f"sdr-e2e-missing-{uuid.uuid4().hex[:8]}",
           "--port", str(_free_port())], "does not exist"),
     ]
     for argv, message in cases:
-        r = subprocess.run([sys.executable, "-m", "sdr_core", *argv], cwd=REPO, capture_output=True, text=True, timeout=120)
+        env = {**os.environ, "SDR_OPENSEARCH_MAX_RETRIES": "0"}
+        r = subprocess.run([sys.executable, "-m", "sdr_core", *argv], cwd=REPO, capture_output=True, text=True,
+                           timeout=120, env=env)
         assert r.returncode == 2, (argv, r.stderr)
         assert message in r.stderr and "Traceback" not in r.stderr, r.stderr
         assert len(r.stderr.strip().splitlines()) == 1, r.stderr

@@ -29,6 +29,7 @@ from indexer.opensearch.requests import (
     build_msearch_bodies,
     build_msearch_body,
     build_nested_knn_query,
+    bm25_k1,
     MAX_KNN_K,
     knn_method,
     build_reference_actions,
@@ -701,7 +702,7 @@ class _RecordingClient:
     def __init__(self, responses):
         self.responses = responses
         self.bodies = []
-        meta = {"sdr": {"format_version": FORMAT_VERSION, "index_meta": META.to_dict()}}
+        meta = {"sdr": {"format_version": FORMAT_VERSION, "index_meta": META.to_dict(), "bm25_k1": 0.0}}
         self.indices = type("I", (), {"get_mapping": lambda _self, index: {"idx-1": {"mappings": {"_meta": meta}}}})()
 
     def msearch(self, body):
@@ -716,7 +717,7 @@ def test_store_lexical_search_sends_one_msearch_and_reads_scores():
     client = _RecordingClient([hits(("b", 9.0), ("c", 4.0)), hits(("v1", 3.5))])
     store = OpenSearchStore("http://unused:9200", index="idx", client=client)
     got = store.lexical_search("The murder weapon was a knife. Murder!", 2, exclude_ids=["a"], score_ids=["v1", "v2", "b"])
-    assert got.ids == ["b", "c"] and got.scores.tolist() == [9.0, 4.0]
+    assert got.ids == ["b", "c"] and got.scores.tolist() == [9.0, 4.0]  # k1 0 recorded: factor (1 + k1) = 1
     assert got.scored == {"v1": 3.5, "v2": 0.0, "b": 0.0}  # ids the filtered search did not return score 0
     assert got.score_of("c") == 4.0 and got.score_of("v1") == 3.5 and got.score_of("zz") == 0.0
     (body,) = client.bodies
@@ -737,6 +738,17 @@ def test_store_lexical_search_sends_one_msearch_and_reads_scores():
     assert mlt._client.bodies[0][1]["query"]["more_like_this"]["max_query_terms"] == 50
     with pytest.raises(InvalidInputError):
         store.lexical_search("x", -1)
+
+
+def test_store_lexical_scores_divide_out_the_recorded_k1():
+    """OpenSearch's BM25 keeps the (k1 + 1) factor bm25s drops; the store divides it out with the k1
+    recorded in _meta (1.5 for indices made before it was recorded: the shipped mapping's)."""
+    client = _RecordingClient([{"hits": {"hits": [{"_score": 5.0, "fields": {"doc_id": ["b"]}}]}}])
+    meta = client.indices.get_mapping("idx")["idx-1"]["mappings"]["_meta"]
+    del meta["sdr"]["bm25_k1"]
+    got = OpenSearchStore("http://unused:9200", index="idx", client=client).lexical_search("knife", 1)
+    assert got.scores.tolist() == [2.0]
+    assert bm25_k1(build_index_body(4, m=16, ef_construction=100, shards=1, replicas=0, meta={})) == 1.5
 
 
 def test_settings_from_environment(monkeypatch):
@@ -771,12 +783,18 @@ def test_invalid_index_name():
         OpenSearchStore("http://127.0.0.1:9", index="Upper")
 
 
-def test_unreachable_node_is_backend_unavailable():
-    store = OpenSearchStore("http://127.0.0.1:9", index="x", settings=OpenSearchSettings(timeout=2))
+def test_unreachable_node_is_backend_unavailable(caplog):
+    settings = OpenSearchSettings(timeout=2, max_retries=2, retry_backoff=0.01)
+    store = OpenSearchStore("http://127.0.0.1:9", index="x", settings=settings)
     try:
-        with pytest.raises(BackendUnavailableError, match="cannot be reached") as err:
-            store.counts()
+        with caplog.at_level("WARNING", logger="indexer.opensearch.store"):
+            with pytest.raises(BackendUnavailableError, match="cannot be reached") as err:
+                store.counts()
         assert err.value.__cause__ is not None
+        # retried with backoff before giving up, and only by the store (no transport retries)
+        assert [r.getMessage().split("; ")[-1] for r in caplog.records if r.name == "indexer.opensearch.store"] == [
+            "retry 1 of 2 in 0.0 s", "retry 2 of 2 in 0.0 s"]
+        assert store._client.transport.max_retries == 0
     finally:
         store.close()
     assert store._client is None

@@ -84,6 +84,7 @@ __all__ = [
     "MAX_KNN_K",
     "MIN_EF_SEARCH",
     "knn_method",
+    "bm25_k1",
     "FORMAT_VERSION",
     "KNN_FIELD",
     "MAX_ID_BYTES",
@@ -314,6 +315,14 @@ def build_index_body(
     knn_method(body)  # refuses an edited mapping whose space type has no score translation
     body["mappings"]["_meta"] = copy.deepcopy(dict(meta))
     return body
+
+
+def bm25_k1(body: Mapping[str, Any]) -> float:
+    """``k1`` of the BM25 similarity of the lexical field in an index body (1.2, Lucene's
+    default, when the mapping names none)."""
+    index = body.get("settings", {}).get("index", {})
+    name = body.get("mappings", {}).get("properties", {}).get(LEXICAL_FIELD, {}).get("similarity")
+    return float(index.get("similarity", {}).get(name, {}).get("k1", 1.2)) if name else 1.2
 
 
 def knn_method(body: Mapping[str, Any]) -> tuple[str, str]:
@@ -834,7 +843,8 @@ def error_from_response(status: int | str, info: Any, *, what: str, index: str |
 
     404 ``index_not_found_exception`` -> :class:`IndexNotFoundError`; 429 ->
     :class:`OverloadedError`; 401/403, 5xx and no status (connection) ->
-    :class:`BackendUnavailableError`; any other rejection -> :class:`StoreError`.
+    :class:`BackendUnavailableError`; 413 -> :class:`StoreError` naming the request limit; any other
+    rejection -> :class:`StoreError`.
     """
     etype, reason = _error_type_reason(info)
     where = f" on index {index!r}" if index else ""
@@ -851,4 +861,10 @@ def error_from_response(status: int | str, info: Any, *, what: str, index: str |
         )
     if not isinstance(status, int) or status >= 500:
         return BackendUnavailableError(f"OpenSearch failed {what}{where} ({status} {etype}: {reason})")
+    if status == 413:
+        return StoreError(
+            f"OpenSearch rejected {what}{where} as too large (413): the request body is over the cluster's "
+            "http.max_content_length; lower SDR_OPENSEARCH_MAX_REQUEST_BYTES (and SDR_OPENSEARCH_BULK_CHUNK_BYTES) "
+            "to the cluster's limit"
+        )
     return StoreError(f"OpenSearch rejected {what}{where} ({status} {etype}: {reason})")

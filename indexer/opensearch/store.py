@@ -107,6 +107,7 @@ from .requests import (
     decode_vectors_b64,
     error_from_response,
     index_meta_from_meta,
+    bm25_k1,
     initial_state,
     knn_method,
     parse_knn_responses,
@@ -125,6 +126,10 @@ _MGET_CHUNK = 500
 _SMALL_DOCS_PER_BULK = 2_000  # statistics documents and deletes are a few hundred bytes each
 _STATE_CAS_ATTEMPTS = 5
 _SCORE_IDS_PER_SEARCH = 1_000  # ids scored by one filtered lexical search
+# _mget item errors meaning "this shard is not started yet" (an index another process has just
+# created, a node restarting): the request is retried like a 503, never reported as a rejection.
+_SHARD_NOT_READY = frozenset({"no_shard_available_action_exception", "unavailable_shards_exception",
+                              "illegal_index_shard_state_exception", "shard_not_found_exception"})
 
 
 def _transient(error: Exception, overload: bool) -> bool:
@@ -164,6 +169,7 @@ class _Target:
     meta: IndexMeta | None
     engine: str = "faiss"  # k-NN engine recorded in _meta (indices from before the setting: faiss)
     space_type: str = "innerproduct"  # k-NN space type recorded in _meta
+    bm25_k1: float = 1.5  # k1 of the text field's BM25 similarity recorded in _meta (mappings/index.json)
 
     @property
     def recorded(self) -> IndexMeta:
@@ -264,6 +270,20 @@ class OpenSearchStore(DocumentStore):
                 time.sleep(delay)
                 attempt += 1
 
+    def _mget(self, what: str, body: Mapping[str, Any], *, index: str | None = None) -> list[dict[str, Any]]:
+        """The ``docs`` of one ``_mget``, retried (as a 503) while an item's shard is not started."""
+        from opensearchpy import exceptions as ox
+
+        def mget() -> list[dict[str, Any]]:
+            docs = self._os().mget(body=body, index=index)["docs"]
+            for d in docs:
+                err = d.get("error")
+                if isinstance(err, Mapping) and err.get("type") in _SHARD_NOT_READY:
+                    raise ox.TransportError(503, str(err["type"]), d)
+            return docs
+
+        return self._call(what, mget, index=index)
+
     def _resolve(self) -> _Target | None:
         """The concrete index behind ``self.index`` and its provenance; None if it does not exist."""
         target = self._target
@@ -271,13 +291,16 @@ class OpenSearchStore(DocumentStore):
             return target
         from opensearchpy import exceptions as ox
 
-        with self._calls("reading the index mapping"):
+        def read() -> Mapping[str, Any] | None:
             try:
-                mappings = self._os().indices.get_mapping(index=self.index)
+                return self._os().indices.get_mapping(index=self.index)
             except ox.NotFoundError as e:
                 if e.error == "index_not_found_exception":
                     return None
                 raise
+
+        # retried like every read: it is the first request of a store, often made while a node restarts
+        mappings = self._call("reading the index mapping", read)
         if not mappings:
             return None
         if len(mappings) > 1:
@@ -289,7 +312,8 @@ class OpenSearchStore(DocumentStore):
         meta = body.get("mappings", {}).get("_meta") or {}
         recorded = meta.get("sdr") if isinstance(meta.get("sdr"), Mapping) else {}
         target = _Target(name, state_index_name(name), index_meta_from_meta(meta),
-                         str(recorded.get("engine", "faiss")), str(recorded.get("space_type", "innerproduct")))
+                         str(recorded.get("engine", "faiss")), str(recorded.get("space_type", "innerproduct")),
+                         float(recorded.get("bm25_k1", 1.5)))
         if target.meta is not None:
             self._target = target
         return target
@@ -322,8 +346,7 @@ class OpenSearchStore(DocumentStore):
     # creation and metadata
     # =========================================================================================
     def _cluster_version(self) -> str:
-        with self._calls("reading the cluster version"):
-            info = self._os().info()
+        info = self._call("reading the cluster version", lambda: self._os().info())
         return str(info.get("version", {}).get("number", "unknown"))
 
     def _use_derived_source(self, cluster_version: str) -> bool:
@@ -338,7 +361,7 @@ class OpenSearchStore(DocumentStore):
     def _create_state_index(self, state: str) -> None:
         from opensearchpy import exceptions as ox
 
-        with self._calls("creating the state index", index=state):
+        def create() -> None:
             try:
                 self._os().indices.create(index=state, body=build_state_index_body(replicas=self.settings.replicas))
             except ox.RequestError as e:
@@ -347,7 +370,9 @@ class OpenSearchStore(DocumentStore):
             try:
                 self._os().index(index=state, id=STATE_DOC_ID, body=initial_state(_now()), params={"op_type": "create"})
             except ox.ConflictError:
-                pass  # another process created it first
+                pass  # another process (or a retried request) created it first
+
+        self._call("creating the state index", create, index=state)
 
     def _create(self, meta: IndexMeta) -> None:
         """Create the state index, then the document index with provenance in ``_meta``."""
@@ -369,14 +394,19 @@ class OpenSearchStore(DocumentStore):
         engine, space_type = knn_method(body)
         body["mappings"]["_meta"] = build_meta(meta, versions=versions, hnsw=hnsw, derived_source=derived,
                                                created_at=_now(), engine=engine, space_type=space_type)
+        body["mappings"]["_meta"]["sdr"]["bm25_k1"] = bm25_k1(body)
         self._create_state_index(state_index_name(self.index))
-        with self._calls("creating the index"):
+        def create() -> bool:
             try:
                 self._os().indices.create(index=self.index, body=body)
+                return True
             except ox.RequestError as e:
                 if e.error != "resource_already_exists_exception":
                     raise
-                return  # another process created it first; its meta is compared by the caller
+                return False  # another process created it first; its meta is compared by the caller
+
+        if not self._call("creating the index", create):
+            return
         self._state_checked = True
         logger.info("created OpenSearch index %s (dim %d, %s HNSW M=%d, %s, derived source %s, cluster %s)",
                     self.index, meta.dim, engine, s.hnsw_m, space_type, derived, cluster)
@@ -406,8 +436,8 @@ class OpenSearchStore(DocumentStore):
                     f"{meta.encoder_tag}, dim {meta.dim}). Use --model {stored.model_id} or re-index into a new index."
                 )
             if not self._state_checked:
-                with self._calls("checking the state index", index=target.state):
-                    exists = bool(self._os().indices.exists(index=target.state))
+                exists = bool(self._call("checking the state index",
+                                         lambda: self._os().indices.exists(index=target.state), index=target.state))
                 if not exists:
                     logger.warning("OpenSearch index %s had no state index; creating %s", target.name, target.state)
                     self._create_state_index(target.state)
@@ -522,7 +552,7 @@ class OpenSearchStore(DocumentStore):
         actions = build_bulk_actions(items, index=target.name, encoder_tag=meta.encoder_tag, model_id=meta.model_id)
         self._mark_stale(target)
         self._bulk(target, build_stats_delete_actions(ids, index=target.state), ids,
-                   "deleting replaced statistics", accept=(404,))
+                   "deleting replaced statistics", accept=(404,), max_items=_SMALL_DOCS_PER_BULK)
         self._bulk(target, actions, ids, "writing documents")
 
     def delete(self, ids: Sequence[str]) -> int:
@@ -530,7 +560,8 @@ class OpenSearchStore(DocumentStore):
         if not ids:
             return 0
         target = self._read_target()
-        self._bulk(target, build_stats_delete_actions(ids, index=target.state), ids, "deleting statistics", accept=(404,))
+        self._bulk(target, build_stats_delete_actions(ids, index=target.state), ids, "deleting statistics", accept=(404,),
+                   max_items=_SMALL_DOCS_PER_BULK)
         results = self._bulk(target, build_delete_actions(ids, index=target.name), ids, "deleting documents", accept=(404,))
         deleted = sum(1 for r in results.values() if r == "deleted")
         if deleted:
@@ -550,8 +581,7 @@ class OpenSearchStore(DocumentStore):
         target = self._read_target()
         docs = build_mget_body([doc_id], {"excludes": ["sentences", "text"]}, index=target.name)["docs"]
         docs.append({"_index": target.state, "_id": stats_os_id(doc_id), "_source": ["stats_mu", "stats_sigma"]})
-        main, stats_doc = self._call("reading a document", lambda: self._os().mget(body={"docs": docs}),
-                                     index=target.name)["docs"]
+        main, stats_doc = self._mget("reading a document", {"docs": docs})
         if "error" in main:
             raise error_from_response(404, main, what="reading a document", index=target.name)
         if not main.get("found"):
@@ -577,8 +607,7 @@ class OpenSearchStore(DocumentStore):
         """``id -> _source`` (filtered to ``fields``) for the ids that exist."""
         found: dict[str, dict] = {}
         for chunk in _chunks(list(dict.fromkeys(ids)), _MGET_CHUNK):
-            docs = self._call(what, lambda chunk=chunk: self._os().mget(index=target.name, body=build_mget_body(chunk, fields)),
-                              index=target.name)["docs"]
+            docs = self._mget(what, build_mget_body(chunk, fields), index=target.name)
             for doc_id, d in zip(chunk, docs):
                 if "error" in d:
                     raise error_from_response(404, d, what=what, index=target.name)
@@ -622,7 +651,7 @@ class OpenSearchStore(DocumentStore):
     def _open_pit(self, target: _Target) -> str | None:
         from opensearchpy import exceptions as ox
 
-        with self._calls("opening a point in time", index=target.name):
+        def open_pit() -> str | None:
             try:
                 return self._os().create_pit(index=target.name, params={"keep_alive": self.settings.pit_keep_alive})["pit_id"]
             except ox.TransportError as e:
@@ -631,6 +660,8 @@ class OpenSearchStore(DocumentStore):
                     raise
                 logger.info("point in time unavailable (%s %s); scanning without one", e.status_code, e.error)
                 return None
+
+        return self._call("opening a point in time", open_pit, index=target.name)
 
     def _close_pit(self, pit_id: str) -> None:
         from opensearchpy import exceptions as ox
@@ -710,14 +741,18 @@ class OpenSearchStore(DocumentStore):
         r = self._call("a lexical search", lambda: self._os().msearch(body=build_lexical_msearch(target.name, top, scored_bodies)),
                        index=target.name)
         responses = list(r["responses"])
+        # Lucene's BM25 keeps the (k1 + 1) factor that bm25s (the embedded store) drops: divide it out
+        # so both stores report the same BM25.
+        scale = np.float32(1.0 / (1.0 + target.bm25_k1))
         ids: list[str] = []
         scores = np.zeros(0, dtype=np.float32)
         if top is not None:
             ids, scores = parse_lexical_response(responses.pop(0), index=target.name)
+            scores = scores * scale
         scored = {i: 0.0 for i in wanted}
         for item in responses:
             got_ids, got_scores = parse_lexical_response(item, index=target.name)
-            scored.update({i: float(v) for i, v in zip(got_ids, got_scores)})
+            scored.update({i: float(v * scale) for i, v in zip(got_ids, got_scores)})
         return LexicalHits(ids, scores, scored)
 
     def search_defaults(self) -> dict[str, Any]:
@@ -731,8 +766,8 @@ class OpenSearchStore(DocumentStore):
         target = self._read_target()
         body = {"script": {"source": "ctx._source.state.search_defaults = params.d", "lang": "painless",
                            "params": {"d": checked or None}}}
-        with self._calls("recording search defaults", index=target.state):
-            self._os().update(index=target.state, id=STATE_DOC_ID, body=body, params={"retry_on_conflict": 5})
+        self._call("recording search defaults", lambda: self._os().update(
+            index=target.state, id=STATE_DOC_ID, body=body, params={"retry_on_conflict": 5}), index=target.state)
         return checked
 
     def fetch(self, ids: Sequence[str]) -> CorpusVectors:
@@ -818,8 +853,8 @@ class OpenSearchStore(DocumentStore):
         if known:
             self._bulk(target, build_stats_update_actions(known, version, index=target.state), list(known),
                        "writing statistics", refresh="false", max_items=_SMALL_DOCS_PER_BULK)
-        with self._calls("refreshing the indices", index=target.name):  # count what was just written
-            self._os().indices.refresh(index=f"{target.name},{target.state}")
+        self._call("refreshing the indices", lambda: self._os().indices.refresh(index=f"{target.name},{target.state}"),
+                   index=target.name)  # count what was just written
         behind = self._count(target.name) - self._count(target.state, build_stats_count_query(version))
         info = {"version": version, "mode": mode, "sample_size": sample_size, "seed": seed,
                 "computed_at": _now(), "stale": bool(behind > 0 or unknown)}
@@ -838,13 +873,16 @@ class OpenSearchStore(DocumentStore):
         for _ in range(_STATE_CAS_ATTEMPTS):
             state = {**state, "stats": info}
             params: dict[str, Any] = {"op_type": "create"} if seq is None else {"if_seq_no": seq[0], "if_primary_term": seq[1]}
-            with self._calls("writing the store state", index=target.state):
+            def write(state: dict[str, Any] = state, params: dict[str, Any] = params) -> bool:
                 try:
                     self._os().index(index=target.state, id=STATE_DOC_ID, body={"kind": "state", "state": state},
                                      params=params)
-                    return
+                    return True
                 except ox.ConflictError:
-                    pass
+                    return False
+
+            if self._call("writing the store state", write, index=target.state):
+                return
             state, seq = self._read_state(target)
             info = {**info, "stale": True}
         raise StoreError(f"the state of OpenSearch index {target.name!r} changed {_STATE_CAS_ATTEMPTS} times during "
@@ -861,8 +899,7 @@ class OpenSearchStore(DocumentStore):
         fields = ["doc_id", "paragraph_index", "label", "n_sentences", "vectors_b64"]
         for chunk in _chunks(range(n), _MGET_CHUNK):
             body = {"docs": [{"_id": reference_os_id(generation, p), "_source": fields} for p in chunk]}
-            docs = self._call("reading the reference sample", lambda body=body: self._os().mget(index=target.state, body=body),
-                              index=target.state)["docs"]
+            docs = self._mget("reading the reference sample", body, index=target.state)
             for p, d in zip(chunk, docs):
                 if not d.get("found"):
                     raise StoreError(f"the reference sample of OpenSearch index {target.name!r} lacks paragraph {p}; "
@@ -895,9 +932,9 @@ class OpenSearchStore(DocumentStore):
         self._bulk(target, actions, [a["_id"] for a in actions], "writing the reference sample", refresh="false")
         header = {"generation": generation, "seed": int(reference.seed), "size": int(reference.size),
                   "dim": cv.dim, "paragraphs": n, "at": _now()}
-        with self._calls("writing the store state", index=target.state):
-            self._os().update(index=target.state, id=STATE_DOC_ID, body={"doc": {"state": {"reference": header}}},
-                              params={"retry_on_conflict": 5})
+        self._call("writing the store state", lambda: self._os().update(
+            index=target.state, id=STATE_DOC_ID, body={"doc": {"state": {"reference": header}}},
+            params={"retry_on_conflict": 5}), index=target.state)
         if old:
             stale = build_reference_delete_actions(int(old["generation"]), int(old["paragraphs"]), index=target.state)
             self._bulk(target, stale, [a["_id"] for a in stale], "deleting the previous reference sample",
@@ -911,21 +948,26 @@ class OpenSearchStore(DocumentStore):
         from opensearchpy import exceptions as ox
 
         target = self._read_target()
-        with self._calls("moving an alias", index=target.name):
+        def move() -> None:
             try:
                 current = list(self._os().indices.get_alias(name=alias))
             except ox.NotFoundError:
                 current = []
             self._os().indices.update_aliases(body=build_alias_swap(alias, target.name, current))
 
+        self._call("moving an alias", move, index=target.name)
+
     def drop(self) -> bool:
         """Delete the document index and its state index; False when there was nothing to delete."""
         target = self._resolve()
         name = target.name if target else self.index
-        with self._calls("deleting the index", index=name):
+        def delete() -> list[str]:
             existing = [i for i in (name, state_index_name(name)) if self._os().indices.exists(index=i)]
             if existing:
                 self._os().indices.delete(index=",".join(existing))
+            return existing
+
+        existing = self._call("deleting the index", delete, index=name)
         self._target = None
         self._state_checked = False
         return bool(existing)
