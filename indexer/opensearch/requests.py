@@ -36,8 +36,9 @@ Version notes (targets: OpenSearch 2.19+ and 3.x with the k-NN plugin):
   two breaks vector reconstruction, opensearch-project/k-NN#3536) or ``false`` with
   ``_source.excludes`` on the vectors, which means a partial ``_update`` or a reindex of a
   document *drops its vectors*. This backend therefore never updates a document in place:
-  statistics live in the state index. (2.19 has derived source as an experimental feature; the
-  store turns it on only on 3.x unless told otherwise.)
+  statistics live in the state index. (2.19 has derived source as an experimental feature,
+  nested fields included since 2.19.2; the store turns it on only on 3.x unless
+  ``SDR_OPENSEARCH_DERIVED_SOURCE=on``. Tested both ways on 2.19.1 and 3.5.0 nodes.)
 * **Engine.** ``lucene`` (pure Java, in every k-NN distribution, including the Maven Central one
   that has no native libraries) or ``faiss`` (native; a node without its JNI library exits on the
   first graph build). ``ef_search`` is sent with every query (``method_parameters.ef_search``,
