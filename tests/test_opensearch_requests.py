@@ -741,13 +741,16 @@ def test_store_lexical_search_sends_one_msearch_and_reads_scores():
 
 
 def test_store_lexical_scores_divide_out_the_recorded_k1():
-    """OpenSearch's BM25 keeps the (k1 + 1) factor bm25s drops; the store divides it out with the k1
-    recorded in _meta (1.5 for indices made before it was recorded: the shipped mapping's)."""
-    client = _RecordingClient([{"hits": {"hits": [{"_score": 5.0, "fields": {"doc_id": ["b"]}}]}}])
-    meta = client.indices.get_mapping("idx")["idx-1"]["mappings"]["_meta"]
-    del meta["sdr"]["bm25_k1"]
-    got = OpenSearchStore("http://unused:9200", index="idx", client=client).lexical_search("knife", 1)
-    assert got.scores.tolist() == [2.0]
+    """OpenSearch 2.x's BM25 keeps the (k1 + 1) factor bm25s and 3.x drop; the store divides it out
+    with the k1 and cluster version recorded in _meta (k1 1.5, the shipped mapping's, for indices
+    made before it was recorded)."""
+    for version, expected in (("2.19.1", 2.0), ("3.5.0", 5.0)):
+        client = _RecordingClient([{"hits": {"hits": [{"_score": 5.0, "fields": {"doc_id": ["b"]}}]}}])
+        meta = client.indices.get_mapping("idx")["idx-1"]["mappings"]["_meta"]
+        del meta["sdr"]["bm25_k1"]
+        meta["sdr"]["versions"] = {"opensearch": version}
+        got = OpenSearchStore("http://unused:9200", index="idx", client=client).lexical_search("knife", 1)
+        assert got.scores.tolist() == [expected], version
     assert bm25_k1(build_index_body(4, m=16, ef_construction=100, shards=1, replicas=0, meta={})) == 1.5
 
 

@@ -147,6 +147,24 @@ def _transient(error: Exception, overload: bool) -> bool:
     return isinstance(cause, ox.TransportError) and cause.status_code in (502, 503, 504)
 
 
+def _bm25_factor(recorded: Mapping[str, Any]) -> float:
+    """How much larger the node's BM25 is than bm25s's for an index with this ``_meta.sdr``: indices
+    created on 2.x score with LegacyBM25Similarity, ``(k1 + 1)`` times bm25s; 3.x with Lucene's
+    BM25Similarity, the same as bm25s (both measured, 3 shards, dfs). ``k1``: the mapping's, 1.5."""
+    version = str((recorded.get("versions") or {}).get("opensearch", "2"))
+    try:
+        major = int(version.split(".")[0])
+    except ValueError:
+        major = 2
+    return 1.0 + float(recorded.get("bm25_k1", 1.5)) if major < 3 else 1.0
+
+
+def _pit_lost(error: Exception) -> bool:
+    """Whether a scan page failed because its point in time no longer exists."""
+    cause = error.__cause__
+    return "search_context_missing_exception" in str(getattr(cause, "info", "") or "") + str(error)
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
@@ -169,7 +187,7 @@ class _Target:
     meta: IndexMeta | None
     engine: str = "faiss"  # k-NN engine recorded in _meta (indices from before the setting: faiss)
     space_type: str = "innerproduct"  # k-NN space type recorded in _meta
-    bm25_k1: float = 1.5  # k1 of the text field's BM25 similarity recorded in _meta (mappings/index.json)
+    bm25_factor: float = 2.5  # what the node's BM25 multiplies bm25s's by: 1 + k1 on 2.x, 1 on 3.x
 
     @property
     def recorded(self) -> IndexMeta:
@@ -313,7 +331,7 @@ class OpenSearchStore(DocumentStore):
         recorded = meta.get("sdr") if isinstance(meta.get("sdr"), Mapping) else {}
         target = _Target(name, state_index_name(name), index_meta_from_meta(meta),
                          str(recorded.get("engine", "faiss")), str(recorded.get("space_type", "innerproduct")),
-                         float(recorded.get("bm25_k1", 1.5)))
+                         _bm25_factor(recorded))
         if target.meta is not None:
             self._target = target
         return target
@@ -636,8 +654,18 @@ class OpenSearchStore(DocumentStore):
             while True:
                 body = build_scan_query(size=size, source=source, search_after=after, pit_id=pit_id,
                                         keep_alive=self.settings.pit_keep_alive)
-                r = self._call("scanning documents", lambda body=body, pit_id=pit_id: self._os().search(body=body)
-                               if pit_id else self._os().search(index=target.name, body=body), index=target.name)
+                try:
+                    r = self._call("scanning documents", lambda body=body, pit_id=pit_id: self._os().search(body=body)
+                                   if pit_id else self._os().search(index=target.name, body=body), index=target.name)
+                except StoreError as e:
+                    if not pit_id or not _pit_lost(e):
+                        raise
+                    # the node restarted (or the point in time expired): doc_id order and search_after
+                    # let the scan go on from the last document it returned in a new point in time
+                    logger.warning("scanning %s: point in time lost (%s); reopening it and going on after %r",
+                                   target.name, type(e).__name__, after)
+                    pit_id = self._open_pit(target)
+                    continue
                 pit_id = r.get("pit_id", pit_id)
                 hits = r["hits"]["hits"]
                 yield from hits
@@ -741,9 +769,9 @@ class OpenSearchStore(DocumentStore):
         r = self._call("a lexical search", lambda: self._os().msearch(body=build_lexical_msearch(target.name, top, scored_bodies)),
                        index=target.name)
         responses = list(r["responses"])
-        # Lucene's BM25 keeps the (k1 + 1) factor that bm25s (the embedded store) drops: divide it out
-        # so both stores report the same BM25.
-        scale = np.float32(1.0 / (1.0 + target.bm25_k1))
+        # OpenSearch 2.x's BM25 (LegacyBM25Similarity) keeps the (k1 + 1) factor that bm25s (the embedded
+        # store) and 3.x drop: divide it out so both stores report the same BM25.
+        scale = np.float32(1.0 / target.bm25_factor)
         ids: list[str] = []
         scores = np.zeros(0, dtype=np.float32)
         if top is not None:
