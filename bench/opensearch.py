@@ -1,0 +1,563 @@
+"""The OpenSearch backend against the embedded store, side by side in one run, on the same documents.
+
+Both stores are filled here from one embedded store (``--store``, e.g. what ``sdr index`` built
+for IRLeD): its documents, sentence vectors, per-document statistics and reference sample are read
+into memory once, then written with ``put()`` in batches of ``--batch-docs`` into a new embedded
+store and into a new index on an OpenSearch node (``--url``). No encoder runs while writing, so
+the encoder is not what is timed. Then, in this order:
+
+1. **Bulk indexing throughput** (sentences/s): the ``put()`` calls, as ``sdr index`` /
+   ``sdr reindex`` make them. Node: with the store's refresh policy (``SDR_OPENSEARCH_REFRESH``,
+   ``wait_for`` by default), then also until a refresh returns and no merge runs any more (the
+   HNSW graphs of merged segments are rebuilt in the background). Embedded: its FAISS HNSW is
+   added to inside ``put()``; ``close()`` saves it (shown apart).
+2. **Index size on disk** per million sentences, statistics and reference sample included: the
+   node's document index plus its state index (``_stats`` store size of the primaries, flushed,
+   no merge running; with the document index's Lucene file types) and the embedded store's
+   directory (``store.sqlite``, ``vectors.float32``, ``faiss.index``; no lexical index, which
+   ``sdr index`` adds: 18 MB for IRLeD).
+3. **Fidelity** on IRLeD dev (``--queries``, new text; statistics from the reference sample,
+   identical in both stores): the fraction of the exhaustive SDR top-10 (every document, the same
+   statistics; ``bench/two_stage.py``'s ``exhaustive_top``) found in the engine's two-stage
+   top-10 (method ``sdr``: nested k-NN, centroid pre-rank, exact rerank of K = ``--candidates``),
+   per store, and the overlap of the two stores' top-10s.
+4. **Latency** of ``more_like_this`` (by id, method ``sdr``, K = 100, engine defaults otherwise)
+   for ``--latency-queries`` indexed sources of 150-250 sentences, the two stores alternating
+   query by query: p50 / p99 of the whole call and of the engine's stages (``timings_ms``:
+   candidates = nested k-NN + aggregation, prerank = paragraph centroids + fusion, fetch, rerank;
+   ``other`` = the rest: reading the source, statistics info, search defaults). For the node,
+   every HTTP request is recorded (which store method sent it, time on the wire, response bytes,
+   JSON decoding), so the table says which request the time goes to. With ``--force-merge N``
+   the node's index is then force-merged to N segments (timed, size measured again) and the
+   latency section runs once more: Lucene searches every segment's HNSW graph separately.
+
+``--recovery-source-excludes`` (a variant, not the product's mapping): the node's index is
+created with ``_source.recovery_source_excludes: ["sentences.vector"]`` as well. On 2.x, with
+``_source.excludes`` alone, OpenSearch still stores the whole source, JSON float vectors included,
+as ``_recovery_source`` until merges prune it (OpenSearch 2.15+ documents the setting for k-NN
+fields); this measures what leaving the vectors out of it changes in throughput and size.
+
+Without ``--store`` an embedded store of the first ``--docs`` IRLeD documents is built in the
+work directory from the embedding cache (``bench/two_stage.py``'s ``build_store``; encodes what
+the cache lacks). ``--docs N`` with ``--store`` takes its first N documents (a development slice).
+The node's index is deleted at the start and, unless ``--keep-index``, at the end.
+
+Start a node with ``SDR_NODE_PORT=9220 SDR_NODE_HEAP=4g scripts/opensearch-node.sh start``.
+Usage: python bench/opensearch.py --url http://127.0.0.1:9220 --store /tmp/bench/irled-store
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import logging
+import shutil
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from two_stage import DATA, build_store, dir_mb, exhaustive_top  # noqa: E402
+
+import indexer.opensearch.store as opensearch_store  # noqa: E402
+from indexer.embedded import EmbeddedStore  # noqa: E402
+from indexer.opensearch import OpenSearchStore  # noqa: E402
+from indexer.opensearch.settings import OpenSearchSettings  # noqa: E402
+from indexer.settings import EmbeddedStoreSettings  # noqa: E402
+from indexer.store import DocumentStore, ReferenceParagraphs, StatsInfo  # noqa: E402
+from reranker.engine import MLTSettings, MoreLikeThis  # noqa: E402
+from sdr_core.cache import EmbeddingCache  # noqa: E402
+from sdr_core.documents import Document, read_documents  # noqa: E402
+from sdr_core.embed import embed_documents  # noqa: E402
+from sdr_core.encoder import SentenceEncoder  # noqa: E402
+from sdr_core.scoring import NormStats  # noqa: E402
+from sdr_core.settings import CacheSettings  # noqa: E402
+from sdr_core.vectors import DocVectors  # noqa: E402
+
+logger = logging.getLogger("bench.opensearch")
+
+STAGES = ("candidates", "prerank", "fetch", "rerank")
+STORES = ("embedded", "opensearch")
+
+
+# =============================================================================================
+# the documents both stores are filled with
+# =============================================================================================
+@dataclass
+class Corpus:
+    """Everything read from the source store: documents with vectors, statistics, reference."""
+
+    items: list[tuple[Document, DocVectors]]
+    stats: dict[str, NormStats]
+    reference: ReferenceParagraphs | None
+    stats_info: StatsInfo
+    meta: Any  # IndexMeta
+
+    @property
+    def sentences(self) -> int:
+        return sum(v.n_sentences for _, v in self.items)
+
+
+def read_corpus(store: EmbeddedStore, limit: int | None) -> Corpus:
+    ids = list(itertools.islice(store.iter_ids(), limit))
+    items, stats = [], {}
+    for doc_id in ids:
+        stored = store.get(doc_id)  # vectors copied out of the memory map
+        items.append((stored.document, stored.vectors))
+        if stored.stats is not None:
+            stats[doc_id] = stored.stats
+    return Corpus(items, stats, store.reference(), store.stats_info(), store.meta())
+
+
+def copy_stats(corpus: Corpus, store: DocumentStore) -> None:
+    """The source's reference sample and per-document statistics, as ``sdr stats`` wrote them."""
+    if corpus.reference is not None:
+        store.set_reference(corpus.reference)
+    info = corpus.stats_info
+    store.write_stats(corpus.stats, mode=info.mode or "sampled", sample_size=info.sample_size, seed=info.seed)
+
+
+def batches(items: Sequence[Any], n: int) -> Iterator[Sequence[Any]]:
+    for i in range(0, len(items), n):
+        yield items[i : i + n]
+
+
+# =============================================================================================
+# the node: HTTP requests recorded, waiting for merges, sizes
+# =============================================================================================
+@dataclass
+class RequestLog:
+    """Every HTTP request an :class:`OpenSearchStore` sends: which store method sent it, the time
+    on the wire (request sent -> response read), the time to JSON-decode it, response bytes."""
+
+    rows: list[tuple[str, str, float, float, int]] = field(default_factory=list)  # caller, path, wire, decode, bytes
+    _pending: list[tuple[float, int]] = field(default_factory=list)
+
+    def install(self, client: Any) -> None:
+        transport = client.transport
+        connection = transport.get_connection()
+        send, perform = connection.perform_request, transport.perform_request
+
+        def timed_send(*args: Any, **kwargs: Any) -> Any:
+            t = time.perf_counter()
+            status, headers, data = send(*args, **kwargs)
+            self._pending.append((time.perf_counter() - t, len(data or b"")))
+            return status, headers, data
+
+        def timed_perform(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return perform(method, url, *args, **kwargs)
+            finally:
+                total = time.perf_counter() - t
+                wire, size = self._pending.pop() if self._pending else (total, 0)
+                path = "/".join(p for p in url.split("?")[0].split("/") if p.startswith("_")) or url
+                self.rows.append((caller(), f"{method} {path}", wire * 1e3, (total - wire) * 1e3, size))
+
+        connection.perform_request = timed_send
+        transport.perform_request = timed_perform
+
+    def mark(self) -> int:
+        return len(self.rows)
+
+    def since(self, mark: int) -> list[tuple[str, str, float, float, int]]:
+        return self.rows[mark:]
+
+
+def caller() -> str:
+    """The store method that sent the current request: the outermost frame in ``indexer/``
+    (e.g. ``sentence_knn``, ``paragraph_centroids``, ``fetch_documents``, ``get``)."""
+    frame = sys._getframe(2)
+    name = "?"
+    while frame is not None:
+        path = frame.f_code.co_filename.replace("\\", "/")
+        if "/indexer/" in path:
+            name = frame.f_code.co_name
+        elif name != "?":
+            break
+        frame = frame.f_back
+    return name
+
+
+def wait_for_merges(os_store: OpenSearchStore, index: str, poll: float = 0.5, timeout: float = 3600) -> None:
+    """Refresh, then wait until the index has no running merge (twice in a row)."""
+    client = os_store._os()
+    client.indices.refresh(index=index)
+    quiet, t0 = 0, time.perf_counter()
+    while quiet < 2:
+        merges = client.indices.stats(index=index, metric="merge")["_all"]["primaries"]["merges"]
+        quiet = quiet + 1 if merges["current"] == 0 else 0
+        if time.perf_counter() - t0 > timeout:
+            raise TimeoutError(f"merges of {index} still running after {timeout:.0f} s")
+        time.sleep(poll)
+
+
+def node_sizes(os_store: OpenSearchStore, index: str, state: str) -> dict[str, Any]:
+    """Store size of the two indices' primaries, once flushed and no merge runs (files of merged-away
+    segments are deleted after the commit and a refresh), and the Lucene file types of the document index."""
+    client = os_store._os()
+    client.indices.flush(index=f"{index},{state}")
+    wait_for_merges(os_store, index)
+    client.indices.flush(index=f"{index},{state}")
+    client.indices.refresh(index=f"{index},{state}")
+    stats = client.indices.stats(index=f"{index},{state}", metric="store,docs,segments",
+                                 params={"include_segment_file_sizes": "true"})["indices"]
+    doc, st = stats[index]["primaries"], stats[state]["primaries"]
+    files = {k: v["size_in_bytes"] for k, v in doc["segments"].get("file_sizes", {}).items()}
+    return {"index_bytes": doc["store"]["size_in_bytes"], "state_bytes": st["store"]["size_in_bytes"],
+            "segments": doc["segments"]["count"], "lucene_docs": doc["docs"]["count"], "files": files}
+
+
+def force_merge(os_store: OpenSearchStore, index: str, segments: int) -> float:
+    """``_forcemerge`` to ``segments`` segments, then wait for merges; seconds."""
+    client = os_store._os()
+    t = time.perf_counter()
+    client.indices.forcemerge(index=index, params={"max_num_segments": segments, "request_timeout": 3600})
+    wait_for_merges(os_store, index)
+    return time.perf_counter() - t
+
+
+@contextmanager
+def recovery_source_excluded(enabled: bool) -> Iterator[None]:
+    """While active, indices the store creates also leave the sentence vectors out of
+    ``_recovery_source`` (bench variant; the product mapping is unchanged)."""
+    if not enabled:
+        yield
+        return
+    original = opensearch_store.build_index_body
+
+    def patched(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        body = original(*args, **kwargs)
+        source = body["mappings"].get("_source")
+        if source is not None and "excludes" in source:
+            source["recovery_source_excludes"] = list(source["excludes"])
+        return body
+
+    opensearch_store.build_index_body = patched
+    try:
+        yield
+    finally:
+        opensearch_store.build_index_body = original
+
+
+def node_description(os_store: OpenSearchStore, index: str) -> str:
+    client = os_store._os()
+    info = client.info()
+    jvm = next(iter(client.nodes.stats(metric="jvm")["nodes"].values()))["jvm"]["mem"]
+    mapping = client.indices.get_mapping(index=index)[index]["mappings"]
+    sdr = mapping.get("_meta", {}).get("sdr", {})
+    hnsw = sdr.get("hnsw", {})
+    return (f"OpenSearch {info['version']['number']} (heap {jvm['heap_max_in_bytes'] / 2**30:.0f} GiB), k-NN engine "
+            f"{sdr.get('engine')}, {sdr.get('space_type')}, HNSW m={hnsw.get('m')} ef_construction="
+            f"{hnsw.get('ef_construction')} ef_search={os_store.settings.hnsw_ef_search}")
+
+
+# =============================================================================================
+# sections
+# =============================================================================================
+def timed_puts(store: DocumentStore, items: Sequence[tuple[Document, DocVectors]], batch: int, name: str) -> float:
+    total, done, t0 = 0.0, 0, time.perf_counter()
+    for chunk in batches(items, batch):
+        t = time.perf_counter()
+        store.put(chunk)
+        total += time.perf_counter() - t
+        done += len(chunk)
+        if time.perf_counter() - t0 > 30 or done == len(items):
+            logger.info("%s: %d / %d documents written, %.0f s in put()", name, done, len(items), total)
+            t0 = time.perf_counter()
+    return total
+
+
+def fill(args, corpus: Corpus, work: Path) -> tuple[EmbeddedStore, OpenSearchStore, dict[str, Any]]:
+    """Section 1 and 2: write the corpus into both stores (timed), measure their sizes, copy the statistics."""
+    out: dict[str, Any] = {"sentences": corpus.sentences, "documents": len(corpus.items)}
+    path = work / "embedded"
+    if path.exists():
+        shutil.rmtree(path)
+    emb = EmbeddedStore(path, create=True)
+    emb.ensure_meta(corpus.meta)
+    out["embedded_put_s"] = timed_puts(emb, corpus.items, args.batch_docs, "embedded")
+    t = time.perf_counter()
+    emb.close()  # saves faiss.index
+    out["embedded_close_s"] = time.perf_counter() - t
+
+    os_store = OpenSearchStore(args.url, index=args.index)
+    os_store.drop()
+    with recovery_source_excluded(args.recovery_source_excludes):
+        os_store.ensure_meta(corpus.meta)
+    source = os_store._os().indices.get_mapping(index=os_store.index_name)[os_store.index_name]["mappings"].get("_source")
+    out["node_source_mapping"] = source
+    out["refresh"] = os_store.settings.refresh
+    out["opensearch_put_s"] = timed_puts(os_store, corpus.items, args.batch_docs, "opensearch")
+    t = time.perf_counter()
+    name = os_store.index_name
+    wait_for_merges(os_store, name)
+    out["opensearch_settle_s"] = time.perf_counter() - t
+    out["node"] = node_description(os_store, name)
+
+    emb = EmbeddedStore(path)
+    copy_stats(corpus, emb)
+    emb.close()  # sizes with statistics and reference sample, the SQLite WAL checkpointed
+    copy_stats(corpus, os_store)
+    out["embedded_bytes"] = dir_mb(path) * 1e6
+    out["embedded_files"] = {p.name: p.stat().st_size for p in sorted(path.iterdir()) if p.is_file()}
+    out.update({f"node_{k}": v for k, v in node_sizes(os_store, name, f"{name}-sdr-state").items()})
+    emb = EmbeddedStore(path)
+    for store in (emb, os_store):
+        info = store.stats_info()
+        if info.stale or info.docs_without_stats:
+            logger.warning("%r: statistics stale=%s, %d documents without", store, info.stale, info.docs_without_stats)
+    return emb, os_store, out
+
+
+def fidelity(args, emb: EmbeddedStore, os_store: OpenSearchStore, encoder, cache) -> dict[str, Any]:
+    """Section 3: two-stage top-10 vs exhaustive SDR, on new-text queries, per store and K."""
+    queries = list(itertools.islice(read_documents(args.queries), args.max_queries))
+    pairs = list(embed_documents(queries, encoder, cache=cache))
+    corpus = emb.all_vectors()
+    stores = {"embedded": emb, "opensearch": os_store}
+    out: dict[str, Any] = {"queries": len(pairs), "rows": []}
+    base = {name: MoreLikeThis(store=s, encoder=encoder) for name, s in stores.items()}
+    sources, truth = [], []
+    for d, v in pairs:
+        src = {name: e.source_from_vectors(d, v) for name, e in base.items()}
+        a, b = src["embedded"].stats, src["opensearch"].stats
+        if not (np.allclose(a.mu, b.mu) and np.allclose(a.sigma, b.sigma)):
+            raise RuntimeError(f"query {d.id}: the two stores give different statistics (reference samples differ)")
+        sources.append(src)
+        truth.append(set(exhaustive_top(base["embedded"], src["embedded"], corpus)))
+    for K in args.candidates:
+        engines = {name: MoreLikeThis(store=s, encoder=encoder, settings=MLTSettings(candidates=K, method="sdr"))
+                   for name, s in stores.items()}
+        recall: dict[str, list[float]] = defaultdict(list)
+        ms: dict[str, list[float]] = defaultdict(list)
+        agree = []
+        for n, (src, true) in enumerate(zip(sources, truth), 1):
+            tops = {}
+            for name, engine in engines.items():
+                t = time.perf_counter()
+                res = engine.search(src[name], size=10)
+                ms[name].append((time.perf_counter() - t) * 1e3)
+                tops[name] = {h.id for h in res.hits}
+                recall[name].append(len(tops[name] & true) / max(1, len(true)))
+            agree.append(len(tops["embedded"] & tops["opensearch"]) / 10)
+            logger.info("fidelity K=%d: query %d/%d, recall %s", K, n, len(sources),
+                        " / ".join(f"{recall[s][-1]:.1f}" for s in STORES))
+        out["rows"].append({"K": K, **{f"{s}_recall": float(np.mean(recall[s])) for s in STORES},
+                            **{f"{s}_min": float(np.min(recall[s])) for s in STORES},
+                            **{f"{s}_ms_p50": float(np.median(ms[s])) for s in STORES},
+                            "agreement": float(np.mean(agree))})
+    return out
+
+
+def latency(args, emb: EmbeddedStore, os_store: OpenSearchStore, corpus: Corpus, log: RequestLog) -> dict[str, Any]:
+    """Section 4: more_like_this by id, the two stores alternating query by query."""
+    rng = np.random.default_rng(1)
+    pool = [d.id for d, v in corpus.items if 150 <= v.n_sentences <= 250]
+    picks = [pool[i] for i in rng.choice(len(pool), size=min(args.latency_queries, len(pool)), replace=False)]
+    settings = MLTSettings(candidates=100, method="sdr")
+    engines = {"embedded": MoreLikeThis(store=emb, settings=settings),
+               "opensearch": MoreLikeThis(store=os_store, settings=settings)}
+    for engine in engines.values():  # warm up (the embedded store computes its centroids here)
+        for doc_id in picks[:2]:
+            engine.more_like_this(doc_id=doc_id, size=10)
+    parts: dict[str, dict[str, list[float]]] = {s: defaultdict(list) for s in STORES}
+    requests: list[list[tuple[str, str, float, float, int]]] = []
+    for n, doc_id in enumerate(picks, 1):
+        for name, engine in engines.items():
+            mark = log.mark()
+            t = time.perf_counter()
+            res = engine.more_like_this(doc_id=doc_id, size=10)
+            total = (time.perf_counter() - t) * 1e3
+            parts[name]["total"].append(total)
+            for stage in STAGES:
+                parts[name][stage].append(res.timings_ms.get(stage, 0.0))
+            parts[name]["other"].append(total - sum(res.timings_ms.get(s, 0.0) for s in STAGES))
+            if name == "opensearch":
+                requests.append(log.since(mark))
+        if n % 10 == 0:
+            logger.info("latency: %d/%d sources", n, len(picks))
+    sentences = [next(v.n_sentences for d, v in corpus.items if d.id == i) for i in picks]
+    return {"sources": len(picks), "source_sentences": [int(min(sentences)), int(np.median(sentences)), int(max(sentences))],
+            "parts": {s: {k: list(v) for k, v in p.items()} for s, p in parts.items()}, "requests": requests}
+
+
+# =============================================================================================
+# report
+# =============================================================================================
+def per_million(nbytes: float, sentences: int) -> float:
+    return nbytes / 1e6 / (sentences / 1e6)
+
+
+def report(fill_out: dict[str, Any], fid: dict[str, Any] | None, lats: list[tuple[str, dict[str, Any]]],
+           merged: dict[str, Any] | None, emb_settings) -> None:
+    n = fill_out["sentences"]
+    print(f"\n== corpus: {fill_out['documents']} documents, {n:,} sentences; node: {fill_out['node']}; embedded: "
+          f"faiss HNSW M={emb_settings.hnsw_m} efConstruction={emb_settings.hnsw_ef_construction} "
+          f"efSearch={emb_settings.hnsw_ef_search}")
+
+    print(f"\n== bulk indexing (put() in batches; vectors given, no encoder), sentences/s")
+    emb_put, emb_all = fill_out["embedded_put_s"], fill_out["embedded_put_s"] + fill_out["embedded_close_s"]
+    os_put, os_all = fill_out["opensearch_put_s"], fill_out["opensearch_put_s"] + fill_out["opensearch_settle_s"]
+    print(f"{'':44} {'embedded':>12} {'opensearch':>12} {'ratio':>7}")
+    print(f"{'put() calls: seconds':44} {emb_put:12.1f} {os_put:12.1f} {os_put / emb_put:6.2f}x")
+    print(f"{'put() calls: sentences/s':44} {n / emb_put:12,.0f} {n / os_put:12,.0f} {emb_put / os_put:6.2f}x")
+    print(f"{'+ close (faiss save) / refresh + merges: s':44} {fill_out['embedded_close_s']:12.1f} "
+          f"{fill_out['opensearch_settle_s']:12.1f}")
+    print(f"{'until searchable and settled: sentences/s':44} {n / emb_all:12,.0f} {n / os_all:12,.0f} {emb_all / os_all:6.2f}x")
+    print(f"(node refresh policy {fill_out['refresh']!r}; {fill_out['node_segments']} segments after merges, "
+          f"{fill_out['node_lucene_docs']:,} Lucene documents incl. nested sentences)")
+
+    print(f"\n== size on disk (statistics and reference sample included; node: document index + state index)")
+    emb_b, st_b = fill_out["embedded_bytes"], fill_out["node_state_bytes"]
+    os_b = fill_out["node_index_bytes"] + st_b
+    print(f"{'':44} {'embedded':>12} {'opensearch':>12} {'ratio':>7}")
+    print(f"{'MB':44} {emb_b / 1e6:12,.0f} {os_b / 1e6:12,.0f} {os_b / emb_b:6.2f}x")
+    print(f"{'MB per million sentences':44} {per_million(emb_b, n):12,.0f} {per_million(os_b, n):12,.0f}")
+    print(f"{'raw float32 vectors, MB per million':44} {per_million(n * 384 * 4, n):12,.0f}")
+    print("embedded files: " + ", ".join(f"{k}={v / 1e6:,.0f}MB" for k, v in fill_out["embedded_files"].items()))
+    print("node document index, Lucene files: " + ", ".join(
+        f"{k}={v / 1e6:,.0f}MB" for k, v in sorted(fill_out["node_files"].items(), key=lambda kv: -kv[1]) if v >= 1e6))
+    print(f"node state index (statistics, reference sample): {st_b / 1e6:,.0f} MB")
+    print(f"node _source mapping: {json.dumps(fill_out['node_source_mapping'])}")
+    if merged is not None:
+        m_b = merged["index_bytes"] + merged["state_bytes"]
+        print(f"after _forcemerge to {merged['segments']} segment(s) ({merged['seconds']:.0f} s): {m_b / 1e6:,.0f} MB, "
+              f"{per_million(m_b, n):,.0f} MB per million sentences ({m_b / emb_b:.2f}x the embedded store); files: "
+              + ", ".join(f"{k}={v / 1e6:,.0f}MB" for k, v in sorted(merged["files"].items(), key=lambda kv: -kv[1])
+                          if v >= 1e6))
+
+    if fid is not None:
+        print(f"\n== fidelity: exhaustive SDR top-10 found in the two-stage top-10 ({fid['queries']} new-text queries, "
+              f"statistics from the reference sample)")
+        print(f"{'K':>5} {'embedded':>9} {'opensearch':>11} {'min emb/os':>11} {'top-10 agreement':>17} "
+              f"{'ms/query emb':>13} {'ms/query os':>12}")
+        for r in fid["rows"]:
+            print(f"{r['K']:>5} {r['embedded_recall']:9.3f} {r['opensearch_recall']:11.3f} "
+                  f"{r['embedded_min']:5.1f}/{r['opensearch_min']:<5.1f} {r['agreement']:17.3f} "
+                  f"{r['embedded_ms_p50']:13.0f} {r['opensearch_ms_p50']:12.0f}")
+
+    for label, lat in lats:
+        lo, med, hi = lat["source_sentences"]
+        print(f"\n== latency, node index {label}: more_like_this by id, method sdr, K=100, {lat['sources']} sources of "
+              f"{lo}-{hi} sentences (median {med}); stores alternate query by query; ms")
+        print(f"{'':12} {'emb p50':>9} {'emb p99':>9} {'os p50':>9} {'os p99':>9} {'p50 ratio':>10}")
+        for part in ("total", *STAGES, "other"):
+            e, o = (np.asarray(lat["parts"][s][part]) for s in STORES)
+            ratio = np.percentile(o, 50) / np.percentile(e, 50) if np.percentile(e, 50) > 0 else float("nan")
+            print(f"{part:12} {np.percentile(e, 50):9.1f} {np.percentile(e, 99):9.1f} {np.percentile(o, 50):9.1f} "
+                  f"{np.percentile(o, 99):9.1f} {ratio:9.2f}x")
+        print("\nnode requests per query (median over queries): which store method, count, wire ms, JSON decode ms, "
+              "response MB")
+        grouped: dict[tuple[str, str], list[list[float]]] = defaultdict(list)
+        for rows in lat["requests"]:
+            per: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0, 0.0, 0])
+            for who, path, wire, decode, size in rows:
+                acc = per[who, path]
+                acc[0] += 1
+                acc[1] += wire
+                acc[2] += decode
+                acc[3] += size
+            for key, acc in per.items():
+                grouped[key].append(acc)
+        print(f"{'method':>22} {'request':>18} {'count':>6} {'wire ms':>9} {'decode ms':>10} {'MB':>8}")
+        for (who, path), accs in sorted(grouped.items(), key=lambda kv: -np.median([a[1] for a in kv[1]])):
+            a = np.asarray(accs, dtype=np.float64)
+            print(f"{who:>22} {path:>18} {np.median(a[:, 0]):6.0f} {np.median(a[:, 1]):9.1f} {np.median(a[:, 2]):10.1f} "
+                  f"{np.median(a[:, 3]) / 1e6:8.2f}")
+
+
+# =============================================================================================
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--url", default=OpenSearchSettings().url,
+                    help="the OpenSearch node (default: SDR_OPENSEARCH_URL, else %(default)s)")
+    ap.add_argument("--index", default="sdr-bench-opensearch", help="index created (and deleted) on the node")
+    ap.add_argument("--keep-index", action="store_true", help="leave the node's index in place at the end")
+    ap.add_argument("--store", type=Path, default=None,
+                    help="embedded store whose documents, vectors and statistics fill both stores (default: build "
+                         "one of the first --docs IRLeD documents in the work directory)")
+    ap.add_argument("--docs", type=int, default=None, help="only the first N documents (default: all)")
+    ap.add_argument("--sample", type=int, default=5000, help="reference sample R when the store is built here")
+    ap.add_argument("--batch-docs", type=int, default=32,
+                    help="documents per put() (sdr index writes batches of 32)")
+    ap.add_argument("--queries", type=Path, default=DATA / "irled" / "queries-dev.jsonl.gz")
+    ap.add_argument("--max-queries", type=int, default=None, help="only the first N queries (default: all)")
+    ap.add_argument("--candidates", type=int, nargs="+", default=[100], help="K values for the fidelity section")
+    ap.add_argument("--latency-queries", type=int, default=100)
+    ap.add_argument("--force-merge", type=int, default=1, metavar="N",
+                    help="after the first latency run, force-merge the node's index to N segments and time again "
+                         "(0: skip)")
+    ap.add_argument("--recovery-source-excludes", action="store_true",
+                    help="variant: create the node's index with _source.recovery_source_excludes for the vectors")
+    ap.add_argument("--skip-fidelity", action="store_true")
+    ap.add_argument("--skip-latency", action="store_true")
+    ap.add_argument("--workdir", type=Path, default=None, help="where the embedded copy is written (default: a temp dir)")
+    ap.add_argument("--json", type=Path, default=None, help="also write every measurement here")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("urllib3", "faiss.loader", "sdr_core.documents"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    logging.getLogger("opensearch").setLevel(logging.ERROR)  # the expected 404 while the index does not exist
+
+    started = time.perf_counter()
+    encoder = SentenceEncoder()
+    cache = EmbeddingCache(CacheSettings().cache_dir / "embeddings.sqlite")
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="sdr-bench-os-"))
+    work.mkdir(parents=True, exist_ok=True)
+    os_store = None
+    try:
+        if args.store is None:
+            docs = list(itertools.islice(read_documents(DATA / "irled" / "corpus.jsonl.gz"), args.docs))
+            source = build_store(work / "source", docs, encoder, cache, sample=args.sample)
+        else:
+            source = EmbeddedStore(args.store, read_only=True)
+        t = time.perf_counter()
+        corpus = read_corpus(source, args.docs)
+        source.close()
+        logger.info("read %d documents, %d sentences, %d with statistics in %.0f s", len(corpus.items),
+                    corpus.sentences, len(corpus.stats), time.perf_counter() - t)
+
+        emb, os_store, fill_out = fill(args, corpus, work)
+        log = RequestLog()
+        log.install(os_store._os())
+        fid = None if args.skip_fidelity else fidelity(args, emb, os_store, encoder, cache)
+        lats: list[tuple[str, dict[str, Any]]] = []
+        if not args.skip_latency:
+            lats.append((f"as indexed ({fill_out['node_segments']} segments)", latency(args, emb, os_store, corpus, log)))
+        merged = None
+        if args.force_merge:
+            name = os_store.index_name
+            seconds = force_merge(os_store, name, args.force_merge)
+            merged = {"seconds": seconds, **node_sizes(os_store, name, f"{name}-sdr-state")}
+            logger.info("force-merged %s to %d segment(s) in %.0f s", name, merged["segments"], seconds)
+            if not args.skip_latency:
+                lats.append((f"force-merged ({merged['segments']} segment(s))", latency(args, emb, os_store, corpus, log)))
+        report(fill_out, fid, lats, merged, EmbeddedStoreSettings())
+        print(f"\nbench wall time: {time.perf_counter() - started:.0f} s")
+        if args.json:
+            args.json.write_text(json.dumps({"fill": fill_out, "fidelity": fid, "latency": dict(lats), "merged": merged},
+                                            indent=1, default=str))
+        emb.close()
+    finally:
+        if os_store is not None:
+            if not args.keep_index:
+                os_store.drop()
+            os_store.close()
+        if args.workdir is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
