@@ -407,7 +407,7 @@ def report(fill_out: dict[str, Any], fid: dict[str, Any] | None, lats: list[tupl
           f"faiss HNSW M={emb_settings.hnsw_m} efConstruction={emb_settings.hnsw_ef_construction} "
           f"efSearch={emb_settings.hnsw_ef_search}")
 
-    print(f"\n== bulk indexing (put() in batches; vectors given, no encoder), sentences/s")
+    print("\n== bulk indexing (put() in batches; vectors given, no encoder), sentences/s")
     emb_put, emb_all = fill_out["embedded_put_s"], fill_out["embedded_put_s"] + fill_out["embedded_close_s"]
     os_put, os_all = fill_out["opensearch_put_s"], fill_out["opensearch_put_s"] + fill_out["opensearch_settle_s"]
     print(f"{'':44} {'embedded':>12} {'opensearch':>12} {'ratio':>7}")
@@ -419,7 +419,7 @@ def report(fill_out: dict[str, Any], fid: dict[str, Any] | None, lats: list[tupl
     print(f"(node refresh policy {fill_out['refresh']!r}; {fill_out['node_segments']} segments after merges, "
           f"{fill_out['node_lucene_docs']:,} Lucene documents incl. nested sentences)")
 
-    print(f"\n== size on disk (statistics and reference sample included; node: document index + state index)")
+    print("\n== size on disk (statistics and reference sample included; node: document index + state index)")
     emb_b, st_b = fill_out["embedded_bytes"], fill_out["node_state_bytes"]
     os_b = fill_out["node_index_bytes"] + st_b
     print(f"{'':44} {'embedded':>12} {'opensearch':>12} {'ratio':>7}")
