@@ -186,7 +186,7 @@ start() {
       echo "$URL"
       return
     fi
-    running_pid >/dev/null || [ "$i" -lt 10 ] || break
+    running_pid >/dev/null || [ "$i" -lt 60 ] || break  # the pid file can lag under load
     sleep 1
   done
   die "the node at $URL did not come up; last log lines:
