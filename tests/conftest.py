@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
+import sys
+import time
 import urllib.request
 import uuid
 import warnings
@@ -80,3 +83,37 @@ def cache(tmp_path):
 
     with EmbeddingCache(tmp_path / "emb.sqlite") as c:
         yield c
+
+
+@contextlib.contextmanager
+def running_server(args: list[str], port: int, log_path: Path, env: dict[str, str]):
+    """``python -m sdr_core --log-level WARNING <args> --port PORT`` as a real subprocess; yields its
+    base URL once ``/health`` answers 200 (fails with the server's log if it exits or hangs) and
+    stops it afterwards."""
+    import httpx
+
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "sdr_core", "--log-level", "WARNING", *args, "--port", str(port)],
+                                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        base = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 120
+            while True:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"sdr serve exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
+                try:
+                    if httpx.get(f"{base}/health", timeout=5).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"sdr serve did not become healthy:\n{log_path.read_text()[-3000:]}")
+                time.sleep(0.25)
+            yield base
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

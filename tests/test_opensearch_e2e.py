@@ -21,13 +21,13 @@ import os
 import socket
 import subprocess
 import sys
-import time
 import uuid
 import warnings
 from pathlib import Path
 
 import httpx
 import pytest
+from conftest import running_server
 
 from sdr_core.cli import main
 
@@ -385,34 +385,9 @@ def server(indexed, corpus):
     port = _free_port()
     log_path = corpus.root / "server.log"
     env = {k: v for k, v in os.environ.items() if k != "SDR_SERVICE_API_KEY"}
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "sdr_core", "--log-level", "WARNING", "serve", "--opensearch", url, "--index", name,
-             "--port", str(port), *corpus.encoder_args()],
-            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
-        )
-        base = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 120
-            while True:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"sdr serve exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
-                try:
-                    if httpx.get(f"{base}/health", timeout=5).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"sdr serve did not become healthy:\n{log_path.read_text()[-3000:]}")
-                time.sleep(0.25)
-            yield base
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    with running_server(["serve", "--opensearch", url, "--index", name, *corpus.encoder_args()], port, log_path,
+                        env) as base:
+        yield base
 
 
 @pytest.fixture(scope="module")

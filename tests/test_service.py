@@ -8,14 +8,12 @@ import asyncio
 import json
 import os
 import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
+from conftest import running_server
 from test_engine import TOPICS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -208,35 +206,9 @@ def server(tmp_path_factory, encoder):
         "SDR_SERVICE_MAX_SOURCE_SENTENCES": str(MAX_SOURCE_SENTENCES),
         "SDR_CACHE_DIR": str(tmp / "cache"),
     }
-    log = (tmp / "server.log").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sdr_core", "--log-level", "WARNING", "serve", "--store", str(path),
-         "--port", str(port), "--precision", "fp32", "--device", "cpu"],
-        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"sdr serve exited with {proc.returncode}:\n{(tmp / 'server.log').read_text()[-3000:]}")
-            try:
-                if httpx.get(f"{base}/health", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"sdr serve did not become healthy:\n{(tmp / 'server.log').read_text()[-3000:]}")
-            time.sleep(0.25)
+    with running_server(["serve", "--store", str(path), "--precision", "fp32", "--device", "cpu"], port,
+                        tmp / "server.log", env) as base:
         yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
 
 
 @pytest.fixture(scope="module")
