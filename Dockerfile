@@ -20,6 +20,7 @@ RUN pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
 WORKDIR /app
 # Only what the package build needs (see .dockerignore); source changes do not redo the torch layer.
 COPY pyproject.toml README.md ./
+COPY sdr_search ./sdr_search
 COPY sdr_core ./sdr_core
 COPY indexer ./indexer
 COPY reranker ./reranker

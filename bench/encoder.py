@@ -24,9 +24,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sdr_core.documents import read_documents  # noqa: E402
-from sdr_core.encoder import SentenceEncoder, plan_batches  # noqa: E402
-from sdr_core.settings import EncoderSettings  # noqa: E402
+from sdr_search.core.documents import read_documents  # noqa: E402
+from sdr_search.core.encoder import SentenceEncoder, plan_batches  # noqa: E402
+from sdr_search.core.settings import EncoderSettings  # noqa: E402
 
 
 def load_sentences(path: Path, n: int) -> list[str]:

@@ -2,7 +2,7 @@
 with fusion weights chosen by cross-validation over query folds.
 
 For every dev query the three signals are computed once, exhaustively, over the whole corpus
-(the code path of ``sdr eval``: :func:`sdr_core.evaluation.signal_scorers`; vectors through the
+(the code path of ``sdr eval``: :func:`sdr_search.core.evaluation.signal_scorers`; vectors through the
 embedding cache, so a second run does not encode):
 
 - ``bm25``: BM25 of the whole query text (bm25s; the embedded store's lexical side);
@@ -10,13 +10,13 @@ embedding cache, so a second run does not encode):
 - ``mean``: cosine of the mean sentence vectors.
 
 Hybrid rankings fuse them as ``sdr eval --method hybrid`` does
-(:func:`sdr_core.evaluation.hybrid_ranking`): the candidate set is the union of each signal's top
+(:func:`sdr_search.core.evaluation.hybrid_ranking`): the candidate set is the union of each signal's top
 ``--candidates`` (K), normalised and fused over itself; the rest follows.
 
 Rows:
 
 1. the single signals;
-2. fixed hybrids: the product default (:data:`sdr_core.fusion.DEFAULT_HYBRID`) and equal weights
+2. fixed hybrids: the product default (:data:`sdr_search.core.fusion.DEFAULT_HYBRID`) and equal weights
    for each fusion and signal subset (no tuning at all);
 3. cross-validated hybrids: for each fusion and signal subset, the weights are chosen from a grid
    on the simplex (step 0.1 for two signals, 0.2 for three; the single signals are grid points
@@ -53,15 +53,15 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sdr_core.cache import EmbeddingCache  # noqa: E402
-from sdr_core.documents import Document, read_documents  # noqa: E402
-from sdr_core.embed import embed_corpus, embed_documents  # noqa: E402
-from sdr_core.encoder import SentenceEncoder  # noqa: E402
-from sdr_core.evaluation import HYBRID_SIGNALS, EvalInputs, hybrid_ranking, signal_scorers  # noqa: E402
-from sdr_core.fusion import DEFAULT_HYBRID, FUSIONS, HybridSpec, format_weights  # noqa: E402
-from sdr_core.metrics import average_precision, ndcg_at, read_qrels  # noqa: E402
-from sdr_core.scoring import rank  # noqa: E402
-from sdr_core.settings import CacheSettings, EncoderSettings, SegmentationSettings  # noqa: E402
+from sdr_search.core.cache import EmbeddingCache  # noqa: E402
+from sdr_search.core.documents import Document, read_documents  # noqa: E402
+from sdr_search.core.embed import embed_corpus, embed_documents  # noqa: E402
+from sdr_search.core.encoder import SentenceEncoder  # noqa: E402
+from sdr_search.core.evaluation import HYBRID_SIGNALS, EvalInputs, hybrid_ranking, signal_scorers  # noqa: E402
+from sdr_search.core.fusion import DEFAULT_HYBRID, FUSIONS, HybridSpec, format_weights  # noqa: E402
+from sdr_search.core.metrics import average_precision, ndcg_at, read_qrels  # noqa: E402
+from sdr_search.core.scoring import rank  # noqa: E402
+from sdr_search.core.settings import CacheSettings, EncoderSettings, SegmentationSettings  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "irled"
 SUBSETS = (("bm25", "mean"), ("bm25", "sdr"), ("sdr", "mean"), ("bm25", "sdr", "mean"))
@@ -140,7 +140,7 @@ def main() -> int:
     p.add_argument("--json", type=Path, metavar="OUT", help="also write every number as JSON")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("sdr_core.documents").setLevel(logging.ERROR)  # no per-document skip notes
+    logging.getLogger("sdr_search.core.documents").setLevel(logging.ERROR)  # no per-document skip notes
 
     t0 = time.perf_counter()
     qrels, queries, docs = read_irled(args)

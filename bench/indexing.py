@@ -40,8 +40,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sdr_core.documents import parse_record  # noqa: E402
-from sdr_core.errors import InvalidDocumentError  # noqa: E402
+from sdr_search.core.documents import parse_record  # noqa: E402
+from sdr_search.core.errors import InvalidDocumentError  # noqa: E402
 
 
 def cores() -> int:
@@ -93,8 +93,8 @@ def start_redis(tmp: Path) -> tuple[str, subprocess.Popen | None]:
 def bare(sentences: list[str], precision: str) -> tuple[float, str]:
     import torch
 
-    from sdr_core.encoder import SentenceEncoder
-    from sdr_core.settings import EncoderSettings
+    from sdr_search.core.encoder import SentenceEncoder
+    from sdr_search.core.settings import EncoderSettings
 
     torch.set_num_threads(cores())
     enc = SentenceEncoder(settings=EncoderSettings(precision=precision, device="cpu"))
@@ -108,7 +108,7 @@ def queue_run(n_workers: int, data: Path, tmp: Path, env: dict, batch_docs: int,
     threads = max(1, cores() // n_workers)
     wenv = dict(env, SDR_TORCH_THREADS=str(threads))
     logs = [tmp / f"w{n_workers}-{i}.log" for i in range(n_workers)]
-    procs = [subprocess.Popen([sys.executable, "-m", "sdr_core", "worker", "--pool", "solo", "--concurrency", "1",
+    procs = [subprocess.Popen([sys.executable, "-m", "sdr_search", "worker", "--pool", "solo", "--concurrency", "1",
                                "--threads", str(threads), "--name", f"bench{n_workers}-{i}@%h"],
                               cwd=ROOT, env=wenv, stdout=log.open("w"), stderr=subprocess.STDOUT)
              for i, log in enumerate(logs)]
@@ -119,7 +119,7 @@ def queue_run(n_workers: int, data: Path, tmp: Path, env: dict, batch_docs: int,
                 sys.exit("workers did not start:\n" + "\n".join(log.read_text()[-2000:] for log in logs))
             time.sleep(0.2)
         out = subprocess.run(
-            [sys.executable, "-m", "sdr_core", "reindex", "--store", str(tmp / f"store-{n_workers}"), str(data),
+            [sys.executable, "-m", "sdr_search", "reindex", "--store", str(tmp / f"store-{n_workers}"), str(data),
              "--no-cache", "--no-stats", "--no-progress", "--precision", precision, "--batch-docs", str(batch_docs)],
             cwd=ROOT, env=env, capture_output=True, text=True, check=False,
         )
@@ -174,7 +174,7 @@ def main() -> None:
         t_after, _ = bare(sentences, args.precision)  # the machine may be shared: measure the baseline twice
         rows.append(("bare encoder (after)", f"1 x {cores()}", len(sentences), t_after, None))
     base = len(sentences) / ((t_bare + t_after) / 2)
-    from workers.settings import WorkerSettings
+    from sdr_search.workers.settings import WorkerSettings
 
     print(f"\nprecision {precision}; tasks of at most {args.batch_docs} documents and "
           f"{WorkerSettings().batch_chars:,} characters; 'vs bare' against the mean "

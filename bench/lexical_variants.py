@@ -8,7 +8,7 @@ the same k1 and b) cannot send every term of a long source: ``indices.query.bool
 corpus (no OpenSearch node is needed; Lucene's per-document length quantisation is ignored):
 
 - ``terms-tf``: the ``N`` most frequent source terms as ``term`` queries boosted by their count
-  (what :func:`indexer.opensearch.requests.build_terms_query` sends): exact BM25 when the source
+  (what :func:`sdr_search.indexer.opensearch.requests.build_terms_query` sends): exact BM25 when the source
   has at most ``N`` distinct terms, otherwise the rarest terms of the source are dropped;
 - ``terms-tfidf``: the same with the ``N`` terms of highest count x idf (needs the corpus document
   frequencies first, e.g. one ``_termvectors`` call with the source as an artificial document);
@@ -39,10 +39,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sdr_core.documents import read_documents  # noqa: E402
-from sdr_core.lexical import BM25Ranker, analyze  # noqa: E402
-from sdr_core.metrics import evaluate, read_qrels  # noqa: E402
-from sdr_core.scoring import rank  # noqa: E402
+from sdr_search.core.documents import read_documents  # noqa: E402
+from sdr_search.core.lexical import BM25Ranker, analyze  # noqa: E402
+from sdr_search.core.metrics import evaluate, read_qrels  # noqa: E402
+from sdr_search.core.scoring import rank  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "irled"
 

@@ -70,20 +70,20 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from two_stage import DATA, build_store, dir_mb, exhaustive_top  # noqa: E402
 
-import indexer.opensearch.store as opensearch_store  # noqa: E402
-from indexer.embedded import EmbeddedStore  # noqa: E402
-from indexer.opensearch import OpenSearchStore  # noqa: E402
-from indexer.opensearch.settings import OpenSearchSettings  # noqa: E402
-from indexer.settings import EmbeddedStoreSettings  # noqa: E402
-from indexer.store import DocumentStore, ReferenceParagraphs, StatsInfo  # noqa: E402
-from reranker.engine import MLTSettings, MoreLikeThis  # noqa: E402
-from sdr_core.cache import EmbeddingCache  # noqa: E402
-from sdr_core.documents import Document, read_documents  # noqa: E402
-from sdr_core.embed import embed_documents  # noqa: E402
-from sdr_core.encoder import SentenceEncoder  # noqa: E402
-from sdr_core.scoring import NormStats  # noqa: E402
-from sdr_core.settings import CacheSettings  # noqa: E402
-from sdr_core.vectors import DocVectors  # noqa: E402
+import sdr_search.indexer.opensearch.store as opensearch_store  # noqa: E402
+from sdr_search.indexer.embedded import EmbeddedStore  # noqa: E402
+from sdr_search.indexer.opensearch import OpenSearchStore  # noqa: E402
+from sdr_search.indexer.opensearch.settings import OpenSearchSettings  # noqa: E402
+from sdr_search.indexer.settings import EmbeddedStoreSettings  # noqa: E402
+from sdr_search.indexer.store import DocumentStore, ReferenceParagraphs, StatsInfo  # noqa: E402
+from sdr_search.reranker.engine import MLTSettings, MoreLikeThis  # noqa: E402
+from sdr_search.core.cache import EmbeddingCache  # noqa: E402
+from sdr_search.core.documents import Document, read_documents  # noqa: E402
+from sdr_search.core.embed import embed_documents  # noqa: E402
+from sdr_search.core.encoder import SentenceEncoder  # noqa: E402
+from sdr_search.core.scoring import NormStats  # noqa: E402
+from sdr_search.core.settings import CacheSettings  # noqa: E402
+from sdr_search.core.vectors import DocVectors  # noqa: E402
 
 logger = logging.getLogger("bench.opensearch")
 
@@ -507,7 +507,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--json", type=Path, default=None, help="also write every measurement here")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("urllib3", "faiss.loader", "sdr_core.documents"):
+    for noisy in ("urllib3", "faiss.loader", "sdr_search.core.documents"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     logging.getLogger("opensearch").setLevel(logging.ERROR)  # the expected 404 while the index does not exist
 

@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from indexer.opensearch.requests import decode_vectors_b64, encode_vectors_b64
+from sdr_search.indexer.opensearch.requests import decode_vectors_b64, encode_vectors_b64
 
 
 def unit_rows(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:

@@ -22,9 +22,9 @@ from typing import Callable
 
 import numpy as np
 
-from sdr_core.scoring import NormStats, score_candidates, score_documents
-from sdr_core.stats import exact_corpus_stats
-from sdr_core.vectors import CorpusVectors, DocVectors
+from sdr_search.core.scoring import NormStats, score_candidates, score_documents
+from sdr_search.core.stats import exact_corpus_stats
+from sdr_search.core.vectors import CorpusVectors, DocVectors
 
 RATIO_TARGET = 1.5
 

@@ -11,7 +11,7 @@ each variant, so that only the unit changes between rows:
 - ``as segmented``: the paragraphs and sentences as read with ``--min-paragraph-sentences`` and
   ``--min-sentence-chars`` (default 1 and 0: the lines and the splitter's sentences as given);
 - ``min N``: consecutive paragraphs merged until each unit holds at least N sentences
-  (:func:`sdr_core.segments.merge_short_paragraphs`, ``SDR_MIN_PARAGRAPH_SENTENCES``);
+  (:func:`sdr_search.core.segments.merge_short_paragraphs`, ``SDR_MIN_PARAGRAPH_SENTENCES``);
 - ``cap N``: only the first N sentences of each paragraph scored (the reference code's
   sentences-per-paragraph cap);
 - ``drop <C chars``: sentences shorter than C characters left out of the scoring;
@@ -45,14 +45,14 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from hybrid import encoder_from_args, irled_arguments, per_query, read_irled  # noqa: E402
 
-from sdr_core.cache import EmbeddingCache  # noqa: E402
-from sdr_core.documents import Document  # noqa: E402
-from sdr_core.embed import embed_corpus, embed_documents  # noqa: E402
-from sdr_core.evaluation import EvalInputs, signal_scorers  # noqa: E402
-from sdr_core.scoring import rank  # noqa: E402
-from sdr_core.segments import merge_short_paragraphs  # noqa: E402
-from sdr_core.settings import CacheSettings, SegmentationSettings  # noqa: E402
-from sdr_core.vectors import CorpusVectors, DocVectors  # noqa: E402
+from sdr_search.core.cache import EmbeddingCache  # noqa: E402
+from sdr_search.core.documents import Document  # noqa: E402
+from sdr_search.core.embed import embed_corpus, embed_documents  # noqa: E402
+from sdr_search.core.evaluation import EvalInputs, signal_scorers  # noqa: E402
+from sdr_search.core.scoring import rank  # noqa: E402
+from sdr_search.core.segments import merge_short_paragraphs  # noqa: E402
+from sdr_search.core.settings import CacheSettings, SegmentationSettings  # noqa: E402
+from sdr_search.core.vectors import CorpusVectors, DocVectors  # noqa: E402
 
 # A variant maps (document, its vectors) to new vectors: rows kept and their grouping.
 Variant = Callable[[Document, DocVectors], DocVectors]
@@ -143,7 +143,7 @@ def main() -> int:
     p.add_argument("--json", type=Path, metavar="OUT", help="also write every number as JSON")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("sdr_core.documents").setLevel(logging.ERROR)
+    logging.getLogger("sdr_search.core.documents").setLevel(logging.ERROR)
 
     t0 = time.perf_counter()
     seg = SegmentationSettings.from_recorded({"min_paragraph_sentences": args.min_paragraph_sentences,

@@ -68,7 +68,7 @@ def build_store(path: Path) -> None:
     print(f"indexing {CORPUS} into {path} ...", file=sys.stderr)
     t0 = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-m", "sdr_core", "--log-level", "WARNING", "index", "--store", str(path), str(CORPUS), "--no-progress"],
+        [sys.executable, "-m", "sdr_search", "--log-level", "WARNING", "index", "--store", str(path), str(CORPUS), "--no-progress"],
         cwd=REPO, check=True, stdout=subprocess.DEVNULL,
     )
     print(f"indexed in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
@@ -80,7 +80,7 @@ def start_server(store: Path, port: int, log: Path, default_limits: bool) -> sub
     if not default_limits:
         env.update({"SDR_SERVICE_MAX_QUEUE": "1000", "SDR_SERVICE_QUEUE_TIMEOUT_S": "600"})
     return subprocess.Popen(
-        [sys.executable, "-m", "sdr_core", "--log-level", "WARNING", "serve", "--store", str(store), "--port", str(port)],
+        [sys.executable, "-m", "sdr_search", "--log-level", "WARNING", "serve", "--store", str(store), "--port", str(port)],
         cwd=REPO, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
     )
 
@@ -169,8 +169,8 @@ def main() -> int:
     store_path = args.store or Path(tmp.name) / "irled"
     build_store(store_path)
 
-    from indexer.embedded import EmbeddedStore
-    from reranker.engine import MoreLikeThis
+    from sdr_search.indexer.embedded import EmbeddedStore
+    from sdr_search.reranker.engine import MoreLikeThis
 
     with EmbeddedStore(store_path, read_only=True) as store:
         all_ids = list(store.iter_ids())

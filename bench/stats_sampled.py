@@ -22,14 +22,14 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sdr_core.cache import EmbeddingCache  # noqa: E402
-from sdr_core.documents import read_documents  # noqa: E402
-from sdr_core.embed import embed_corpus, embed_documents  # noqa: E402
-from sdr_core.encoder import SentenceEncoder  # noqa: E402
-from sdr_core.metrics import evaluate, read_qrels  # noqa: E402
-from sdr_core.scoring import document_max, paragraph_scores, rank, sdr_scores, stats_from_paragraph_scores  # noqa: E402
-from sdr_core.settings import CacheSettings  # noqa: E402
-from sdr_core.stats import draw_reference_sample, sampled_stats  # noqa: E402
+from sdr_search.core.cache import EmbeddingCache  # noqa: E402
+from sdr_search.core.documents import read_documents  # noqa: E402
+from sdr_search.core.embed import embed_corpus, embed_documents  # noqa: E402
+from sdr_search.core.encoder import SentenceEncoder  # noqa: E402
+from sdr_search.core.metrics import evaluate, read_qrels  # noqa: E402
+from sdr_search.core.scoring import document_max, paragraph_scores, rank, sdr_scores, stats_from_paragraph_scores  # noqa: E402
+from sdr_search.core.settings import CacheSettings  # noqa: E402
+from sdr_search.core.stats import draw_reference_sample, sampled_stats  # noqa: E402
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ Side by side in one run:
 4. **Memory**: store size on disk and process RSS per million sentences, next to the raw float32
    vector bytes.
 
-The centroid pre-rank (``SDR_PRERANK_FACTOR``, :mod:`indexer.prerank`) is compared off (1) and
+The centroid pre-rank (``SDR_PRERANK_FACTOR``, :mod:`sdr_search.indexer.prerank`) is compared off (1) and
 on (2) at knn_k 20 and the default in every section (``--prerank``). Unless
 ``--skip-knn-variants``: the other aggregations, nested k-NN twin expansion
 (``SDR_STORE_KNN_TWINS``) on and off, search rounds (``SDR_STORE_KNN_ROUNDS``) at 1, 2 and 3 and
@@ -43,21 +43,21 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from indexer.embedded import EmbeddedStore  # noqa: E402
-from indexer.pipeline import index_documents  # noqa: E402
-from indexer.provenance import segmentation_record  # noqa: E402
-from indexer.settings import EmbeddedStoreSettings  # noqa: E402
-from indexer.stats_job import refresh_stats  # noqa: E402
-from reranker.engine import MLTSettings, MoreLikeThis  # noqa: E402
-from sdr_core.cache import EmbeddingCache  # noqa: E402
-from sdr_core.documents import Document, read_documents  # noqa: E402
-from sdr_core.embed import embed_documents  # noqa: E402
-from sdr_core.encoder import SentenceEncoder  # noqa: E402
-from sdr_core.evaluation import sdr_rank_scores  # noqa: E402
-from sdr_core.scoring import document_max, paragraph_scores, rank, sdr_scores  # noqa: E402
-from sdr_core.sentences import default_splitter  # noqa: E402
-from sdr_core.settings import CacheSettings, SegmentationSettings  # noqa: E402
-from sdr_core.vectors import DocVectors  # noqa: E402
+from sdr_search.indexer.embedded import EmbeddedStore  # noqa: E402
+from sdr_search.indexer.pipeline import index_documents  # noqa: E402
+from sdr_search.indexer.provenance import segmentation_record  # noqa: E402
+from sdr_search.indexer.settings import EmbeddedStoreSettings  # noqa: E402
+from sdr_search.indexer.stats_job import refresh_stats  # noqa: E402
+from sdr_search.reranker.engine import MLTSettings, MoreLikeThis  # noqa: E402
+from sdr_search.core.cache import EmbeddingCache  # noqa: E402
+from sdr_search.core.documents import Document, read_documents  # noqa: E402
+from sdr_search.core.embed import embed_documents  # noqa: E402
+from sdr_search.core.encoder import SentenceEncoder  # noqa: E402
+from sdr_search.core.evaluation import sdr_rank_scores  # noqa: E402
+from sdr_search.core.scoring import document_max, paragraph_scores, rank, sdr_scores  # noqa: E402
+from sdr_search.core.sentences import default_splitter  # noqa: E402
+from sdr_search.core.settings import CacheSettings, SegmentationSettings  # noqa: E402
+from sdr_search.core.vectors import DocVectors  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
 

@@ -29,7 +29,7 @@ from typing import Sequence
 
 import numpy as np
 
-from sdr_core.scoring import NormStats, top_of
+from sdr_search.core.scoring import NormStats, top_of
 
 from .store import SentenceHits
 

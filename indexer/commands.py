@@ -1,4 +1,4 @@
-"""Handlers of ``sdr index``, ``sdr stats`` and ``sdr info`` (argument parsing lives in sdr_core.cli)."""
+"""Handlers of ``sdr index``, ``sdr stats`` and ``sdr info`` (argument parsing lives in sdr_search.cli)."""
 
 from __future__ import annotations
 
@@ -33,9 +33,9 @@ def store_segmentation(args, recorded):
     """How documents added to a store are segmented: as the store recorded (an older store that
     recorded no such field keeps its as-given paragraphs), or from the flags and settings for a new
     one. A flag given explicitly that differs from the record is refused, not silently dropped."""
-    from sdr_core.cli import segmentation_settings
-    from sdr_core.errors import ModelMismatchError
-    from sdr_core.settings import SegmentationSettings
+    from sdr_search.cli_args import segmentation_settings
+    from sdr_search.core.errors import ModelMismatchError
+    from sdr_search.core.settings import SegmentationSettings
 
     if not recorded:
         return segmentation_settings(args)
@@ -51,10 +51,10 @@ def store_segmentation(args, recorded):
 
 
 def cmd_index(args) -> int:
-    from sdr_core.cli import cache_from_args, encoder_settings
-    from sdr_core.documents import ReadReport, read_documents
-    from sdr_core.encoder import SentenceEncoder
-    from sdr_core.sentences import default_splitter
+    from sdr_search.cli_args import cache_from_args, encoder_settings
+    from sdr_search.core.documents import ReadReport, read_documents
+    from sdr_search.core.encoder import SentenceEncoder
+    from sdr_search.core.sentences import default_splitter
 
     from .pipeline import index_documents
     from .provenance import segmentation_mismatch, segmentation_record
@@ -70,7 +70,7 @@ def cmd_index(args) -> int:
         segmentation = segmentation_record(seg, default_splitter().source)
         mismatch = segmentation_mismatch(meta.segmentation if meta is not None else None, segmentation)
         if mismatch:
-            from sdr_core.errors import ModelMismatchError
+            from sdr_search.core.errors import ModelMismatchError
 
             raise ModelMismatchError(f"store {store_label(args)} {mismatch}; index with the same segmentation flags")
         docs = read_documents(args.paths, settings=seg, report=report, strict=args.strict)
@@ -112,7 +112,7 @@ def cmd_stats(args) -> int:
 
 
 def _segmentation_line(recorded) -> str:
-    from sdr_core.settings import SegmentationSettings
+    from sdr_search.core.settings import SegmentationSettings
 
     seg = SegmentationSettings.from_recorded(recorded)
     return (f"{seg.paragraph_unit}s merged to >= {seg.min_paragraph_sentences} sentences, "
@@ -150,7 +150,7 @@ def cmd_info(args) -> int:
 def cmd_defaults(args) -> int:
     """``sdr defaults``: show, change (``--method``, ``--fusion``, ``--weights``, ``--rank-constant``)
     or clear (``--clear``) the index's recorded search defaults; prints them as JSON."""
-    from sdr_core.fusion import parse_weights
+    from sdr_search.core.fusion import parse_weights
 
     changes = {k: v for k, v in {
         "method": args.method, "fusion": args.fusion,

@@ -33,7 +33,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Mapping, NamedTuple, Sequence
 
-from sdr_core.errors import (
+from sdr_search.core.errors import (
     BackendUnavailableError,
     DashboardsImportError,
     InputReadError,
@@ -65,7 +65,7 @@ IMPORT_PATH = "/api/saved_objects/_import"
 DEFAULT_NDJSON = Path(__file__).resolve().parents[1] / "mappings" / "dashboards.ndjson"
 #: The index-pattern title of the shipped file: the store's default index (``SDR_OPENSEARCH_INDEX``).
 DEFAULT_INDEX = "sdr"
-#: Suffix of the state index next to every document index (``indexer.opensearch.requests.state_index_name``).
+#: Suffix of the state index next to every document index (``sdr_search.indexer.opensearch.requests.state_index_name``).
 STATE_INDEX_SUFFIX = "-sdr-state"
 # Characters OpenSearch refuses in index and alias names, plus the index-expression syntax a title
 # must not use: wildcards (* ?), lists (,), exclusions (leading -), remote clusters (:).
@@ -312,7 +312,7 @@ def cmd_dashboards_import(args) -> int:
     """
     index = getattr(args, "index", None)
     if not index:
-        from indexer.opensearch.settings import OpenSearchSettings
+        from sdr_search.indexer.opensearch.settings import OpenSearchSettings
 
         index = OpenSearchSettings().index
     path = Path(args.file) if getattr(args, "file", None) else default_ndjson_path()

@@ -7,11 +7,11 @@ import logging
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
-from sdr_core.cache import EmbeddingCache, document_key
-from sdr_core.documents import Document
-from sdr_core.embed import embed_documents
-from sdr_core.encoder import SentenceEncoder
-from sdr_core.errors import SDRError
+from sdr_search.core.cache import EmbeddingCache, document_key
+from sdr_search.core.documents import Document
+from sdr_search.core.embed import embed_documents
+from sdr_search.core.encoder import SentenceEncoder
+from sdr_search.core.errors import SDRError
 
 from .provenance import index_meta
 from .store import DocumentStore

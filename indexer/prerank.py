@@ -1,7 +1,7 @@
 """Centroid pre-rank: narrow a pool of vector candidates to the K that get the exact rerank
 (backend-independent, pure).
 
-The candidate aggregation (:mod:`indexer.candidates`) scores a document from its best-matching
+The candidate aggregation (:mod:`sdr_search.indexer.candidates`) scores a document from its best-matching
 sentences anywhere in it: SDR with the paragraph max relaxed to a document max. That relaxation
 favours long documents whose matches are scattered over many paragraphs; the SDR top-10 documents
 it misses at K = 100 on IRLeD dev are short ones (19-35 paragraphs where the candidates' median is
@@ -17,7 +17,7 @@ it misses at K = 100 on IRLeD dev are short ones (19-35 paragraphs where the can
 The top ``prerank_factor * K`` documents by aggregation form the pool (``SDR_PRERANK_FACTOR``);
 the best K by pre-rank score get the exact SDR score. The product is ``source paragraphs x pool
 paragraphs``, about 1/20 of the exact rerank's ``source sentences x candidate sentences`` work.
-The centroids come from the store (:meth:`indexer.store.DocumentStore.paragraph_centroids`):
+The centroids come from the store (:meth:`sdr_search.indexer.store.DocumentStore.paragraph_centroids`):
 the embedded store keeps them in memory, derived from its vector file; computing them from the
 candidates' sentence vectors at query time cost more than the rerank itself on IRLeD.
 Measured with exact nested k-NN on IRLeD dev (``bench/candidates_exact.py``, ties kept): top-10
@@ -31,9 +31,9 @@ from typing import Sequence
 
 import numpy as np
 
-from sdr_core.fusion import zscore
-from sdr_core.scoring import document_blocks, rank, sdr_scores, segment_sum_rows, stats_from_paragraph_scores
-from sdr_core.vectors import DocVectors
+from sdr_search.core.fusion import zscore
+from sdr_search.core.scoring import document_blocks, rank, sdr_scores, segment_sum_rows, stats_from_paragraph_scores
+from sdr_search.core.vectors import DocVectors
 
 __all__ = ["AGGREGATION_WEIGHT", "paragraph_centroids", "centroid_scores", "prerank_order"]
 

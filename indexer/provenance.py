@@ -1,5 +1,5 @@
 """Provenance recorded with an index: which model, encoder settings, segmentation and library
-versions produced its vectors (:class:`indexer.store.IndexMeta`)."""
+versions produced its vectors (:class:`sdr_search.indexer.store.IndexMeta`)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 from .store import IndexMeta
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
-    from sdr_core.encoder import SentenceEncoder
-    from sdr_core.settings import SegmentationSettings
+    from sdr_search.core.encoder import SentenceEncoder
+    from sdr_search.core.settings import SegmentationSettings
 
 __all__ = ["library_versions", "index_meta", "segmentation_record", "segmentation_mismatch"]
 
@@ -63,7 +63,7 @@ def segmentation_mismatch(recorded: Mapping[str, Any] | None, wanted: Mapping[st
     """Why documents segmented as ``wanted`` cannot join an index that recorded ``recorded``, or
     None when they can. A field the index did not record (built before it existed) reads as the
     value that index was built with, so old indexes keep taking documents segmented as they were."""
-    from sdr_core.settings import SegmentationSettings
+    from sdr_search.core.settings import SegmentationSettings
 
     if not recorded:
         return None

@@ -11,8 +11,8 @@ import logging
 
 import numpy as np
 
-from sdr_core.scoring import NormStats
-from sdr_core.stats import draw_reference_sample, exact_corpus_stats, sample_vectors, stats_against_sample
+from sdr_search.core.scoring import NormStats
+from sdr_search.core.stats import draw_reference_sample, exact_corpus_stats, sample_vectors, stats_against_sample
 
 from .store import DocumentStore, ReferenceParagraphs, StatsInfo
 

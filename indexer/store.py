@@ -8,10 +8,10 @@ top-k **documents**, each scored by its best-matching sentence.
 Lexical retrieval (:meth:`DocumentStore.lexical_search`) is BM25 over each document's text
 (title and paragraphs), the whole source text as the query: bm25s in the embedded store,
 OpenSearch's own BM25 on the ``text`` field there. Hybrid "more like this" fuses it with the
-vector signals (:mod:`sdr_core.fusion`, :mod:`reranker.engine`).
+vector signals (:mod:`sdr_search.core.fusion`, :mod:`sdr_search.reranker.engine`).
 
 Aggregating those per-sentence hits into candidate documents is backend-independent
-(:mod:`indexer.candidates`), and so is the exact rerank (:mod:`reranker.engine`), so both stores
+(:mod:`sdr_search.indexer.candidates`), and so is the exact rerank (:mod:`sdr_search.reranker.engine`), so both stores
 give the same ranking.
 """
 
@@ -23,10 +23,10 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from indexer.prerank import paragraph_centroids
-from sdr_core.documents import Document
-from sdr_core.scoring import NormStats
-from sdr_core.vectors import CorpusVectors, DocVectors
+from sdr_search.indexer.prerank import paragraph_centroids
+from sdr_search.core.documents import Document
+from sdr_search.core.scoring import NormStats
+from sdr_search.core.vectors import CorpusVectors, DocVectors
 
 __all__ = [
     "IndexMeta",
@@ -198,7 +198,7 @@ class DocumentStore(ABC):
 
     def fetch_documents(self, ids: Sequence[str]) -> list[DocVectors]:
         """The same vectors as :meth:`fetch`, one :class:`DocVectors` per id, for
-        :func:`sdr_core.scoring.score_documents`. A store may return read-only views of its own
+        :func:`sdr_search.core.scoring.score_documents`. A store may return read-only views of its own
         memory (no copy); this default splits :meth:`fetch`."""
         corpus = self.fetch(ids)
         return [corpus.doc(k) for k in range(corpus.n_docs)]
@@ -206,7 +206,7 @@ class DocumentStore(ABC):
     def paragraph_centroids(self, ids: Sequence[str]) -> list[np.ndarray]:
         """Each document's paragraph centroids (normalised mean sentence vectors, one
         ``(paragraphs, dim)`` array per id, in order) for the centroid pre-rank
-        (:mod:`indexer.prerank`). This default computes them from :meth:`fetch_documents`; a
+        (:mod:`sdr_search.indexer.prerank`). This default computes them from :meth:`fetch_documents`; a
         store may keep them (the embedded store holds them in memory)."""
         return [paragraph_centroids(doc) for doc in self.fetch_documents(ids)]
 
@@ -236,12 +236,12 @@ class DocumentStore(ABC):
     # -- search defaults -----------------------------------------------------------------------
     def search_defaults(self) -> dict[str, Any]:
         """The index's recorded search defaults (``method``, ``fusion``, ``weights``,
-        ``rank_constant``; see :func:`sdr_core.fusion.check_search_defaults`); ``{}`` when none."""
+        ``rank_constant``; see :func:`sdr_search.core.fusion.check_search_defaults`); ``{}`` when none."""
         return {}
 
     def set_search_defaults(self, defaults: Mapping[str, Any]) -> dict[str, Any]:
         """Record ``defaults`` (validated; ``{}`` clears them) and return them as recorded."""
-        from sdr_core.errors import StoreError
+        from sdr_search.core.errors import StoreError
 
         raise StoreError(f"{type(self).__name__} cannot record search defaults")
 

@@ -1,7 +1,7 @@
 """Request and response schemas of the HTTP service (pydantic; they define the OpenAPI spec).
 
 Bounds here are part of the API contract and fixed (they appear in ``openapi.json``); operational
-limits (body bytes, source sentences, concurrency) are :class:`reranker.settings.ServiceSettings`.
+limits (body bytes, source sentences, concurrency) are :class:`sdr_search.reranker.settings.ServiceSettings`.
 """
 
 from __future__ import annotations
@@ -200,7 +200,7 @@ class MoreLikeThisRequest(BaseModel):
         return self
 
     def record(self) -> dict[str, Any]:
-        """The new-document record for :func:`sdr_core.documents.parse_record` (not for ``id``)."""
+        """The new-document record for :func:`sdr_search.core.documents.parse_record` (not for ``id``)."""
         if self.text is not None:
             return {"text": self.text}
         if self.paragraphs is not None:

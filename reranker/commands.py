@@ -1,4 +1,4 @@
-"""Handler of ``sdr mlt`` (argument parsing lives in sdr_core.cli)."""
+"""Handler of ``sdr mlt`` (argument parsing lives in sdr_search.cli)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import logging
 import sys
 from pathlib import Path
 
-from sdr_core.errors import InputReadError, InvalidInputError
-from sdr_core.fusion import format_weights, parse_weights
+from sdr_search.core.errors import InputReadError, InvalidInputError
+from sdr_search.core.fusion import format_weights, parse_weights
 
 logger = logging.getLogger("sdr")
 
@@ -38,7 +38,7 @@ def record_from_file(path: Path) -> dict:
 
 def fusion_args(args) -> dict:
     """``method``/``fusion``/``weights``/``rank_constant`` given on the command line (for
-    :meth:`reranker.engine.MoreLikeThis.resolve`); absent ones are left to the defaults."""
+    :meth:`sdr_search.reranker.engine.MoreLikeThis.resolve`); absent ones are left to the defaults."""
     out: dict = {}
     if getattr(args, "method", None):
         out["method"] = args.method
@@ -53,8 +53,8 @@ def fusion_args(args) -> dict:
 
 def encoder_for_store(args, store):
     """The query encoder: --model / SDR_MODEL when given, else the model the store was built with."""
-    from sdr_core.cli import encoder_settings
-    from sdr_core.encoder import SentenceEncoder
+    from sdr_search.cli_args import encoder_settings
+    from sdr_search.core.encoder import SentenceEncoder
 
     settings = encoder_settings(args)
     meta = store.meta()
@@ -64,7 +64,7 @@ def encoder_for_store(args, store):
 
 
 def cmd_mlt(args) -> int:
-    from indexer.commands import open_store
+    from sdr_search.indexer.commands import open_store
 
     from .engine import MLTSettings, MoreLikeThis
 
@@ -110,12 +110,12 @@ def cmd_eval_store(args) -> int:
     """`sdr eval --store`: every query through the two-stage engine (raw-text sources)."""
     import time
 
-    from indexer.commands import open_store
-    from sdr_core.cli import cache_from_args
-    from sdr_core.documents import ReadReport, read_documents
-    from sdr_core.embed import embed_documents
-    from sdr_core.errors import SDRError
-    from sdr_core.metrics import evaluate, read_qrels, write_run
+    from sdr_search.indexer.commands import open_store
+    from sdr_search.cli_args import cache_from_args
+    from sdr_search.core.documents import ReadReport, read_documents
+    from sdr_search.core.embed import embed_documents
+    from sdr_search.core.errors import SDRError
+    from sdr_search.core.metrics import evaluate, read_qrels, write_run
 
     from .engine import MLTSettings, MoreLikeThis
 

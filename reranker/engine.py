@@ -1,12 +1,12 @@
 """Two-stage "more like this": nested sentence k-NN candidates, then the exact SDR rerank; or
 hybrid: lexical candidates too, and the signals fused.
 
-Works over any :class:`indexer.store.DocumentStore`. The source is an indexed document (its
+Works over any :class:`sdr_search.indexer.store.DocumentStore`. The source is an indexed document (its
 stored vectors and precomputed per-paragraph statistics) or new text (encoded now, normalised
-against the store's recorded reference sample). Candidates come from :mod:`indexer.candidates`,
-narrowed from ``SDR_PRERANK_FACTOR x K`` to K by the centroid pre-rank (:mod:`indexer.prerank`);
-the top K are scored exactly (:func:`sdr_core.scoring.score_documents`, over the store's
-:meth:`~indexer.store.DocumentStore.fetch_documents`: memory-map views in the embedded store) with
+against the store's recorded reference sample). Candidates come from :mod:`sdr_search.indexer.candidates`,
+narrowed from ``SDR_PRERANK_FACTOR x K`` to K by the centroid pre-rank (:mod:`sdr_search.indexer.prerank`);
+the top K are scored exactly (:func:`sdr_search.core.scoring.score_documents`, over the store's
+:meth:`~sdr_search.indexer.store.DocumentStore.fetch_documents`: memory-map views in the embedded store) with
 the source's statistics, which never depend on the candidates.
 
 Methods:
@@ -17,11 +17,11 @@ Methods:
   Every document of the union gets all three signals: its exact SDR score, the cosine of the mean
   sentence vectors (from the vectors fetched for SDR), and its BM25 score (the lexical search also
   scores the vector candidates it did not return). The signals are fused per query
-  (:func:`sdr_core.fusion.fuse`: z-score or min-max normalisation and a weighted mean, or RRF).
+  (:func:`sdr_search.core.fusion.fuse`: z-score or min-max normalisation and a weighted mean, or RRF).
 
 Which method and fusion: a request's own values, else the index's recorded search defaults
 (:meth:`DocumentStore.search_defaults`), else :class:`MLTSettings` (environment), else
-:data:`sdr_core.fusion.DEFAULT_HYBRID`.
+:data:`sdr_search.core.fusion.DEFAULT_HYBRID`.
 """
 
 from __future__ import annotations
@@ -35,17 +35,17 @@ import numpy as np
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from indexer.candidates import AGGREGATIONS, aggregate_hits
-from indexer.prerank import prerank_order
-from indexer.store import DocumentStore
-from sdr_core.documents import Document, parse_record
-from sdr_core.encoder import SentenceEncoder
-from sdr_core.errors import InvalidInputError, ModelMismatchError, StatsUnavailableError
-from sdr_core.fusion import METHODS, SIGNALS, HybridSpec, fuse
-from sdr_core.scoring import NormStats, paragraph_scores, rank, score_documents, top_of
-from sdr_core.settings import HybridSettings, SegmentationSettings
-from sdr_core.stats import SampledParagraphs, stats_against_sample
-from sdr_core.vectors import CorpusVectors, DocVectors
+from sdr_search.indexer.candidates import AGGREGATIONS, aggregate_hits
+from sdr_search.indexer.prerank import prerank_order
+from sdr_search.indexer.store import DocumentStore
+from sdr_search.core.documents import Document, parse_record
+from sdr_search.core.encoder import SentenceEncoder
+from sdr_search.core.errors import InvalidInputError, ModelMismatchError, StatsUnavailableError
+from sdr_search.core.fusion import METHODS, SIGNALS, HybridSpec, fuse
+from sdr_search.core.scoring import NormStats, paragraph_scores, rank, score_documents, top_of
+from sdr_search.core.settings import HybridSettings, SegmentationSettings
+from sdr_search.core.stats import SampledParagraphs, stats_against_sample
+from sdr_search.core.vectors import CorpusVectors, DocVectors
 
 __all__ = ["METHODS", "MLTSettings", "Source", "Hit", "MLTResult", "MoreLikeThis", "mean_cosines"]
 
@@ -54,7 +54,7 @@ logger = logging.getLogger(__name__)
 
 class MLTSettings(HybridSettings):
     """Query-time settings of the engine (env prefix ``SDR_``), with the hybrid fusion settings of
-    :class:`sdr_core.settings.HybridSettings` (``SDR_FUSION``, ``SDR_HYBRID_WEIGHTS``,
+    :class:`sdr_search.core.settings.HybridSettings` (``SDR_FUSION``, ``SDR_HYBRID_WEIGHTS``,
     ``SDR_RRF_RANK_CONSTANT``)."""
 
     model_config = SettingsConfigDict(env_prefix="SDR_", extra="ignore")
@@ -82,7 +82,7 @@ class MLTSettings(HybridSettings):
     )
     prerank_factor: float = Field(
         2.0, ge=1.0,
-        description="Centroid pre-rank (indexer.prerank): the top prerank_factor x K documents by candidate "
+        description="Centroid pre-rank (sdr_search.indexer.prerank): the top prerank_factor x K documents by candidate "
         "aggregation are narrowed to K by their aggregation and paragraph-centroid scores; 1 turns it off (the "
         "top K by aggregation). 2 by measurement (bench/two_stage.py, README): IRLeD dev top-10 fidelity at K=100 "
         "0.988 -> 0.992 (knn_k 50) and 0.978 -> 0.988 (knn_k 20), for about 12 ms on the 1.14M-sentence wiki "
@@ -317,8 +317,8 @@ class MoreLikeThis:
 
     def vector_candidates(self, source: Source, k: int) -> tuple[list[str], dict[str, float]]:
         """The ``k`` vector candidates for the exact rerank: the top ``prerank_factor * k`` by
-        aggregation narrowed to ``k`` by the centroid pre-rank (:mod:`indexer.prerank`, with the
-        store's :meth:`~indexer.store.DocumentStore.paragraph_centroids`). Also returns timings
+        aggregation narrowed to ``k`` by the centroid pre-rank (:mod:`sdr_search.indexer.prerank`, with the
+        store's :meth:`~sdr_search.indexer.store.DocumentStore.paragraph_centroids`). Also returns timings
         (ms) of the two steps."""
         t0 = time.perf_counter()
         pool, scores = self._aggregated(source, max(k, int(np.ceil(self.settings.prerank_factor * k))))

@@ -1,6 +1,6 @@
 """The one place where errors become HTTP answers.
 
-Domain errors (:mod:`sdr_core.errors`) map to status codes by class, most specific first (the
+Domain errors (:mod:`sdr_search.core.errors`) map to status codes by class, most specific first (the
 class's MRO is walked, so ``DocumentTooLargeError`` -- a kind of ``InvalidInputError`` -- is 413,
 not 422). Every error answer has the body ``{"error": {"type": ..., "message": ...}}``; FastAPI's
 own request validation errors are 422 with one readable line per problem in ``message`` and the
@@ -17,7 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from sdr_core.errors import (
+from sdr_search.core.errors import (
     AuthenticationError,
     BackendUnavailableError,
     DocumentTooLargeError,

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from indexer.store import DocumentStore
-from sdr_core.errors import DocumentNotFoundError
+from sdr_search.indexer.store import DocumentStore
+from sdr_search.core.errors import DocumentNotFoundError
 
 __all__ = ["matches", "filter_candidates"]
 

@@ -9,7 +9,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 
 from starlette.responses import JSONResponse
 
-from sdr_core.errors import OverloadedError
+from sdr_search.core.errors import OverloadedError
 
 __all__ = ["BodyLimitMiddleware", "ConcurrencyLimiter"]
 

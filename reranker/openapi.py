@@ -1,6 +1,6 @@
 """The service's OpenAPI spec, as committed in ``openapi.json`` at the repository root.
 
-``python -m reranker.openapi > openapi.json`` regenerates it; a test checks the committed file
+``python -m sdr_search.reranker.openapi > openapi.json`` regenerates it; a test checks the committed file
 equals :func:`openapi_json`. The spec does not depend on settings or the environment.
 """
 

@@ -1,4 +1,4 @@
-"""Handler of ``sdr serve`` (argument parsing lives in sdr_core.cli): the HTTP service over one
+"""Handler of ``sdr serve`` (argument parsing lives in sdr_search.cli): the HTTP service over one
 store, with uvicorn.
 
 Binding: without an API key (``SDR_SERVICE_API_KEY``) the server binds to 127.0.0.1 by default, and
@@ -12,7 +12,7 @@ import ipaddress
 import logging
 import re
 
-from sdr_core.errors import SDRError
+from sdr_search.core.errors import SDRError
 
 __all__ = ["cmd_serve", "is_loopback", "check_bind"]
 
@@ -44,7 +44,7 @@ def check_bind(host: str, *, has_api_key: bool, insecure: bool) -> None:
 def cmd_serve(args) -> int:
     import uvicorn
 
-    from indexer.commands import open_store
+    from sdr_search.indexer.commands import open_store
 
     from .api_models import INDEX_PATTERN
     from .commands import encoder_for_store
@@ -56,7 +56,7 @@ def cmd_serve(args) -> int:
     settings = ServiceSettings(**overrides)
     check_bind(settings.host, has_api_key=settings.api_key is not None, insecure=args.insecure)
     if args.opensearch:
-        from indexer.opensearch import OpenSearchSettings
+        from sdr_search.indexer.opensearch import OpenSearchSettings
 
         name = args.index or OpenSearchSettings().index
     else:

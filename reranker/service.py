@@ -1,5 +1,5 @@
 """The HTTP "more like this" service: :func:`create_app` builds a FastAPI app over one or more
-:class:`~indexer.store.DocumentStore` (embedded or OpenSearch alike).
+:class:`~sdr_search.indexer.store.DocumentStore` (embedded or OpenSearch alike).
 
 Routes (the OpenAPI spec is served at ``/openapi.json`` and committed as ``openapi.json``)::
 
@@ -32,17 +32,17 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import APIKeyHeader
 
-from indexer.store import DocumentStore
-from sdr_core.documents import Document, parse_record
-from sdr_core.errors import (
+from sdr_search.indexer.store import DocumentStore
+from sdr_search.core.documents import Document, parse_record
+from sdr_search.core.errors import (
     AuthenticationError,
     IndexNotFoundError,
     InvalidInputError,
     RequestTooLargeError,
     SDRError,
 )
-from sdr_core.settings import SegmentationSettings
-from sdr_core.vectors import DocVectors
+from sdr_search.core.settings import SegmentationSettings
+from sdr_search.core.vectors import DocVectors
 
 from . import api_models as m
 from .engine import MLTResult, MLTSettings, MoreLikeThis, Source
@@ -76,7 +76,7 @@ def _responses(*codes: int) -> dict[int | str, dict[str, Any]]:
 
 
 class LockedEncoder:
-    """A :class:`~sdr_core.encoder.SentenceEncoder` whose loading and encoding are serialised by one
+    """A :class:`~sdr_search.core.encoder.SentenceEncoder` whose loading and encoding are serialised by one
     lock; every other attribute is the wrapped encoder's."""
 
     def __init__(self, encoder: Any) -> None:
@@ -296,7 +296,7 @@ async def _require_api_key(request: Request, key: Annotated[str | None, Security
 IndexName = Annotated[
     str, Path(pattern=m.INDEX_PATTERN, description="Index name (an embedded store is served as `default`).")
 ]
-DocId = Annotated[  # stored ids are stripped and never blank (sdr_core.documents.parse_record)
+DocId = Annotated[  # stored ids are stripped and never blank (sdr_search.core.documents.parse_record)
     str, Path(min_length=1, max_length=512, pattern=m.NOT_BLANK_PATTERN, description="Document id.")
 ]
 
@@ -354,7 +354,7 @@ def create_app(
 ) -> FastAPI:
     """The service over ``stores`` (index name -> store, or a factory ``name -> store``).
 
-    ``encoder`` (a :class:`~sdr_core.encoder.SentenceEncoder`, loaded lazily) encodes new-text
+    ``encoder`` (a :class:`~sdr_search.core.encoder.SentenceEncoder`, loaded lazily) encodes new-text
     sources; without one only indexed documents can be sources. Stores given as a mapping belong to
     the caller (close them after the server stops); stores opened by a factory are closed at shutdown.
     """

@@ -20,15 +20,15 @@ OUT = ROOT / "docs" / "configuration.md"
 
 # (module, class, what it configures); a variable shared by two classes is listed under the first.
 SETTINGS = [
-    ("sdr_core.settings", "EncoderSettings", "Encoder (`sdr index`, `mlt`, `eval`, `serve`, `worker`)"),
-    ("sdr_core.settings", "SegmentationSettings", "Segmentation (documents into paragraphs and sentences)"),
-    ("sdr_core.settings", "CacheSettings", "Embedding cache"),
-    ("reranker.engine", "MLTSettings", "Query engine (`sdr mlt`, `sdr eval --store`, `sdr serve`)"),
-    ("indexer.settings", "EmbeddedStoreSettings", "Embedded store (`--store DIR`)"),
-    ("indexer.opensearch.settings", "OpenSearchSettings", "OpenSearch store (`--opensearch URL`)"),
-    ("reranker.settings", "ServiceSettings", "HTTP service (`sdr serve`)"),
-    ("workers.settings", "WorkerSettings", "Workers and `sdr reindex` (Celery over Redis)"),
-    ("sdr_core.training.settings", "TrainSettings", "Training (`sdr train`)"),
+    ("sdr_search.core.settings", "EncoderSettings", "Encoder (`sdr index`, `mlt`, `eval`, `serve`, `worker`)"),
+    ("sdr_search.core.settings", "SegmentationSettings", "Segmentation (documents into paragraphs and sentences)"),
+    ("sdr_search.core.settings", "CacheSettings", "Embedding cache"),
+    ("sdr_search.reranker.engine", "MLTSettings", "Query engine (`sdr mlt`, `sdr eval --store`, `sdr serve`)"),
+    ("sdr_search.indexer.settings", "EmbeddedStoreSettings", "Embedded store (`--store DIR`)"),
+    ("sdr_search.indexer.opensearch.settings", "OpenSearchSettings", "OpenSearch store (`--opensearch URL`)"),
+    ("sdr_search.reranker.settings", "ServiceSettings", "HTTP service (`sdr serve`)"),
+    ("sdr_search.workers.settings", "WorkerSettings", "Workers and `sdr reindex` (Celery over Redis)"),
+    ("sdr_search.core.training.settings", "TrainSettings", "Training (`sdr train`)"),
 ]
 
 HEADER = """# Configuration

@@ -11,7 +11,7 @@ exactly one body:
 Other top-level keys are kept in ``metadata``. Which unit is an SDR paragraph (a text paragraph or
 a whole section) is :attr:`SegmentationSettings.paragraph_unit`; consecutive short paragraphs are
 then merged (``min_paragraph_sentences``, counting the splitter's sentences) and, inside each unit,
-sentence fragments joined to a neighbour (``min_sentence_chars``; :mod:`sdr_core.segments`).
+sentence fragments joined to a neighbour (``min_sentence_chars``; :mod:`sdr_search.core.segments`).
 Empty paragraphs are dropped; a document with no sentence is rejected.
 
 Readers never drop anything silently: each skipped item is logged with its place and reason and

@@ -9,7 +9,7 @@ Methods:
 - ``sdr-nonorm``: the paper's "No normalization" ablation.
 - ``mean``: one vector per document, the mean of its sentence vectors; cosine.
 - ``bm25``: BM25 (bm25s), the whole query document as the query.
-- ``hybrid``: BM25, SDR and the single-vector cosine fused per query (:mod:`sdr_core.fusion`) over
+- ``hybrid``: BM25, SDR and the single-vector cosine fused per query (:mod:`sdr_search.core.fusion`) over
   the candidate set the engine would rerank: the union of each signal's top K (BM25 top K u SDR
   top K u mean top K). The set is ranked by the fused score; the documents outside it follow,
   fused among themselves (:func:`hybrid_ranking`).
@@ -209,7 +209,7 @@ def rank_all(
 ) -> dict[str, Ranking]:
     """Rank every corpus document for every query with ``method``; returns ``{qid: ranking}``.
 
-    ``hybrid`` (default :data:`sdr_core.fusion.DEFAULT_HYBRID`) and ``candidates`` (K, the top K
+    ``hybrid`` (default :data:`sdr_search.core.fusion.DEFAULT_HYBRID`) and ``candidates`` (K, the top K
     of each signal that make the candidate set) apply to ``method="hybrid"``.
     """
     if method not in METHODS:

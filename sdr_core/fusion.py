@@ -37,7 +37,7 @@ the mean for ``z_score``). For ``rrf`` a missing document gets no contribution f
 engine every signal is computed for every document of the set, so NaN only appears when a
 backend cannot score a document.
 
-The final ranking is by fused score descending, ties by id ascending (:func:`sdr_core.scoring.rank`).
+The final ranking is by fused score descending, ties by id ascending (:func:`sdr_search.core.scoring.rank`).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 This is the test oracle: plain Python loops over paragraphs and sentences, one float64 dot
 product at a time. It is slow on purpose and never used in production; everything faster
-(:mod:`sdr_core.scoring`, :mod:`sdr_core.stats`) is tested against it.
+(:mod:`sdr_search.core.scoring`, :mod:`sdr_search.core.stats`) is tested against it.
 
 A paragraph is a ``(sentences, dim)`` array of L2-normalised sentence vectors; a document is a
 list of paragraphs.

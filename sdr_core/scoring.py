@@ -1,13 +1,13 @@
 """Vectorised exact SDR scoring (SPEC "Two-stage score").
 
-Everything here is a pure function on :mod:`sdr_core.vectors` containers: no I/O, no logging,
+Everything here is a pure function on :mod:`sdr_search.core.vectors` containers: no I/O, no logging,
 no global state. Sentence-level similarities are float32 matrix products; the two reductions of
 stage 1 (max over a candidate paragraph's sentences, mean over a source paragraph's sentences)
 are ``np.maximum.reduceat`` / ``np.add.reduceat`` over paragraph segments. Normalisation
 statistics and the final document scores are computed in float64.
 
 The slow, obviously-correct oracle these functions are tested against is
-:mod:`sdr_core.reference`.
+:mod:`sdr_search.core.reference`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from sdr_core.vectors import CorpusVectors, DocVectors
+from sdr_search.core.vectors import CorpusVectors, DocVectors
 
 __all__ = [
     "SIGMA_FLOOR",
@@ -329,7 +329,7 @@ def score_documents(
 
     The documents' vectors are never concatenated: each document's product with the source is
     written straight into a block of one reused buffer, so they can be read-only views of a
-    memory-mapped store (:meth:`indexer.store.DocumentStore.fetch_documents`). Blocks of about
+    memory-mapped store (:meth:`sdr_search.indexer.store.DocumentStore.fetch_documents`). Blocks of about
     ``block_rows`` candidate sentences keep the product in cache while it is reduced.
     """
     if not documents:

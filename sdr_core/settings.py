@@ -136,7 +136,7 @@ class CacheSettings(BaseSettings):
 class HybridSettings(BaseSettings):
     """How hybrid ranking fuses BM25, SDR and the single-vector cosine (``--method hybrid``).
 
-    Defaults come from :data:`sdr_core.fusion.DEFAULT_HYBRID` (the one place to change them); the
+    Defaults come from :data:`sdr_search.core.fusion.DEFAULT_HYBRID` (the one place to change them); the
     environment overrides them, an index's recorded search defaults override the environment, and
     a request or command line overrides all.
     """
@@ -170,7 +170,7 @@ class HybridSettings(BaseSettings):
         return format_weights(parse_weights(v))
 
     def spec(self):
-        """The :class:`sdr_core.fusion.HybridSpec` these settings describe."""
+        """The :class:`sdr_search.core.fusion.HybridSpec` these settings describe."""
         from .fusion import HybridSpec, parse_weights
 
         return HybridSpec(self.fusion, parse_weights(self.hybrid_weights), self.rrf_rank_constant)

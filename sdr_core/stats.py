@@ -7,7 +7,7 @@
   (:class:`ReferenceSample`, :func:`draw_reference_sample`, :func:`sampled_stats`), recorded
   with the index so a raw-text query is normalised against the same sample at query time.
 
-Pure functions on :mod:`sdr_core.vectors` containers; float64 accumulation; no I/O.
+Pure functions on :mod:`sdr_search.core.vectors` containers; float64 accumulation; no I/O.
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ from typing import Any, Mapping
 import numpy as np
 from tqdm import tqdm
 
-from sdr_core.scoring import (
+from sdr_search.core.scoring import (
     NormStats,
     clamp_sigma,
     iter_paragraph_score_tiles,
     paragraph_scores,
     stats_from_paragraph_scores,
 )
-from sdr_core.vectors import CorpusVectors, DocVectors
+from sdr_search.core.vectors import CorpusVectors, DocVectors
 
 __all__ = [
     "exact_corpus_stats",

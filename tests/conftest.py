@@ -71,15 +71,15 @@ def os_index(opensearch_url):
 
 @pytest.fixture(scope="session")
 def encoder():
-    from sdr_core.encoder import SentenceEncoder
-    from sdr_core.settings import EncoderSettings
+    from sdr_search.core.encoder import SentenceEncoder
+    from sdr_search.core.settings import EncoderSettings
 
     return SentenceEncoder(settings=EncoderSettings(precision="fp32", device="cpu"))
 
 
 @pytest.fixture()
 def cache(tmp_path):
-    from sdr_core.cache import EmbeddingCache
+    from sdr_search.core.cache import EmbeddingCache
 
     with EmbeddingCache(tmp_path / "emb.sqlite") as c:
         yield c
@@ -93,7 +93,7 @@ def running_server(args: list[str], port: int, log_path: Path, env: dict[str, st
     import httpx
 
     with log_path.open("wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "sdr_core", "--log-level", "WARNING", *args, "--port", str(port)],
+        proc = subprocess.Popen([sys.executable, "-m", "sdr_search", "--log-level", "WARNING", *args, "--port", str(port)],
                                 cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         base = f"http://127.0.0.1:{port}"
         try:

@@ -1,11 +1,11 @@
 import numpy as np
 import pytest
 
-from indexer.candidates import aggregate_hits, top_candidates
-from indexer.store import SentenceHits
-from sdr_core.reference import reference_sdr_score
-from sdr_core.scoring import NormStats
-from sdr_core.vectors import CorpusVectors, DocVectors
+from sdr_search.indexer.candidates import aggregate_hits, top_candidates
+from sdr_search.indexer.store import SentenceHits
+from sdr_search.core.reference import reference_sdr_score
+from sdr_search.core.scoring import NormStats
+from sdr_search.core.vectors import CorpusVectors, DocVectors
 
 pytestmark = pytest.mark.unit
 
@@ -51,7 +51,7 @@ def test_sdr_bound_is_an_upper_bound_of_exact_sdr(setup):
         c = corpus.doc(corpus.ids.index(doc_id))
         exact_raw = reference_sdr_score(src_paras, [c.paragraph(j) for j in range(c.n_paragraphs)], None)
         # normalised exact score from the raw per-paragraph maxima
-        from sdr_core.scoring import document_max, paragraph_scores, sdr_scores
+        from sdr_search.core.scoring import document_max, paragraph_scores, sdr_scores
 
         cv = CorpusVectors.from_docs([doc_id], [c])
         exact = sdr_scores(document_max(paragraph_scores(source, cv), cv.doc_par_offsets), stats)[0]

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from sdr_core.cli import main
+from sdr_search.cli import main
 
 pytestmark = pytest.mark.integration
 
@@ -101,7 +101,7 @@ def test_sampled_stats_record_the_sample(dataset, capsys):
 
 def test_missing_model_dir_is_one_line_exit_2(dataset, tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "sdr_core", *_args(dataset, "sdr", "--model", str(tmp_path / "no-such-model"))],
+        [sys.executable, "-m", "sdr_search", *_args(dataset, "sdr", "--model", str(tmp_path / "no-such-model"))],
         capture_output=True, text=True,
     )
     assert proc.returncode == 2
@@ -118,5 +118,5 @@ def test_missing_input_path_is_one_line_exit_2(dataset, capsys):
 
 def test_every_subcommand_has_help():
     for argv in (["--help"], ["eval", "--help"]):
-        proc = subprocess.run([sys.executable, "-m", "sdr_core", *argv], capture_output=True, text=True)
+        proc = subprocess.run([sys.executable, "-m", "sdr_search", *argv], capture_output=True, text=True)
         assert proc.returncode == 0 and "usage: sdr" in proc.stdout

@@ -28,7 +28,7 @@ def test_configuration_doc_is_up_to_date():
 def test_every_setting_is_listed_once_with_its_variable():
     gen = _generator()
     text = gen.render()
-    from indexer.opensearch import OpenSearchSettings
+    from sdr_search.indexer.opensearch import OpenSearchSettings
 
     for name in OpenSearchSettings.model_fields:
         assert text.count(f"| `SDR_OPENSEARCH_{name.upper()}` |") == 1, name

@@ -1,4 +1,4 @@
-"""Dashboards saved objects (mappings/dashboards.ndjson) and the import request (indexer.dashboards).
+"""Dashboards saved objects (mappings/dashboards.ndjson) and the import request (sdr_search.indexer.dashboards).
 
 No OpenSearch Dashboards is involved (it cannot run here): the request tests post to a tiny local
 ``http.server`` that records what it receives and answers the way the saved-objects import API is
@@ -27,7 +27,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from indexer.dashboards import (
+from sdr_search.indexer.dashboards import (
     DEFAULT_INDEX,
     DEFAULT_NDJSON,
     IMPORT_PATH,
@@ -41,7 +41,7 @@ from indexer.dashboards import (
     saved_objects_for_index,
     set_index_pattern_title,
 )
-from sdr_core.errors import (
+from sdr_search.core.errors import (
     BackendUnavailableError,
     DashboardsImportError,
     InputReadError,
@@ -483,7 +483,7 @@ def test_request_with_a_wildcard_index_is_refused_before_sending(dashboards_stub
 
 @pytest.mark.unit
 def test_cli_parses_dashboards_import_with_index():
-    from sdr_core.cli import build_parser
+    from sdr_search.cli import build_parser
 
     args = build_parser().parse_args(["dashboards", "import", "--url", "http://h:5601", "--index", "sdr-demo"])
     assert (args.url, args.index, args.file, args.no_overwrite, args.timeout) == ("http://h:5601", "sdr-demo", None, False, 30)
@@ -552,11 +552,11 @@ DIM = 8
 
 def _put(url: str, index: str, model_id: str, n_docs: int, seed: int) -> None:
     """A store ``index`` with ``n_docs`` documents of ``model_id`` (random unit vectors)."""
-    from indexer.opensearch import OpenSearchSettings, OpenSearchStore
-    from indexer.store import IndexMeta
-    from sdr_core.documents import parse_record
-    from sdr_core.settings import SegmentationSettings
-    from sdr_core.vectors import DocVectors
+    from sdr_search.indexer.opensearch import OpenSearchSettings, OpenSearchStore
+    from sdr_search.indexer.store import IndexMeta
+    from sdr_search.core.documents import parse_record
+    from sdr_search.core.settings import SegmentationSettings
+    from sdr_search.core.vectors import DocVectors
 
     rng = np.random.default_rng(seed)
     items = []
@@ -613,9 +613,9 @@ def os_client(opensearch_url):
 def test_on_a_node_after_two_reindexes_only_the_live_generation_counts(opensearch_url, os_index, os_client):
     """`sdr reindex` twice (model-a, then model-b) behind an alias: the pattern the import writes
     for the alias sees the current generation only; the old title's shape sees everything."""
-    from indexer.opensearch import OpenSearchSettings
-    from indexer.opensearch.requests import state_index_name
-    from workers.swap import swap_opensearch_alias, timestamped_name
+    from sdr_search.indexer.opensearch import OpenSearchSettings
+    from sdr_search.indexer.opensearch.requests import state_index_name
+    from sdr_search.workers.swap import swap_opensearch_alias, timestamped_name
 
     alias = os_index("sdr-dash")
     settings = OpenSearchSettings(replicas=0)
@@ -646,7 +646,7 @@ def test_on_a_node_after_two_reindexes_only_the_live_generation_counts(opensearc
 def test_on_a_node_a_concrete_index_is_matched_and_its_state_index_is_not(opensearch_url, os_index, os_client):
     """`sdr index --index NAME` makes a concrete index NAME (like the default `sdr`): the imported
     pattern NAME shows its documents; the old shape NAME-* missed them and matched the state index."""
-    from indexer.opensearch.requests import state_index_name
+    from sdr_search.indexer.opensearch.requests import state_index_name
 
     name = os_index("sdr-dash")
     _put(opensearch_url, name, "model-a", 4, seed=3)

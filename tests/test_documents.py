@@ -3,9 +3,9 @@ import json
 
 import pytest
 
-from sdr_core.documents import ReadReport, documents_from_records, parse_record, read_documents, split_text_paragraphs
-from sdr_core.errors import DocumentTooLargeError, DuplicateIdError, InputReadError, InvalidDocumentError
-from sdr_core.settings import SegmentationSettings
+from sdr_search.core.documents import ReadReport, documents_from_records, parse_record, read_documents, split_text_paragraphs
+from sdr_search.core.errors import DocumentTooLargeError, DuplicateIdError, InputReadError, InvalidDocumentError
+from sdr_search.core.settings import SegmentationSettings
 
 AS_GIVEN = SegmentationSettings.from_recorded({})  # paragraphs and sentences as written
 

@@ -1,4 +1,4 @@
-"""Tests of the embedded store (indexer.embedded): round trips, nested k-NN, statistics,
+"""Tests of the embedded store (sdr_search.indexer.embedded): round trips, nested k-NN, statistics,
 reference sample, compaction, float16, repairs (all ``unit``), and a kill -9 crash test
 (``integration``: it runs a writer subprocess)."""
 
@@ -15,21 +15,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from indexer.embedded import EmbeddedStore, library_versions
-from indexer.settings import EmbeddedStoreSettings
-from indexer.store import IndexMeta, ReferenceParagraphs
-from sdr_core.cache import document_key
-from sdr_core.documents import Document, parse_record
-from sdr_core.errors import (
+from sdr_search.indexer.embedded import EmbeddedStore, library_versions
+from sdr_search.indexer.settings import EmbeddedStoreSettings
+from sdr_search.indexer.store import IndexMeta, ReferenceParagraphs
+from sdr_search.core.cache import document_key
+from sdr_search.core.documents import Document, parse_record
+from sdr_search.core.errors import (
     DocumentNotFoundError,
     IndexNotFoundError,
     InvalidInputError,
     ModelMismatchError,
     StoreError,
 )
-from sdr_core.scoring import NormStats
-from sdr_core.settings import SegmentationSettings
-from sdr_core.vectors import CorpusVectors, DocVectors
+from sdr_search.core.scoring import NormStats
+from sdr_search.core.settings import SegmentationSettings
+from sdr_search.core.vectors import CorpusVectors, DocVectors
 
 AS_GIVEN = SegmentationSettings.from_recorded({})  # paragraphs and sentences as written
 
@@ -496,7 +496,7 @@ def test_interrupted_compaction_is_finished_on_open(tmp_path, monkeypatch, caplo
     store = open_store(tmp_path / "s")
     _churn(store)
     before = _snapshot(store, queries)
-    import indexer.embedded.compaction as embedded  # its os.replace renames the compacted files
+    import sdr_search.indexer.embedded.compaction as embedded  # its os.replace renames the compacted files
 
     real_replace = embedded.os.replace
 
@@ -512,7 +512,7 @@ def test_interrupted_compaction_is_finished_on_open(tmp_path, monkeypatch, caplo
     store.close()
     with EmbeddedStore(tmp_path / "s", read_only=True) as reader:  # reads the renamed-to-be files in place
         _assert_same(before, _snapshot(reader, queries))
-    with caplog.at_level(logging.WARNING, logger="indexer.embedded"), EmbeddedStore(tmp_path / "s") as store:
+    with caplog.at_level(logging.WARNING, logger="sdr_search.indexer.embedded"), EmbeddedStore(tmp_path / "s") as store:
         _assert_same(before, _snapshot(store, queries))
         assert store.storage_info()["dead_rows"] == 0
     assert "finished an interrupted compaction" in caplog.text
@@ -522,7 +522,7 @@ def test_interrupted_compaction_is_finished_on_open(tmp_path, monkeypatch, caplo
 @pytest.mark.unit
 def test_failed_compaction_rename_is_finished_by_the_same_handle(tmp_path, monkeypatch):
     queries = unit(np.random.default_rng(18), 6)
-    import indexer.embedded.compaction as embedded  # its os.replace renames the compacted files
+    import sdr_search.indexer.embedded.compaction as embedded  # its os.replace renames the compacted files
 
     real_replace = embedded.os.replace
     with open_store(tmp_path / "s") as store:
@@ -579,7 +579,7 @@ def test_torn_tail_is_truncated(tmp_path, caplog):
         size = store.storage_info()["vector_bytes"]
     with open(tmp_path / "s" / "vectors.float32", "ab") as fh:
         fh.write(os.urandom(37))
-    with caplog.at_level(logging.WARNING, logger="indexer.embedded"), EmbeddedStore(tmp_path / "s") as store:
+    with caplog.at_level(logging.WARNING, logger="sdr_search.indexer.embedded"), EmbeddedStore(tmp_path / "s") as store:
         assert store.counts()["documents"] == 6
         assert (tmp_path / "s" / "vectors.float32").stat().st_size == size
         assert store.sentence_knn(items[3][1].vectors[:1], 1).doc_ids == [["d003"]]
@@ -603,7 +603,7 @@ def test_faiss_catch_up_and_rebuild(tmp_path, caplog):
 
     def check(store_path: Path, want: list[list[str]], message: str) -> None:
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="indexer.embedded"), EmbeddedStore(store_path) as s:
+        with caplog.at_level(logging.WARNING, logger="sdr_search.indexer.embedded"), EmbeddedStore(store_path) as s:
             got = s.sentence_knn(probe[: len(want)], 1).doc_ids
         assert got == want
         assert message in caplog.text
@@ -715,7 +715,7 @@ def test_kill_9_leaves_a_consistent_resumable_store(tmp_path, fraction):
 
 # -- paragraph centroids (pre-rank) -----------------------------------------------------------
 def _fresh_centroids(store: EmbeddedStore, ids: list[str]) -> list[np.ndarray]:
-    from indexer.prerank import paragraph_centroids
+    from sdr_search.indexer.prerank import paragraph_centroids
 
     return [paragraph_centroids(store.get(i).vectors) for i in ids]
 
@@ -724,7 +724,7 @@ def _fresh_centroids(store: EmbeddedStore, ids: list[str]) -> list[np.ndarray]:
 def test_paragraph_centroids_follow_puts_replacements_deletes_and_compaction(tmp_path):
     """The in-memory centroids always match the stored vectors, through every kind of write,
     and equal the store interface's default (computed from the fetched vectors)."""
-    from indexer.store import DocumentStore
+    from sdr_search.indexer.store import DocumentStore
 
     with EmbeddedStore(tmp_path / "s", create=True) as store:
         store.ensure_meta(META)

@@ -5,12 +5,12 @@ import sys
 import numpy as np
 import pytest
 
-from sdr_core.cache import EmbeddingCache, document_key
-from sdr_core.documents import parse_record
-from sdr_core.embed import embed_corpus, embed_documents
-from sdr_core.encoder import SentenceEncoder, default_model_dir, plan_batches
-from sdr_core.errors import InvalidInputError, ModelNotFoundError
-from sdr_core.settings import EncoderSettings, SegmentationSettings
+from sdr_search.core.cache import EmbeddingCache, document_key
+from sdr_search.core.documents import parse_record
+from sdr_search.core.embed import embed_corpus, embed_documents
+from sdr_search.core.encoder import SentenceEncoder, default_model_dir, plan_batches
+from sdr_search.core.errors import InvalidInputError, ModelNotFoundError
+from sdr_search.core.settings import EncoderSettings, SegmentationSettings
 
 SENTENCES = [
     "The appeal is dismissed.",
@@ -38,8 +38,8 @@ def test_plan_batches_respects_the_budget_and_covers_everything():
 @pytest.mark.unit
 def test_nothing_heavy_is_imported_or_loaded_at_import():
     code = (
-        "import sys, sdr_core.cli, sdr_core.encoder, sdr_core.documents, sdr_core.embed, sdr_core.evaluation;"
-        "from sdr_core.encoder import SentenceEncoder; SentenceEncoder();"
+        "import sys, sdr_search.cli, sdr_search.core.encoder, sdr_search.core.documents, sdr_search.core.embed, sdr_search.core.evaluation;"
+        "from sdr_search.core.encoder import SentenceEncoder; SentenceEncoder();"
         "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

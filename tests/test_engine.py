@@ -5,22 +5,22 @@ import json
 import numpy as np
 import pytest
 
-from indexer.embedded import EmbeddedStore
-from indexer.pipeline import index_documents
-from indexer.stats_job import refresh_stats
-from reranker.engine import MLTSettings, MoreLikeThis
-from sdr_core.cli import main
-from sdr_core.documents import parse_record
-from sdr_core.errors import (
+from sdr_search.indexer.embedded import EmbeddedStore
+from sdr_search.indexer.pipeline import index_documents
+from sdr_search.indexer.stats_job import refresh_stats
+from sdr_search.reranker.engine import MLTSettings, MoreLikeThis
+from sdr_search.cli import main
+from sdr_search.core.documents import parse_record
+from sdr_search.core.errors import (
     DocumentNotFoundError,
     IndexNotFoundError,
     InvalidInputError,
     ModelMismatchError,
     StatsUnavailableError,
 )
-from sdr_core.reference import reference_sdr_score
-from sdr_core.scoring import rank
-from sdr_core.settings import SegmentationSettings
+from sdr_search.core.reference import reference_sdr_score
+from sdr_search.core.scoring import rank
+from sdr_search.core.settings import SegmentationSettings
 
 pytestmark = pytest.mark.integration
 
@@ -109,8 +109,8 @@ def test_errors(built, encoder, tmp_path):
             engine.more_like_this(doc_id="nope")
     with pytest.raises(IndexNotFoundError, match="sdr index"):
         EmbeddedStore(tmp_path / "missing").counts()
-    from sdr_core.encoder import SentenceEncoder
-    from sdr_core.settings import EncoderSettings
+    from sdr_search.core.encoder import SentenceEncoder
+    from sdr_search.core.settings import EncoderSettings
 
     other = SentenceEncoder(settings=EncoderSettings(precision="fp32", device="cpu", max_tokens=16))
     with EmbeddedStore(path) as store:
@@ -180,10 +180,10 @@ def test_cli_index_info_mlt_stats_and_eval_store(tmp_path, capsys):
 
 # -- hybrid ---------------------------------------------------------------------------------------
 def test_hybrid_fuses_every_signal_over_the_union_of_both_sides(built, encoder):
-    from reranker.engine import mean_cosines
-    from sdr_core.evaluation import mean_vectors
-    from sdr_core.fusion import HybridSpec, fuse
-    from sdr_core.vectors import CorpusVectors
+    from sdr_search.reranker.engine import mean_cosines
+    from sdr_search.core.evaluation import mean_vectors
+    from sdr_search.core.fusion import HybridSpec, fuse
+    from sdr_search.core.vectors import CorpusVectors
 
     path, _ = built
     with EmbeddedStore(path) as store:
@@ -221,7 +221,7 @@ def test_hybrid_fuses_every_signal_over_the_union_of_both_sides(built, encoder):
 
 
 def test_hybrid_explain_and_sdr_only_weights(built, encoder):
-    from sdr_core.fusion import HybridSpec
+    from sdr_search.core.fusion import HybridSpec
 
     path, _ = built
     with EmbeddedStore(path) as store:
@@ -242,7 +242,7 @@ def test_hybrid_explain_and_sdr_only_weights(built, encoder):
 
 
 def test_method_and_fusion_resolution(tmp_path, encoder):
-    from sdr_core.fusion import DEFAULT_HYBRID
+    from sdr_search.core.fusion import DEFAULT_HYBRID
 
     with EmbeddedStore(tmp_path / "s", create=True) as store:
         index_documents(store, [parse_record(r) for r in _records()[:8]], encoder)

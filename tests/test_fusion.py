@@ -1,4 +1,4 @@
-"""Score fusion math (sdr_core.fusion): hand-computed examples and properties."""
+"""Score fusion math (sdr_search.core.fusion): hand-computed examples and properties."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sdr_core.errors import InvalidInputError
-from sdr_core.fusion import (
+from sdr_search.core.errors import InvalidInputError
+from sdr_search.core.fusion import (
     DEFAULT_HYBRID,
     HybridSpec,
     format_weights,
@@ -22,7 +22,7 @@ from sdr_core.fusion import (
     rrf_scores,
     zscore,
 )
-from sdr_core.scoring import rank
+from sdr_search.core.scoring import rank
 
 pytestmark = pytest.mark.unit
 

@@ -7,7 +7,7 @@ import logging
 import numpy as np
 import pytest
 
-from sdr_core.lexical import BM25Ranker
+from sdr_search.core.lexical import BM25Ranker
 
 pytestmark = pytest.mark.unit
 
@@ -112,7 +112,7 @@ def test_bm25s_logger_level_is_restored():
 
 # -- analysis, persistence, top-k ---------------------------------------------------------------
 def test_analyze_is_the_bm25s_tokenisation(ranker):
-    from sdr_core.lexical import analyze
+    from sdr_search.core.lexical import analyze
 
     text = "The Appellant's counsel, Mr. X.Y. Rao, cited Section 302 IPC (1860); naïve café — 2nd-hand e-mail."
     assert analyze(text) == ranker._tokenize([text])[0]
@@ -120,7 +120,7 @@ def test_analyze_is_the_bm25s_tokenisation(ranker):
 
 
 def test_query_terms_keeps_the_most_frequent():
-    from sdr_core.lexical import query_terms
+    from sdr_search.core.lexical import query_terms
 
     text = "quasar nebula quasar galaxy quasar nebula the the the"
     assert query_terms(text) == {"quasar": 3, "nebula": 2, "galaxy": 1}
@@ -143,7 +143,7 @@ def test_save_and_load_round_trip(ranker, tmp_path):
 
 
 def test_top_matches_only_and_breaks_ties_by_id():
-    from sdr_core.scoring import top_of
+    from sdr_search.core.scoring import top_of
 
     r = BM25Ranker(stem=False).fit(["b", "a", "c", "d"], ["red fox", "red fox", "blue whale", "red whale"])
     ids, scores = r.top("red fox", 10)

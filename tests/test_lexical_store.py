@@ -1,4 +1,4 @@
-"""The embedded store's lexical index (indexer.embedded.lexical): the same results as the exhaustive
+"""The embedded store's lexical index (sdr_search.indexer.embedded.lexical): the same results as the exhaustive
 BM25Ranker on the same texts, kept up to date with puts and deletes, persisted crash-safely; and
 the index's search defaults."""
 
@@ -10,13 +10,13 @@ import os
 import numpy as np
 import pytest
 
-from indexer.embedded import EmbeddedStore
-from indexer.embedded.lexical import LEXICAL_PREFIX
-from indexer.store import IndexMeta
-from sdr_core.documents import Document, parse_record
-from sdr_core.errors import InvalidInputError, StoreError
-from sdr_core.lexical import BM25Ranker
-from sdr_core.vectors import DocVectors
+from sdr_search.indexer.embedded import EmbeddedStore
+from sdr_search.indexer.embedded.lexical import LEXICAL_PREFIX
+from sdr_search.indexer.store import IndexMeta
+from sdr_search.core.documents import Document, parse_record
+from sdr_search.core.errors import InvalidInputError, StoreError
+from sdr_search.core.lexical import BM25Ranker
+from sdr_search.core.vectors import DocVectors
 
 pytestmark = pytest.mark.unit
 
@@ -100,7 +100,7 @@ def test_empty_store_has_no_lexical_hits(store):
 
 
 def test_puts_and_deletes_rebuild_stats_do_not(store, caplog):
-    caplog.set_level(logging.INFO, logger="indexer.embedded")
+    caplog.set_level(logging.INFO, logger="sdr_search.indexer.embedded")
     items = make_items(30)
     store.put(items)
     first = store.lexical_search(items[4][0].text, 1)
@@ -108,7 +108,7 @@ def test_puts_and_deletes_rebuild_stats_do_not(store, caplog):
     store.lexical_search("w5", 3)
     assert _builds(caplog) == 1  # unchanged: the index in memory serves
 
-    from sdr_core.scoring import NormStats
+    from sdr_search.core.scoring import NormStats
 
     stats = {d.id: NormStats(np.zeros(v.n_paragraphs), np.ones(v.n_paragraphs)) for d, v in items}
     store.write_stats(stats, mode="exact", sample_size=None, seed=None)
@@ -124,7 +124,7 @@ def test_puts_and_deletes_rebuild_stats_do_not(store, caplog):
 
 
 def test_saved_index_is_reused_by_the_next_process(tmp_path, caplog):
-    caplog.set_level(logging.INFO, logger="indexer.embedded")
+    caplog.set_level(logging.INFO, logger="sdr_search.indexer.embedded")
     items = make_items(40)
     with EmbeddedStore(tmp_path / "s", create=True) as s:
         s.ensure_meta(META)
@@ -140,7 +140,7 @@ def test_saved_index_is_reused_by_the_next_process(tmp_path, caplog):
 
 
 def test_damaged_or_interrupted_index_files_are_recovered(tmp_path, caplog):
-    caplog.set_level(logging.INFO, logger="indexer.embedded")
+    caplog.set_level(logging.INFO, logger="sdr_search.indexer.embedded")
     items = make_items(25)
     with EmbeddedStore(tmp_path / "s", create=True) as s:
         s.ensure_meta(META)

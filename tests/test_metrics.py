@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from sdr_core.errors import InputReadError
-from sdr_core.metrics import (
+from sdr_search.core.errors import InputReadError
+from sdr_search.core.metrics import (
     average_precision,
     evaluate,
     hit_rate_at,

@@ -5,7 +5,7 @@ trimmed to a few paragraphs (read from /work/shared/data at test time, never com
 One corpus is indexed once per module into one OpenSearch index (deleted afterwards) and, for the
 parity tests, into an embedded store from the same file: the same documents must give the same
 exact SDR scores in both backends. `sdr index` runs as a real subprocess (the console entry
-point); the other commands run through :func:`sdr_core.cli.main` in this process (the same handler
+point); the other commands run through :func:`sdr_search.cli.main` in this process (the same handler
 and output, without paying a Python and torch start-up per call); `sdr serve` is a subprocess
 answering real HTTP.
 """
@@ -29,7 +29,7 @@ import httpx
 import pytest
 from conftest import running_server
 
-from sdr_core.cli import main
+from sdr_search.cli import main
 
 pytestmark = pytest.mark.integration
 
@@ -97,7 +97,7 @@ def sdr_json(*argv: str) -> dict:
 
 
 def _sdr_subprocess(*argv: str, timeout: float = 300) -> str:
-    r = subprocess.run([sys.executable, "-m", "sdr_core", "--log-level", "WARNING", *argv], cwd=REPO,
+    r = subprocess.run([sys.executable, "-m", "sdr_search", "--log-level", "WARNING", *argv], cwd=REPO,
                        capture_output=True, text=True, timeout=timeout, env={**os.environ})
     assert r.returncode == 0, f"sdr {' '.join(argv)} exited {r.returncode}:\n{r.stderr[-3000:]}"
     return r.stdout
@@ -242,7 +242,7 @@ def test_mlt_by_text_finds_the_article_the_text_comes_from(indexed, corpus):
 
 
 def test_mlt_explain_levels_match_the_stored_documents(indexed, corpus):
-    from indexer.opensearch import OpenSearchStore
+    from sdr_search.indexer.opensearch import OpenSearchStore
 
     url, name = indexed
     res = sdr_json("mlt", *os_args(indexed), "--id", "wiki_12", "--method", "sdr", "--size", "3", "--explain", "--json")
@@ -293,7 +293,7 @@ def test_backend_errors_are_one_line_exit_2(opensearch_url):
     ]
     for argv, message in cases:
         env = {**os.environ, "SDR_OPENSEARCH_MAX_RETRIES": "0"}
-        r = subprocess.run([sys.executable, "-m", "sdr_core", *argv], cwd=REPO, capture_output=True, text=True,
+        r = subprocess.run([sys.executable, "-m", "sdr_search", *argv], cwd=REPO, capture_output=True, text=True,
                            timeout=120, env=env)
         assert r.returncode == 2, (argv, r.stderr)
         assert message in r.stderr and "Traceback" not in r.stderr, r.stderr

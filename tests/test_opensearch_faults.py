@@ -41,15 +41,15 @@ import numpy as np
 import pytest
 from opensearchpy import OpenSearch
 
-from indexer.embedded import EmbeddedStore
-from indexer.opensearch import OpenSearchSettings, OpenSearchStore
-from indexer.opensearch.requests import build_bulk_actions, build_terms_query, bulk_lines
-from indexer.store import IndexMeta
-from sdr_core.documents import Document, parse_record
-from sdr_core.errors import BackendUnavailableError, BulkWriteError, DocumentNotFoundError, StoreError
-from sdr_core.lexical import analyze, query_terms
-from sdr_core.settings import SegmentationSettings
-from sdr_core.vectors import DocVectors
+from sdr_search.indexer.embedded import EmbeddedStore
+from sdr_search.indexer.opensearch import OpenSearchSettings, OpenSearchStore
+from sdr_search.indexer.opensearch.requests import build_bulk_actions, build_terms_query, bulk_lines
+from sdr_search.indexer.store import IndexMeta
+from sdr_search.core.documents import Document, parse_record
+from sdr_search.core.errors import BackendUnavailableError, BulkWriteError, DocumentNotFoundError, StoreError
+from sdr_search.core.lexical import analyze, query_terms
+from sdr_search.core.settings import SegmentationSettings
+from sdr_search.core.vectors import DocVectors
 
 pytestmark = pytest.mark.integration
 
@@ -64,8 +64,8 @@ DIM = 16
 META = IndexMeta("model-a", "tag-a", DIM, {"paragraph_unit": "paragraph"}, {"numpy": np.__version__})
 BIG_DIM = 384  # (c): about 10 kB of _bulk action per sentence (JSON floats plus the base64 copy)
 BIG_META = IndexMeta("model-b", "tag-b", BIG_DIM, {"paragraph_unit": "paragraph"}, {"numpy": np.__version__})
-STORE_LOGGER = "indexer.opensearch.store"
-BULK_LOGGER = "indexer.opensearch.bulk"
+STORE_LOGGER = "sdr_search.indexer.opensearch.store"
+BULK_LOGGER = "sdr_search.indexer.opensearch.bulk"
 
 
 # =============================================================================================
@@ -257,7 +257,7 @@ N_OUTAGE = 40  # documents of the interrupted put: 20 requests of 2, each waitin
 
 def test_node_stopped_mid_put_fails_naming_the_url_and_a_rerun_writes_each_document_once(
         fault_node, fault_store, caplog):
-    caplog.set_level(logging.WARNING, logger="indexer.opensearch")
+    caplog.set_level(logging.WARNING, logger="sdr_search.indexer.opensearch")
     items = _items(N_OUTAGE, "stop-")
     ids = [d.id for d, _ in items]
     # Two quick retries, so the outage is reported within seconds; 2 documents per request (each
@@ -294,7 +294,7 @@ def test_node_stopped_mid_put_fails_naming_the_url_and_a_rerun_writes_each_docum
 
 
 def test_node_restarted_during_put_is_ridden_out_with_default_retries(fault_node, fault_store, caplog):
-    caplog.set_level(logging.WARNING, logger="indexer.opensearch")
+    caplog.set_level(logging.WARNING, logger="sdr_search.indexer.opensearch")
     items = _items(N_OUTAGE, "restart-", seed=1)
     defaults = OpenSearchSettings()
     store = fault_store("restart", bulk_chunk_docs=2)  # default max_retries and backoff
@@ -323,7 +323,7 @@ def _write_rejections(url: str) -> int:
 
 
 def test_concurrent_puts_answered_429_are_retried_and_nothing_is_lost(fault_node, fault_store, caplog):
-    caplog.set_level(logging.WARNING, logger="indexer.opensearch")
+    caplog.set_level(logging.WARNING, logger="sdr_search.indexer.opensearch")
     threads, per_thread = 8, 20
     # One document per request and no refresh wait: many small requests at once on 2 write
     # threads with a queue of 1. Retries are quick and plenty, so the test does not wait long.

@@ -11,13 +11,13 @@ import pytest
 from opensearchpy import OpenSearch
 from pydantic import ValidationError
 
-from indexer.opensearch import OpenSearchSettings, OpenSearchStore
-from indexer.opensearch import requests as osr
-from indexer.store import IndexMeta
-from sdr_core.documents import parse_record
-from sdr_core.errors import InvalidInputError, StoreError
-from sdr_core.settings import SegmentationSettings
-from sdr_core.vectors import DocVectors
+from sdr_search.indexer.opensearch import OpenSearchSettings, OpenSearchStore
+from sdr_search.indexer.opensearch import requests as osr
+from sdr_search.indexer.store import IndexMeta
+from sdr_search.core.documents import parse_record
+from sdr_search.core.errors import InvalidInputError, StoreError
+from sdr_search.core.settings import SegmentationSettings
+from sdr_search.core.vectors import DocVectors
 
 pytestmark = pytest.mark.integration
 

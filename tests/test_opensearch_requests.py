@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from indexer.opensearch import OpenSearchSettings, OpenSearchStore
-from indexer.opensearch.bulk import run_bulk
-from indexer.opensearch.requests import (
+from sdr_search.indexer.opensearch import OpenSearchSettings, OpenSearchStore
+from sdr_search.indexer.opensearch.bulk import run_bulk
+from sdr_search.indexer.opensearch.requests import (
     FORMAT_VERSION,
     backoff_delay,
     build_alias_swap,
@@ -59,10 +59,10 @@ from indexer.opensearch.requests import (
     state_index_name,
     stats_os_id,
 )
-from indexer.store import IndexMeta, ReferenceParagraphs
-from sdr_core.cache import document_key
-from sdr_core.documents import parse_record
-from sdr_core.errors import (
+from sdr_search.indexer.store import IndexMeta, ReferenceParagraphs
+from sdr_search.core.cache import document_key
+from sdr_search.core.documents import parse_record
+from sdr_search.core.errors import (
     BackendUnavailableError,
     BulkWriteError,
     IndexNotFoundError,
@@ -70,9 +70,9 @@ from sdr_core.errors import (
     OverloadedError,
     StoreError,
 )
-from sdr_core.scoring import NormStats
-from sdr_core.settings import SegmentationSettings
-from sdr_core.vectors import CorpusVectors, DocVectors
+from sdr_search.core.scoring import NormStats
+from sdr_search.core.settings import SegmentationSettings
+from sdr_search.core.vectors import CorpusVectors, DocVectors
 
 AS_GIVEN = SegmentationSettings.from_recorded({})  # paragraphs and sentences as written
 
@@ -230,7 +230,7 @@ def test_meta_provenance_round_trip():
 @pytest.mark.parametrize("name", ["index.json", "state.json"])
 def test_packaged_mapping_is_the_checkout_file(name):
     checkout = (REPO / "mappings" / name).read_bytes()
-    packaged = resources.files("indexer.opensearch").joinpath("mappings", name).read_bytes()
+    packaged = resources.files("sdr_search.indexer.opensearch").joinpath("mappings", name).read_bytes()
     assert packaged == checkout, f"indexer/opensearch/mappings/{name} must be a copy of mappings/{name}"
     assert load_mapping(name) == json.loads(checkout)
 
@@ -612,7 +612,7 @@ def test_analyzer_pattern_is_the_embedded_tokenizer():
     """The mapping's tokenizer pattern (Java, (?U) = Unicode classes) is bm25s's token pattern."""
     import re
 
-    from sdr_core.lexical import ENGLISH_STOPWORDS, TOKEN_PATTERN, analyze
+    from sdr_search.core.lexical import ENGLISH_STOPWORDS, TOKEN_PATTERN, analyze
 
     analysis = load_mapping("index.json")["settings"]["index"]["analysis"]
     pattern = analysis["tokenizer"]["sdr_words"]["pattern"]
@@ -643,7 +643,7 @@ def test_terms_query_golden():
 
 
 def test_terms_query_from_a_long_source_fits_the_clause_limit():
-    from sdr_core.lexical import query_terms
+    from sdr_search.core.lexical import query_terms
 
     text = " ".join(f"term{i} " * (1 + i % 7) for i in range(3000))
     terms = query_terms(text, 1000)
@@ -790,12 +790,12 @@ def test_unreachable_node_is_backend_unavailable(caplog):
     settings = OpenSearchSettings(timeout=2, max_retries=2, retry_backoff=0.01)
     store = OpenSearchStore("http://127.0.0.1:9", index="x", settings=settings)
     try:
-        with caplog.at_level("WARNING", logger="indexer.opensearch.store"):
+        with caplog.at_level("WARNING", logger="sdr_search.indexer.opensearch.store"):
             with pytest.raises(BackendUnavailableError, match="cannot be reached") as err:
                 store.counts()
         assert err.value.__cause__ is not None
         # retried with backoff before giving up, and only by the store (no transport retries)
-        assert [r.getMessage().split("; ")[-1] for r in caplog.records if r.name == "indexer.opensearch.store"] == [
+        assert [r.getMessage().split("; ")[-1] for r in caplog.records if r.name == "sdr_search.indexer.opensearch.store"] == [
             "retry 1 of 2 in 0.0 s", "retry 2 of 2 in 0.0 s"]
         assert store._client.transport.max_retries == 0
     finally:

@@ -1,12 +1,12 @@
-"""Centroid pre-rank (indexer.prerank) against plain loops, and its use in the engine."""
+"""Centroid pre-rank (sdr_search.indexer.prerank) against plain loops, and its use in the engine."""
 
 import numpy as np
 import pytest
 
-from indexer.prerank import centroid_scores, paragraph_centroids, prerank_order
-from sdr_core.fusion import zscore
-from sdr_core.scoring import rank
-from sdr_core.vectors import DocVectors
+from sdr_search.indexer.prerank import centroid_scores, paragraph_centroids, prerank_order
+from sdr_search.core.fusion import zscore
+from sdr_search.core.scoring import rank
+from sdr_search.core.vectors import DocVectors
 
 
 def _unit(rng, n, d=16):
@@ -103,11 +103,11 @@ def test_prerank_order_fuses_both_z_scores_and_weight_ends_reduce_to_one_signal(
 
 @pytest.mark.integration
 def test_engine_reranks_the_prerank_pick_from_a_pool_of_factor_times_k(tmp_path, encoder):
-    from indexer.embedded import EmbeddedStore
-    from indexer.pipeline import index_documents
-    from indexer.stats_job import refresh_stats
-    from reranker.engine import MLTSettings, MoreLikeThis
-    from sdr_core.documents import parse_record
+    from sdr_search.indexer.embedded import EmbeddedStore
+    from sdr_search.indexer.pipeline import index_documents
+    from sdr_search.indexer.stats_job import refresh_stats
+    from sdr_search.reranker.engine import MLTSettings, MoreLikeThis
+    from sdr_search.core.documents import parse_record
 
     topics = ["The court dismissed the appeal.", "The land was acquired by the State.", "The tax was assessed.",
               "The accused was convicted.", "The employee was reinstated.", "The contract was breached."]

@@ -1,17 +1,17 @@
-"""Vectorised SDR scoring (sdr_core.scoring) against the brute-force oracle (sdr_core.reference)."""
+"""Vectorised SDR scoring (sdr_search.core.scoring) against the brute-force oracle (sdr_search.core.reference)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from sdr_core.reference import (
+from sdr_search.core.reference import (
     reference_corpus_scores,
     reference_paragraph_score,
     reference_paragraph_stats,
     reference_sdr_score,
 )
-from sdr_core.scoring import (
+from sdr_search.core.scoring import (
     NormStats,
     clamp_sigma,
     column_blocks,
@@ -25,7 +25,7 @@ from sdr_core.scoring import (
     segment_max_rows,
     stats_from_paragraph_scores,
 )
-from sdr_core.vectors import CorpusVectors, DocVectors
+from sdr_search.core.vectors import CorpusVectors, DocVectors
 
 pytestmark = pytest.mark.unit
 

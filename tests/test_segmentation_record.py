@@ -6,11 +6,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from indexer.commands import store_segmentation
-from indexer.provenance import segmentation_mismatch, segmentation_record
-from reranker.engine import MoreLikeThis
-from sdr_core.errors import ModelMismatchError
-from sdr_core.settings import SegmentationSettings
+from sdr_search.indexer.commands import store_segmentation
+from sdr_search.indexer.provenance import segmentation_mismatch, segmentation_record
+from sdr_search.reranker.engine import MoreLikeThis
+from sdr_search.core.errors import ModelMismatchError
+from sdr_search.core.settings import SegmentationSettings
 
 pytestmark = pytest.mark.unit
 

@@ -1,6 +1,6 @@
 import pytest
 
-from sdr_core.segments import join_short_sentences, merge_short_paragraphs
+from sdr_search.core.segments import join_short_sentences, merge_short_paragraphs
 
 pytestmark = pytest.mark.unit
 

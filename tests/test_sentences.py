@@ -1,6 +1,6 @@
 import pytest
 
-from sdr_core.sentences import SentenceSplitter, default_splitter
+from sdr_search.core.sentences import SentenceSplitter, default_splitter
 
 pytestmark = pytest.mark.unit
 

@@ -27,16 +27,16 @@ MAX_BODY_BYTES = 200_000
 # =============================================================================================
 @pytest.mark.unit
 def test_committed_openapi_json_equals_the_generated_spec():
-    from reranker.openapi import openapi_json
+    from sdr_search.reranker.openapi import openapi_json
 
     committed = (REPO / "openapi.json").read_text(encoding="utf-8")
-    assert committed == openapi_json(), "openapi.json is out of date: run `python -m reranker.openapi > openapi.json`"
+    assert committed == openapi_json(), "openapi.json is out of date: run `python -m sdr_search.reranker.openapi > openapi.json`"
 
 
 @pytest.mark.unit
 def test_error_statuses_come_from_one_table_most_specific_class_first():
-    from reranker.errors import status_for
-    from sdr_core import errors as e
+    from sdr_search.reranker.errors import status_for
+    from sdr_search.core import errors as e
 
     assert status_for(e.InvalidInputError("x")) == 422
     assert status_for(e.DocumentTooLargeError("d", "too big")) == 413  # a kind of InvalidInputError
@@ -54,7 +54,7 @@ def test_error_statuses_come_from_one_table_most_specific_class_first():
 
 @pytest.mark.unit
 def test_filter_semantics():
-    from reranker.filters import matches
+    from sdr_search.reranker.filters import matches
 
     meta = {"court": "supreme", "year": 2001, "tags": ["tax", "appeal"], "final": True}
     assert matches(meta, {"court": "supreme", "year": 2001})
@@ -69,8 +69,8 @@ def test_filter_semantics():
 
 @pytest.mark.unit
 def test_bind_refuses_a_public_host_without_an_api_key_unless_insecure():
-    from reranker.serve import check_bind, is_loopback
-    from sdr_core.errors import SDRError
+    from sdr_search.reranker.serve import check_bind, is_loopback
+    from sdr_search.core.errors import SDRError
 
     assert is_loopback("127.0.0.1") and is_loopback("localhost") and is_loopback("::1")
     assert not is_loopback("0.0.0.0") and not is_loopback("example.org")
@@ -83,8 +83,8 @@ def test_bind_refuses_a_public_host_without_an_api_key_unless_insecure():
 
 @pytest.mark.unit
 def test_concurrency_limiter_answers_overload_at_once_beyond_cap_and_queue():
-    from reranker.limits import ConcurrencyLimiter
-    from sdr_core.errors import OverloadedError
+    from sdr_search.reranker.limits import ConcurrencyLimiter
+    from sdr_search.core.errors import OverloadedError
 
     async def scenario():
         limiter = ConcurrencyLimiter(1, max_queue=1, timeout_s=0.2)
@@ -115,7 +115,7 @@ class _DownStore:
     """A store whose backend cannot be reached (what the OpenSearch store raises when it is down)."""
 
     def __getattr__(self, name):
-        from sdr_core.errors import BackendUnavailableError
+        from sdr_search.core.errors import BackendUnavailableError
 
         if name == "close":
             return lambda: None
@@ -130,9 +130,9 @@ class _DownStore:
 def test_unreachable_store_is_503_and_health_says_which(tmp_path):
     from fastapi.testclient import TestClient
 
-    from reranker.service import create_app
-    from reranker.settings import ServiceSettings
-    from sdr_core.errors import IndexNotFoundError
+    from sdr_search.reranker.service import create_app
+    from sdr_search.reranker.settings import ServiceSettings
+    from sdr_search.core.errors import IndexNotFoundError
 
     app = create_app(stores={"down": _DownStore()}, settings=ServiceSettings(api_key=None))
     with TestClient(app) as c:
@@ -182,12 +182,12 @@ def _free_port() -> int:
 def server(tmp_path_factory, encoder):
     """`sdr serve` over a 20-document store, with an API key, concurrency cap 1 (no queue) and small
     body and source limits; yields the base URL."""
-    from indexer.embedded import EmbeddedStore
-    from indexer.pipeline import index_documents
-    from indexer.stats_job import refresh_stats
-    from indexer.provenance import segmentation_record
-    from sdr_core.documents import parse_record
-    from sdr_core.settings import SegmentationSettings
+    from sdr_search.indexer.embedded import EmbeddedStore
+    from sdr_search.indexer.pipeline import index_documents
+    from sdr_search.indexer.stats_job import refresh_stats
+    from sdr_search.indexer.provenance import segmentation_record
+    from sdr_search.core.documents import parse_record
+    from sdr_search.core.settings import SegmentationSettings
 
     tmp = tmp_path_factory.mktemp("service")
     path = tmp / "store"
@@ -233,7 +233,7 @@ def test_health_and_spec_are_served(client, server):
     assert r.status_code == 200
     assert r.json()["indices"]["default"] == {"status": "ok", "documents": 20}
     assert r.json()["encoder"]["status"] == "ok"
-    from reranker.openapi import openapi_spec
+    from sdr_search.reranker.openapi import openapi_spec
 
     assert httpx.get(f"{server}/openapi.json").json() == json.loads(json.dumps(openapi_spec()))
 

@@ -1,4 +1,4 @@
-"""Normalisation statistics (sdr_core.stats) against the brute-force oracle (sdr_core.reference)."""
+"""Normalisation statistics (sdr_search.core.stats) against the brute-force oracle (sdr_search.core.reference)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from sdr_core.reference import reference_corpus_scores, reference_paragraph_stats
-from sdr_core.scoring import paragraph_scores, score_candidates, stats_from_paragraph_scores
-from sdr_core.stats import (
+from sdr_search.core.reference import reference_corpus_scores, reference_paragraph_stats
+from sdr_search.core.scoring import paragraph_scores, score_candidates, stats_from_paragraph_scores
+from sdr_search.core.stats import (
     ReferenceSample,
     draw_reference_sample,
     exact_corpus_stats,
@@ -18,7 +18,7 @@ from sdr_core.stats import (
     source_stats_exact,
     stats_against_sample,
 )
-from sdr_core.vectors import CorpusVectors, DocVectors
+from sdr_search.core.vectors import CorpusVectors, DocVectors
 
 pytestmark = pytest.mark.unit
 
@@ -82,7 +82,7 @@ def test_exact_corpus_stats_match_reference(corpus, reference_stats, block_docs,
 
 
 def test_exact_corpus_stats_respects_tile_budget(corpus, reference_stats, monkeypatch) -> None:
-    import sdr_core.stats as stats_module
+    import sdr_search.core.stats as stats_module
 
     seen: list[tuple[int, int]] = []
     original = stats_module.iter_paragraph_score_tiles

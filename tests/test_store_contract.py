@@ -1,10 +1,10 @@
-"""Behavioural contract of :class:`indexer.store.DocumentStore`, run against every backend.
+"""Behavioural contract of :class:`sdr_search.indexer.store.DocumentStore`, run against every backend.
 
 The ``store_factory`` fixture is parametrised over backends: ``embedded`` always runs;
 ``opensearch`` runs against a real node (the ``opensearch_url`` fixture: ``OPENSEARCH_URL``, or the
 local node of ``scripts/opensearch-node.sh``; each test gets its own uniquely named index, deleted
 afterwards; other ``SDR_OPENSEARCH_*`` settings such as credentials apply). Documents are parsed with
-:func:`sdr_core.documents.parse_record` and carry random unit vectors of dimension 16.
+:func:`sdr_search.core.documents.parse_record` and carry random unit vectors of dimension 16.
 
 Backends may differ in the order of :meth:`iter_ids` and :meth:`all_vectors` (insertion order
 vs id order), so the contract compares those by id.
@@ -17,10 +17,10 @@ import uuid
 import numpy as np
 import pytest
 
-from indexer.store import IndexMeta, ReferenceParagraphs
-from sdr_core.cache import document_key
-from sdr_core.documents import Document, parse_record
-from sdr_core.errors import (
+from sdr_search.indexer.store import IndexMeta, ReferenceParagraphs
+from sdr_search.core.cache import document_key
+from sdr_search.core.documents import Document, parse_record
+from sdr_search.core.errors import (
     DocumentNotFoundError,
     DuplicateIdError,
     InvalidDocumentError,
@@ -28,9 +28,9 @@ from sdr_core.errors import (
     ModelMismatchError,
     StoreError,
 )
-from sdr_core.scoring import NormStats
-from sdr_core.settings import SegmentationSettings
-from sdr_core.vectors import CorpusVectors, DocVectors
+from sdr_search.core.scoring import NormStats
+from sdr_search.core.settings import SegmentationSettings
+from sdr_search.core.vectors import CorpusVectors, DocVectors
 
 AS_GIVEN = SegmentationSettings.from_recorded({})  # paragraphs and sentences as written
 
@@ -50,7 +50,7 @@ def store_factory(request):
     backend = request.param
     handles = []
     if backend == "embedded":
-        from indexer.embedded import EmbeddedStore
+        from sdr_search.indexer.embedded import EmbeddedStore
 
         tmp_path = request.getfixturevalue("tmp_path")
 
@@ -60,7 +60,7 @@ def store_factory(request):
             return store
     else:
         url = request.getfixturevalue("opensearch_url")
-        from indexer.opensearch import OpenSearchSettings, OpenSearchStore
+        from sdr_search.indexer.opensearch import OpenSearchSettings, OpenSearchStore
 
         settings = OpenSearchSettings(replicas=0)
         prefix = f"sdr-contract-{uuid.uuid4().hex[:12]}"

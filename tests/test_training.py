@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from sdr_core.documents import documents_from_records
-from sdr_core.errors import InvalidInputError
-from sdr_core.training.sampler import PairSampler, SentencePool, corpus_fingerprint
+from sdr_search.core.documents import documents_from_records
+from sdr_search.core.errors import InvalidInputError
+from sdr_search.core.training.sampler import PairSampler, SentencePool, corpus_fingerprint
 
 pytestmark = pytest.mark.unit
 
@@ -127,7 +127,7 @@ def test_corpus_fingerprint_changes_with_content():
 # -- losses --------------------------------------------------------------------------------------
 def test_contrastive_loss_matches_equation_1():
     torch = pytest.importorskip("torch")
-    from sdr_core.training.losses import contrastive_loss
+    from sdr_search.core.training.losses import contrastive_loss
 
     def unit(theta):
         return torch.tensor([[np.cos(theta), np.sin(theta)]], dtype=torch.float32)
@@ -146,7 +146,7 @@ def test_contrastive_loss_matches_equation_1():
 
 def test_triplet_loss_uses_hardest_negative_from_other_documents():
     torch = pytest.importorskip("torch")
-    from sdr_core.training.losses import angular_distance, triplet_hardest_loss
+    from sdr_search.core.training.losses import angular_distance, triplet_hardest_loss
 
     def unit(theta):
         return [np.cos(theta), np.sin(theta)]
@@ -170,7 +170,7 @@ def test_triplet_loss_uses_hardest_negative_from_other_documents():
 
 def test_mask_tokens_never_touches_special_tokens():
     torch = pytest.importorskip("torch")
-    from sdr_core.training.losses import mask_tokens
+    from sdr_search.core.training.losses import mask_tokens
 
     ids = torch.randint(5, 1000, (64, 50))
     special = torch.zeros_like(ids, dtype=torch.bool)
@@ -190,7 +190,7 @@ def test_mask_tokens_never_touches_special_tokens():
 
 # -- training loop -------------------------------------------------------------------------------
 def _settings(**kw):
-    from sdr_core.training.settings import TrainSettings
+    from sdr_search.core.training.settings import TrainSettings
 
     base = dict(steps=16, batch_size=8, learning_rate=5e-4, warmup_fraction=0.0, max_tokens=32,
                 checkpoint_every=100, device="cpu", precision="fp32", min_sentence_chars=0, seed=0,
@@ -201,10 +201,10 @@ def _settings(**kw):
 
 @pytest.mark.parametrize("objective", ["sdr", "triplet"])
 def test_training_lowers_the_loss_and_saves_a_usable_model(tmp_path, objective):
-    from sdr_core.encoder import SentenceEncoder
-    from sdr_core.settings import EncoderSettings
-    from sdr_core.training.model import read_provenance
-    from sdr_core.training.trainer import train
+    from sdr_search.core.encoder import SentenceEncoder
+    from sdr_search.core.settings import EncoderSettings
+    from sdr_search.core.training.model import read_provenance
+    from sdr_search.core.training.trainer import train
 
     docs = tiny_docs()
     out = tmp_path / "model"
@@ -229,8 +229,8 @@ def test_training_lowers_the_loss_and_saves_a_usable_model(tmp_path, objective):
 def test_training_is_deterministic_and_resumes_exactly(tmp_path, monkeypatch):
     from safetensors.numpy import load_file
 
-    from sdr_core.training import trainer
-    from sdr_core.training.sampler import PairSampler as Sampler
+    from sdr_search.core.training import trainer
+    from sdr_search.core.training.sampler import PairSampler as Sampler
 
     docs = tiny_docs()
     settings = _settings(steps=6, checkpoint_every=2)
@@ -260,8 +260,8 @@ def test_training_is_deterministic_and_resumes_exactly(tmp_path, monkeypatch):
 
 
 def test_resume_refuses_a_different_run(tmp_path):
-    from sdr_core.errors import SDRError
-    from sdr_core.training.trainer import train
+    from sdr_search.core.errors import SDRError
+    from sdr_search.core.training.trainer import train
 
     docs = tiny_docs()
     train(docs, tmp_path / "m", settings=_settings(steps=4, checkpoint_every=2), progress=False, threads=1)
@@ -272,7 +272,7 @@ def test_resume_refuses_a_different_run(tmp_path):
 
 
 def test_cli_train_errors_are_one_line(tmp_path, caplog):
-    from sdr_core.cli import main
+    from sdr_search.cli import main
 
     one = tmp_path / "one.jsonl"
     one.write_text(json.dumps({"id": "a", "text": "A lonely document. It has two sentences."}) + "\n")
@@ -287,8 +287,8 @@ def test_cli_train_errors_are_one_line(tmp_path, caplog):
 
 
 def test_cli_train_flags_reach_the_settings():
-    from sdr_core.cli import build_parser
-    from sdr_core.training.commands import train_settings
+    from sdr_search.cli import build_parser
+    from sdr_search.core.training.commands import train_settings
 
     args = build_parser().parse_args(["train", "--corpus", "c.jsonl", "--out", "m", "--positive-fraction", "0.75",
                                       "--max-tokens", "128", "--margin", "0.5"])
@@ -299,7 +299,7 @@ def test_cli_train_flags_reach_the_settings():
 
 
 def test_cli_train_writes_model_and_summary(tmp_path, capsys):
-    from sdr_core.cli import main
+    from sdr_search.cli import main
 
     two = tmp_path / "two.jsonl"
     two.write_text("".join(json.dumps({"id": d.id, "paragraphs": [" ".join(p) for p in d.paragraphs]}) + "\n" for d in tiny_docs()))
@@ -310,7 +310,7 @@ def test_cli_train_writes_model_and_summary(tmp_path, capsys):
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["steps"] == 3 and summary["objective"] == "sdr" and summary["corpus_documents"] == 8
     assert summary["segmentation"]["min_paragraph_sentences"] == 8  # the default: positives from merged units
-    from sdr_core.training.model import read_provenance
+    from sdr_search.core.training.model import read_provenance
 
     assert read_provenance(tmp_path / "m")["segmentation"] == summary["segmentation"]
     rows = [json.loads(line) for line in (tmp_path / "m" / "training_log.jsonl").read_text().splitlines()]
@@ -324,9 +324,9 @@ def test_head_warmup_trains_only_the_new_head_then_everything(tmp_path):
     import torch
     from safetensors.numpy import load_file
 
-    from sdr_core.encoder import resolve_model_dir
-    from sdr_core.training.model import load_for_training, read_provenance
-    from sdr_core.training.trainer import train
+    from sdr_search.core.encoder import resolve_model_dir
+    from sdr_search.core.training.model import load_for_training, read_provenance
+    from sdr_search.core.training.trainer import train
 
     docs = tiny_docs()
     base, _, _ = load_for_training(resolve_model_dir(None), seed=0)
@@ -355,8 +355,8 @@ def test_head_warmup_trains_only_the_new_head_then_everything(tmp_path):
 def test_head_warmup_is_skipped_without_the_mlm_term(tmp_path):
     """With ``mlm_weight=0`` the head is out of the loss, so there is nothing to warm up: every
     logged step is a joint step and the provenance records no warm-up."""
-    from sdr_core.training.model import read_provenance
-    from sdr_core.training.trainer import train
+    from sdr_search.core.training.model import read_provenance
+    from sdr_search.core.training.trainer import train
 
     out = tmp_path / "m"
     train(tiny_docs(), out, settings=_settings(steps=2, head_warmup_steps=3, mlm_weight=0.0), progress=False, threads=1)

@@ -7,14 +7,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from indexer.embedded import EmbeddedStore
-from indexer.embedded import twins as twins_module
-from indexer.embedded.twins import TwinGroups, Twins, row_hashes
-from indexer.settings import EmbeddedStoreSettings
-from indexer.store import IndexMeta
-from sdr_core.documents import parse_record
-from sdr_core.settings import SegmentationSettings
-from sdr_core.vectors import DocVectors
+from sdr_search.indexer.embedded import EmbeddedStore
+from sdr_search.indexer.embedded import twins as twins_module
+from sdr_search.indexer.embedded.twins import TwinGroups, Twins, row_hashes
+from sdr_search.indexer.settings import EmbeddedStoreSettings
+from sdr_search.indexer.store import IndexMeta
+from sdr_search.core.documents import parse_record
+from sdr_search.core.settings import SegmentationSettings
+from sdr_search.core.vectors import DocVectors
 
 AS_GIVEN = SegmentationSettings.from_recorded({})  # paragraphs and sentences as written
 
@@ -145,7 +145,7 @@ def test_twins_switch(tmp_path: Path) -> None:
 
 
 def test_first_hits_keeps_documents_tied_at_the_kth_place() -> None:
-    from indexer.embedded.ann import _first_hits
+    from sdr_search.indexer.embedded.ann import _first_hits
 
     row_seq = np.array([10, 11, 12, 13, 14, 10], dtype=np.int64)  # row -> document seq
     dist = np.array([0.9, 0.8, 0.8, 0.8, 0.5, 0.4], dtype=np.float32)
@@ -162,7 +162,7 @@ def test_first_hits_keeps_documents_tied_at_the_kth_place() -> None:
 def test_first_hits_of_all_rows_at_once_match_row_by_row(seed: int) -> None:
     """The vectorised per-search form equals the row-by-row reference, with repeated documents,
     ties at the k-th place, missing hits (-1), dead rows and excluded documents."""
-    from indexer.embedded.ann import _first_hits, _first_hits_rows
+    from sdr_search.indexer.embedded.ann import _first_hits, _first_hits_rows
 
     rng = np.random.default_rng(seed)
     n_rows, width, k = 40, 30, 5

@@ -20,16 +20,16 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from indexer.embedded import EmbeddedStore
-from sdr_core.errors import BackendUnavailableError, InvalidInputError, SDRError, StoreError
-from workers import tasks
-from workers.dispatch import LocalDispatcher, TaskFailure
-from workers.ledger import Delivery
-from workers.records import Record, Rejected, batch_records, iter_records
-from workers.reindex import IndexJob, JobTimeout
-from workers.settings import WorkerSettings
-from workers.stores import embedded_spec, validate_spec
-from workers.swap import ReindexState, switch_symlink, timestamped_name
+from sdr_search.indexer.embedded import EmbeddedStore
+from sdr_search.core.errors import BackendUnavailableError, InvalidInputError, SDRError, StoreError
+from sdr_search.workers import tasks
+from sdr_search.workers.dispatch import LocalDispatcher, TaskFailure
+from sdr_search.workers.ledger import Delivery
+from sdr_search.workers.records import Record, Rejected, batch_records, iter_records
+from sdr_search.workers.reindex import IndexJob, JobTimeout
+from sdr_search.workers.settings import WorkerSettings
+from sdr_search.workers.stores import embedded_spec, validate_spec
+from sdr_search.workers.swap import ReindexState, switch_symlink, timestamped_name
 
 pytestmark = pytest.mark.unit
 
@@ -108,14 +108,14 @@ def test_retry_backoff_must_stay_below_visibility_timeout():
 
 
 def test_importing_the_app_module_builds_and_connects_nothing():
-    code = ("import sys, workers.app as a; assert not a._app; "
+    code = ("import sys, sdr_search.workers.app as a; assert not a._app; "
             "print(sorted(m for m in ('celery', 'kombu', 'redis', 'torch') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
 
 def test_app_configuration():
-    from workers.app import INDEX_TASK, STATS_TASK, create_app
+    from sdr_search.workers.app import INDEX_TASK, STATS_TASK, create_app
 
     app = create_app(WorkerSettings(broker_url="redis://127.0.0.1:1/0", visibility_timeout=900, queue="q1"))
     c = app.conf
@@ -131,8 +131,8 @@ def test_app_configuration():
 
 
 def test_worker_argv_and_cli_parsers():
-    from sdr_core.cli import build_parser
-    from workers.commands import worker_argv
+    from sdr_search.cli import build_parser
+    from sdr_search.workers.commands import worker_argv
 
     argv = worker_argv(WorkerSettings(queue="q"), concurrency=2, pool=None, name="w@h", loglevel="INFO")
     assert "--pool=prefork" in argv and "--concurrency=2" in argv and argv[argv.index("--queues") + 1] == "q"
@@ -207,7 +207,7 @@ def test_index_batch_is_idempotent(spec, fake_encoder):
 
 
 def test_workers_leave_the_faiss_index_to_one_build_at_the_end(spec, fake_encoder):
-    from workers.stores import open_store_spec
+    from sdr_search.workers.stores import open_store_spec
 
     tasks.index_batch(spec, [record(i) for i in range(5)], NO_CACHE)
     tasks.close_process_resources()
@@ -236,7 +236,7 @@ def test_transient_errors_raise_for_a_retry(spec, fake_encoder, monkeypatch, err
 
 
 def test_a_store_of_another_model_is_fatal(spec, fake_encoder):
-    from indexer.store import IndexMeta
+    from sdr_search.indexer.store import IndexMeta
 
     with EmbeddedStore(spec["path"]) as s:
         s.ensure_meta(IndexMeta("other", "other-tag", DIM, {}, {}))
@@ -286,7 +286,7 @@ def test_too_many_deliveries_fail_the_rest(spec, fake_encoder):
 # -- statistics -------------------------------------------------------------------------------
 @pytest.mark.parametrize("exact", [False, True])
 def test_stats_blocks_match_the_single_process_refresh(tmp_path, fake_encoder, exact):
-    from indexer.stats_job import refresh_stats as refresh_reference
+    from sdr_search.indexer.stats_job import refresh_stats as refresh_reference
 
     records = [record(i) for i in range(9)]
     specs = []
@@ -387,7 +387,7 @@ def test_job_timeout_is_resumable_error():
 
 
 def test_reindex_in_process_resumes_into_the_same_target(tmp_path, fake_encoder, monkeypatch, capsys):
-    from sdr_core.cli import main
+    from sdr_search.cli import main
 
     for var in ("SDR_BROKER_URL", "REDIS_URL"):
         monkeypatch.delenv(var, raising=False)
@@ -431,7 +431,7 @@ def test_switch_symlink_from_nothing_from_a_link_and_from_a_plain_directory(tmp_
 
 
 def test_a_new_target_never_reuses_an_existing_name(tmp_path):
-    from workers.commands import _unused_name
+    from sdr_search.workers.commands import _unused_name
 
     taken = {timestamped_name("live"), timestamped_name("live") + "-2"}
     name = _unused_name("live", lambda n: n in taken)

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from indexer.embedded import EmbeddedStore
+from sdr_search.indexer.embedded import EmbeddedStore
 
 pytestmark = pytest.mark.integration
 
@@ -139,7 +139,7 @@ class Worker:
     def __init__(self, env: dict[str, str], log: Path, name: str) -> None:
         self.log = log
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sdr_core", "worker", "--concurrency", "1", "--pool", "solo",
+            [sys.executable, "-m", "sdr_search", "worker", "--concurrency", "1", "--pool", "solo",
              "--name", f"{name}@%h"],
             cwd=REPO, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
         )
@@ -179,7 +179,7 @@ class Reindex:
     def __init__(self, env: dict[str, str], args: list[str], log: Path) -> None:
         self.log = log
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sdr_core", "reindex", "--no-progress", "--no-cache", *args],
+            [sys.executable, "-m", "sdr_search", "reindex", "--no-progress", "--no-cache", *args],
             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=log.open("w"), text=True,
         )
 
@@ -204,7 +204,7 @@ def wait_for(predicate, timeout: float, what: str, poll: float = 0.05) -> None:
 
 def check_exactly_once(live: Path, records: list[dict], encoder) -> None:
     """Every record stored once: counts, unique ids, no dead rows, vectors = a fresh encoding."""
-    from sdr_core.documents import parse_record
+    from sdr_search.core.documents import parse_record
 
     with EmbeddedStore(live) as store:
         ids = list(store.iter_ids())
@@ -323,7 +323,7 @@ def test_redis_restart_mid_run_job_completes_exactly_once(tmp_path, workers_to_s
 def test_delivery_ledger_marks_a_document_after_two_worker_deaths(redis_url):
     import redis
 
-    from workers.ledger import RedisLedger
+    from sdr_search.workers.ledger import RedisLedger
 
     task_id = f"test-{uuid.uuid4().hex}"
 
@@ -392,7 +392,7 @@ def test_in_process_and_queue_build_the_same_store(shared_worker, tmp_path):
 
 
 def test_live_name_switches_atomically_and_open_readers_keep_answering(tmp_path, monkeypatch, capsys, encoder):
-    from sdr_core.cli import main
+    from sdr_search.cli import main
 
     for var in ("SDR_BROKER_URL", "REDIS_URL"):
         monkeypatch.delenv(var, raising=False)

@@ -130,9 +130,9 @@ def _target_of_running_job(env: dict[str, str]) -> str:
 def check_generation(url: str, alias: str, index: str, records: list[dict], encoder) -> None:
     """``index`` holds every record exactly once (ids, counts, sentences, vectors = a fresh
     encoding, statistics complete) and ``alias`` names ``index`` alone."""
-    from sdr_core.documents import parse_record
+    from sdr_search.core.documents import parse_record
 
-    from indexer.opensearch import OpenSearchStore
+    from sdr_search.indexer.opensearch import OpenSearchStore
 
     assert _aliased(url, alias) == {index}
     docs = {r["id"]: parse_record(r) for r in records}
@@ -163,7 +163,7 @@ def check_generation(url: str, alias: str, index: str, records: list[dict], enco
 def check_old_generation_kept(url: str, alias: str, old_index: str, old_records: list[dict]) -> None:
     """``sdr reindex`` keeps the previous generation (readers may still use it), unaliased and
     unchanged; deleting it is left to the operator."""
-    from indexer.opensearch import OpenSearchStore
+    from sdr_search.indexer.opensearch import OpenSearchStore
 
     assert old_index not in _aliased(url, alias)
     with OpenSearchStore(url, index=old_index) as old:
@@ -226,7 +226,7 @@ def owned_alias(owned_node):
 # =============================================================================================
 def test_worker_killed_mid_batch_reindex_into_opensearch_exactly_once(
         opensearch_url, os_index, redis_url, tmp_path, workers_to_stop, encoder):
-    from indexer.opensearch import OpenSearchStore
+    from sdr_search.indexer.opensearch import OpenSearchStore
 
     url, alias = opensearch_url, os_index("sdr-rx")
     env = _env(redis_url, tmp_path, SDR_RESEND_AFTER="6", SDR_VISIBILITY_TIMEOUT="600")
@@ -327,15 +327,15 @@ def test_every_read_error_during_a_node_restart_is_transient(owned_node, owned_a
     the workers retry (:class:`BackendUnavailableError`, classified ``transient``), never with one
     a worker takes as fatal; the moment where the node answers but the index's shard is not
     started yet (``_mget`` items answer ``no_shard_available_action_exception``) included."""
-    from sdr_core.documents import parse_record
-    from sdr_core.embed import embed_documents
-    from sdr_core.errors import SDRError
-    from sdr_core.sentences import default_splitter
-    from sdr_core.settings import SegmentationSettings
+    from sdr_search.core.documents import parse_record
+    from sdr_search.core.embed import embed_documents
+    from sdr_search.core.errors import SDRError
+    from sdr_search.core.sentences import default_splitter
+    from sdr_search.core.settings import SegmentationSettings
 
-    from indexer.opensearch import OpenSearchSettings, OpenSearchStore
-    from indexer.provenance import index_meta, segmentation_record
-    from workers.tasks import classify
+    from sdr_search.indexer.opensearch import OpenSearchSettings, OpenSearchStore
+    from sdr_search.indexer.provenance import index_meta, segmentation_record
+    from sdr_search.workers.tasks import classify
 
     url, index = owned_node, owned_alias
     docs = [parse_record(r) for r in corpus(6, prefix="r", seed=5)]

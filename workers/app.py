@@ -1,7 +1,7 @@
 """The Celery application, built by a function: importing this module creates and connects nothing.
 
-``celery -A workers.app worker`` finds the app through the module attribute ``app`` (built on first
-access by :func:`get_app` from :class:`~workers.settings.WorkerSettings`); ``sdr worker`` does the
+``celery -A sdr_search.workers.app worker`` finds the app through the module attribute ``app`` (built on first
+access by :func:`get_app` from :class:`~sdr_search.workers.settings.WorkerSettings`); ``sdr worker`` does the
 same. Configuration, and why:
 
 * JSON only (``task_serializer``, ``result_serializer``, ``accept_content``): task messages are
@@ -12,7 +12,7 @@ same. Configuration, and why:
   died). Tasks are idempotent, so running one twice is harmless.
 * ``worker_prefetch_multiplier=1``: a worker process holds one message at a time, so a batch does
   not wait behind another in a busy worker while idle workers could take it.
-* ``broker_transport_options.visibility_timeout``: see :mod:`workers.settings`.
+* ``broker_transport_options.visibility_timeout``: see :mod:`sdr_search.workers.settings`.
 * ``worker_cancel_long_running_tasks_on_connection_loss=False``: a batch being encoded when the
   broker goes away is finished and written; its message may come back (lost ack), and is then
   skipped by content keys.
@@ -27,7 +27,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
-from sdr_core.errors import InvalidInputError
+from sdr_search.core.errors import InvalidInputError
 
 from .settings import WorkerSettings
 
@@ -132,7 +132,7 @@ def get_app() -> "Celery":
 
 
 def __getattr__(name: str) -> Any:
-    # ``celery -A workers.app`` looks up ``workers.app.app`` (then ``.celery``): build it on demand.
+    # ``celery -A sdr_search.workers.app`` looks up ``sdr_search.workers.app.app`` (then ``.celery``): build it on demand.
     if name in ("app", "celery"):
         return get_app()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""Handlers of ``sdr reindex`` and ``sdr worker`` (argument parsing lives in sdr_core.cli)."""
+"""Handlers of ``sdr reindex`` and ``sdr worker`` (argument parsing lives in sdr_search.cli)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from sdr_core.errors import IndexNotFoundError, InputReadError, InvalidInputError, SDRError, StoreError
+from sdr_search.core.errors import IndexNotFoundError, InputReadError, InvalidInputError, SDRError, StoreError
 
 __all__ = ["cmd_reindex", "cmd_worker"]
 
@@ -52,8 +52,8 @@ def _plan(args, inputs: list[str]) -> tuple[_Plan, Any]:
         state_path = embedded_state_path(link)
         kind, live = "embedded", str(link)
     else:
-        from indexer.opensearch.settings import OpenSearchSettings
-        from sdr_core.settings import CacheSettings
+        from sdr_search.indexer.opensearch.settings import OpenSearchSettings
+        from sdr_search.core.settings import CacheSettings
 
         alias = args.index or OpenSearchSettings().index
         state_path = opensearch_state_path(CacheSettings().cache_dir, args.opensearch, alias)
@@ -92,7 +92,7 @@ def _plan(args, inputs: list[str]) -> tuple[_Plan, Any]:
 def _is_live(kind: str, live: str, target: str, args) -> bool:
     if kind == "embedded":
         return os.path.exists(live) and os.path.realpath(live) == os.path.realpath(target)
-    from indexer.opensearch import OpenSearchStore
+    from sdr_search.indexer.opensearch import OpenSearchStore
 
     with OpenSearchStore(args.opensearch, index=live) as store:
         try:
@@ -115,7 +115,7 @@ def _unused_name(base: str, exists) -> str:
 
 
 def _opensearch_index_exists(url: str, name: str) -> bool:
-    from indexer.opensearch import OpenSearchStore
+    from sdr_search.indexer.opensearch import OpenSearchStore
 
     with OpenSearchStore(url, index=name) as store:
         return store.index_name is not None
@@ -129,7 +129,7 @@ def _dispatcher(settings, *, in_process: bool):
     if in_process or not settings.broker_url:
         logger.info("no broker: indexing in this process")
         return LocalDispatcher({INDEX_TASK: tasks.index_batch, STATS_TASK: tasks.stats_block})
-    from sdr_core.errors import BackendUnavailableError
+    from sdr_search.core.errors import BackendUnavailableError
 
     from .app import create_app
     from .dispatch import connection_errors
@@ -158,7 +158,7 @@ def _finalise_embedded(path: str) -> int:
 
 
 def cmd_reindex(args) -> int:
-    from sdr_core.cli import segmentation_settings
+    from sdr_search.cli_args import segmentation_settings
 
     from . import tasks
     from .app import STATS_TASK

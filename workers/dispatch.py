@@ -282,8 +282,8 @@ class QueueDispatcher:
 def run_all(dispatcher, name: str, arg_list: list[tuple], *, capacity: int | None = None) -> Iterator[Any]:
     """Run ``name`` once per args tuple through ``dispatcher``; yield results in completion order.
 
-    A :class:`TaskFailure` raises :class:`~sdr_core.errors.SDRError`."""
-    from sdr_core.errors import SDRError
+    A :class:`TaskFailure` raises :class:`~sdr_search.core.errors.SDRError`."""
+    from sdr_search.core.errors import SDRError
 
     window = max(1, min(capacity or dispatcher.capacity, dispatcher.capacity))
     todo = deque(enumerate(arg_list))

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from sdr_core.documents import ReadReport
-from sdr_core.errors import InputReadError
-from sdr_core.settings import SegmentationSettings
+from sdr_search.core.documents import ReadReport
+from sdr_search.core.errors import InputReadError
+from sdr_search.core.settings import SegmentationSettings
 
 __all__ = ["Record", "Rejected", "iter_records", "batch_records", "count_records"]
 
@@ -49,8 +49,8 @@ def _record_id(record: Any) -> str | None:
 
 
 def _sources(paths: Sequence[str | Path], settings: SegmentationSettings, report: ReadReport, strict: bool):
-    # The line/file readers of sdr_core.documents (size limit, UTF-8 and JSON checks, reporting).
-    from sdr_core.documents import _jsonl_records, _txt_records
+    # The line/file readers of sdr_search.core.documents (size limit, UTF-8 and JSON checks, reporting).
+    from sdr_search.core.documents import _jsonl_records, _txt_records
 
     for p in map(Path, paths):
         if not p.exists():

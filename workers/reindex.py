@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from sdr_core.errors import SDRError
+from sdr_search.core.errors import SDRError
 
 from .app import INDEX_TASK
 from .dispatch import TaskFailure

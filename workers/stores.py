@@ -2,7 +2,7 @@
 
 ``{"kind": "embedded", "path": "/abs/dir"}`` or ``{"kind": "opensearch", "url": "http://...",
 "index": "name"}``. :func:`open_store_spec` is the one place that turns a spec into a
-:class:`~indexer.store.DocumentStore`; workers and ``sdr reindex`` both go through it.
+:class:`~sdr_search.indexer.store.DocumentStore`; workers and ``sdr reindex`` both go through it.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-from sdr_core.errors import InvalidInputError
+from sdr_search.core.errors import InvalidInputError
 
 __all__ = ["embedded_spec", "opensearch_spec", "validate_spec", "spec_label", "open_store_spec"]
 
@@ -45,7 +45,7 @@ def spec_label(spec: Mapping[str, Any]) -> str:
 
 
 def _bulk_embedded_store_class():
-    from indexer.embedded import EmbeddedStore
+    from sdr_search.indexer.embedded import EmbeddedStore
 
     class BulkEmbeddedStore(EmbeddedStore):
         """An :class:`EmbeddedStore` for bulk writers: ``put`` does not maintain the FAISS index.
@@ -56,7 +56,7 @@ def _bulk_embedded_store_class():
         per worker, and the work multiplies with the workers). A bulk load builds it once at the
         end instead (:meth:`build_ann`, multi-threaded for large additions).
 
-        TODO(indexer.embedded): this overrides two private methods; replace it with a public
+        TODO(sdr_search.indexer.embedded): this overrides two private methods; replace it with a public
         ``EmbeddedStore(..., maintain_ann=False)`` and ``build_ann()`` when the store has them.
         Correctness never depends on it: without the override put() maintains FAISS as usual.
         """
@@ -88,9 +88,9 @@ def open_store_spec(spec: Mapping[str, Any], *, create: bool = False, bulk: bool
     if spec["kind"] == "embedded":
         if bulk:
             return _bulk_embedded_store_class()(Path(spec["path"]), create=create)
-        from indexer.embedded import EmbeddedStore
+        from sdr_search.indexer.embedded import EmbeddedStore
 
         return EmbeddedStore(Path(spec["path"]), create=create)
-    from indexer.opensearch import OpenSearchSettings, OpenSearchStore
+    from sdr_search.indexer.opensearch import OpenSearchSettings, OpenSearchStore
 
     return OpenSearchStore(spec["url"], index=spec["index"], settings=OpenSearchSettings())

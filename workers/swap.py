@@ -30,7 +30,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from sdr_core.errors import InvalidInputError, StoreError
+from sdr_search.core.errors import InvalidInputError, StoreError
 
 __all__ = [
     "ReindexState",
@@ -167,12 +167,12 @@ def switch_symlink(link: Path, target: Path, *, now: datetime | None = None) -> 
 # =============================================================================================
 def swap_opensearch_alias(url: str, alias: str, new_index: str, settings: Any = None) -> str | None:
     """Point ``alias`` at ``new_index`` only, in one ``_aliases`` request (the backend's
-    :meth:`~indexer.opensearch.OpenSearchStore.point_alias`); returns the index it named before.
+    :meth:`~sdr_search.indexer.opensearch.OpenSearchStore.point_alias`); returns the index it named before.
 
     Raises :class:`InvalidInputError` when ``alias`` is a concrete index (an index built by
     ``sdr index --index NAME``): OpenSearch cannot give an alias the name of an index.
     """
-    from indexer.opensearch import OpenSearchSettings, OpenSearchStore
+    from sdr_search.indexer.opensearch import OpenSearchSettings, OpenSearchStore
 
     settings = settings or OpenSearchSettings()
     with OpenSearchStore(url, index=alias, settings=settings) as live:

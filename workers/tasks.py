@@ -1,4 +1,4 @@
-"""The task functions: plain Python, called by Celery workers (:mod:`workers.app` wraps them) or
+"""The task functions: plain Python, called by Celery workers (:mod:`sdr_search.workers.app` wraps them) or
 directly by ``sdr reindex`` when no broker is configured (the same code, minus the queue).
 
 :func:`index_batch` indexes a batch of JSON records into a store. It is idempotent: document ids
@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from sdr_core.errors import (
+from sdr_search.core.errors import (
     BackendUnavailableError,
     BulkWriteError,
     IndexNotFoundError,
@@ -125,8 +125,8 @@ def _apply_torch_threads() -> None:
 def process_encoder(overrides: Mapping[str, Any] | None = None):
     """This process's encoder for ``overrides`` (model, max_tokens, precision; the rest from the
     environment), created once; the model loads on first use."""
-    from sdr_core.encoder import SentenceEncoder
-    from sdr_core.settings import EncoderSettings
+    from sdr_search.core.encoder import SentenceEncoder
+    from sdr_search.core.settings import EncoderSettings
 
     clean = {k: v for k, v in (overrides or {}).items() if k in ENCODER_KEYS and v is not None}
     key = tuple(sorted(clean.items()))
@@ -188,8 +188,8 @@ def _process_cache(enabled: bool, cache_dir: str | None = None):
         return None
     from pathlib import Path
 
-    from sdr_core.cache import EmbeddingCache
-    from sdr_core.settings import CacheSettings
+    from sdr_search.core.cache import EmbeddingCache
+    from sdr_search.core.settings import CacheSettings
 
     with _lock:
         if cache_dir not in _caches:
@@ -260,7 +260,7 @@ class _Writer:
             raise FatalTaskError(_reason(exc)) from exc
 
     def _encode(self, docs: list[tuple[int, Any]]) -> list[tuple[int, Any, Any]]:
-        from sdr_core.embed import embed_documents
+        from sdr_search.core.embed import embed_documents
 
         try:
             pairs = list(embed_documents([d for _, d in docs], self.encoder, cache=self.cache, chunk_docs=len(docs)))
@@ -301,7 +301,7 @@ class _Writer:
 
 
 def _check_segmentation(store, segmentation: Mapping[str, Any]) -> None:
-    from indexer.provenance import segmentation_mismatch
+    from sdr_search.indexer.provenance import segmentation_mismatch
 
     meta = store.meta()
     mismatch = segmentation_mismatch(meta.segmentation if meta is not None else None, segmentation)
@@ -327,12 +327,12 @@ def index_batch(
     "encoded_sentences", "seconds", "delivery"}``, or with ``"fatal": message`` when the job cannot
     go on. Raises :class:`TransientError` when the task should be retried.
     """
-    from sdr_core.cache import document_key
-    from sdr_core.documents import parse_record
-    from sdr_core.sentences import default_splitter
-    from sdr_core.settings import SegmentationSettings
+    from sdr_search.core.cache import document_key
+    from sdr_search.core.documents import parse_record
+    from sdr_search.core.sentences import default_splitter
+    from sdr_search.core.settings import SegmentationSettings
 
-    from indexer.provenance import index_meta, segmentation_record
+    from sdr_search.indexer.provenance import index_meta, segmentation_record
 
     t0 = time.perf_counter()
     opts = dict(options or {})
@@ -441,7 +441,7 @@ def stats_block(store_spec: Mapping[str, Any], doc_ids: Sequence[str], options: 
     document). Returns ``{"stats": {id: {"mu": [...], "sigma": [...]}}, "missing": [ids no longer
     stored]}``; raises :class:`TransientError` when the store is unreachable.
     """
-    from sdr_core.stats import SampledParagraphs, source_stats_exact, stats_against_sample
+    from sdr_search.core.stats import SampledParagraphs, source_stats_exact, stats_against_sample
 
     mode = (options or {}).get("mode", "sampled")
     if mode not in ("sampled", "exact"):
@@ -514,11 +514,11 @@ def refresh_stats(
 ):
     """Record a new reference sample, compute every document's statistics by blocks of
     ``block_docs`` (``run_blocks``: in-process by default, or through the queue), and write them
-    as one refresh. Returns the store's new :class:`~indexer.store.StatsInfo`."""
-    from sdr_core.scoring import NormStats
-    from sdr_core.stats import draw_reference_sample, sample_vectors
+    as one refresh. Returns the store's new :class:`~sdr_search.indexer.store.StatsInfo`."""
+    from sdr_search.core.scoring import NormStats
+    from sdr_search.core.stats import draw_reference_sample, sample_vectors
 
-    from indexer.store import ReferenceParagraphs
+    from sdr_search.indexer.store import ReferenceParagraphs
 
     with open_store_spec(store_spec) as store:
         corpus = store.all_vectors()

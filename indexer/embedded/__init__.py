@@ -1,4 +1,4 @@
-"""The embedded store: a :class:`~indexer.store.DocumentStore` in one directory (SQLite + vector
+"""The embedded store: a :class:`~sdr_search.indexer.store.DocumentStore` in one directory (SQLite + vector
 file + FAISS), :class:`EmbeddedStore`.
 
 Layout of the directory::

@@ -27,7 +27,7 @@ from typing import Iterator
 
 import numpy as np
 
-from sdr_core.errors import InvalidInputError, ModelMismatchError
+from sdr_search.core.errors import InvalidInputError, ModelMismatchError
 
 from .catalog import meta_set
 from .durable import fsync_path
@@ -36,7 +36,7 @@ from .vectorfile import CHUNK_ROWS, VectorFile
 
 __all__ = ["FAISS", "FAISS_TMP", "AnnIndex", "add_rows", "write_index", "query_matrix", "knn_rounds"]
 
-logger = logging.getLogger(__package__)  # "indexer.embedded", one logger for the whole store
+logger = logging.getLogger(__package__)  # "sdr_search.indexer.embedded", one logger for the whole store
 
 FAISS = "faiss.index"
 FAISS_TMP = "faiss.index.tmp"

@@ -23,8 +23,8 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from sdr_core.errors import InvalidInputError, StoreError
-from sdr_core.scoring import NormStats
+from sdr_search.core.errors import InvalidInputError, StoreError
+from sdr_search.core.scoring import NormStats
 
 from ..provenance import library_versions
 from ..settings import EmbeddedStoreSettings

@@ -29,7 +29,7 @@ from .vectorfile import VectorFile
 __all__ = ["COMPACT_SUFFIX", "Plan", "plan", "temp_paths", "write_files", "commit_layout", "finish",
            "roll_forward", "read_paths"]
 
-logger = logging.getLogger(__package__)  # "indexer.embedded", one logger for the whole store
+logger = logging.getLogger(__package__)  # "sdr_search.indexer.embedded", one logger for the whole store
 
 COMPACT_SUFFIX = ".compact.tmp"
 

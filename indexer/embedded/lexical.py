@@ -1,4 +1,4 @@
-"""The embedded store's lexical index: BM25 (:class:`sdr_core.lexical.BM25Ranker`, bm25s, the
+"""The embedded store's lexical index: BM25 (:class:`sdr_search.core.lexical.BM25Ranker`, bm25s, the
 same ranker as ``sdr eval --method bm25``) over every live document's text, kept in the store
 directory as ``lexical-<fingerprint>/``.
 
@@ -33,14 +33,14 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from sdr_core.documents import Document
-from sdr_core.lexical import BM25Ranker
+from sdr_search.core.documents import Document
+from sdr_search.core.lexical import BM25Ranker
 
 from .durable import fsync_path
 
 __all__ = ["LEXICAL_PREFIX", "fingerprint", "document_texts", "LexicalIndex"]
 
-logger = logging.getLogger(__package__)  # "indexer.embedded", one logger for the whole store
+logger = logging.getLogger(__package__)  # "sdr_search.indexer.embedded", one logger for the whole store
 
 LEXICAL_PREFIX = "lexical-"
 _TMP = ".tmp-"

@@ -3,7 +3,7 @@
 Several processes may open one store: writers serialise on the lock file (exclusive), a reader
 holds it shared while it reloads, and every operation first checks the store's generation counter
 and reloads its in-memory view when another process changed the store (see
-:class:`~indexer.embedded.store.EmbeddedStore`). Within a process, one store object is safe to
+:class:`~sdr_search.indexer.embedded.store.EmbeddedStore`). Within a process, one store object is safe to
 share between threads: its operations are serialised by a mutex, which must be held around
 :meth:`DirectoryLock.hold`.
 """
@@ -17,11 +17,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from sdr_core.errors import StoreError
+from sdr_search.core.errors import StoreError
 
 __all__ = ["LOCK", "DirectoryLock"]
 
-logger = logging.getLogger(__package__)  # "indexer.embedded", one logger for the whole store
+logger = logging.getLogger(__package__)  # "sdr_search.indexer.embedded", one logger for the whole store
 
 LOCK = ".lock"
 

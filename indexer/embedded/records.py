@@ -12,17 +12,17 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from sdr_core.cache import document_key
-from sdr_core.documents import Document
-from sdr_core.errors import (
+from sdr_search.core.cache import document_key
+from sdr_search.core.documents import Document
+from sdr_search.core.errors import (
     DuplicateIdError,
     InvalidDocumentError,
     InvalidInputError,
     ModelMismatchError,
     StoreError,
 )
-from sdr_core.scoring import NormStats
-from sdr_core.vectors import CorpusVectors, DocVectors
+from sdr_search.core.scoring import NormStats
+from sdr_search.core.vectors import CorpusVectors, DocVectors
 
 from ..store import IndexMeta, ReferenceParagraphs
 from .rows import offsets

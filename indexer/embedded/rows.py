@@ -14,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-from sdr_core.errors import StoreError
+from sdr_search.core.errors import StoreError
 
 __all__ = ["offsets", "gather_index", "RowMap"]
 

@@ -30,17 +30,17 @@ from typing import Any, Iterator, Mapping, Sequence, cast
 
 import numpy as np
 
-from sdr_core.documents import Document
-from sdr_core.errors import (
+from sdr_search.core.documents import Document
+from sdr_search.core.errors import (
     DocumentNotFoundError,
     IndexNotFoundError,
     InvalidInputError,
     ModelMismatchError,
     StoreError,
 )
-from sdr_core.fusion import check_search_defaults
-from sdr_core.scoring import NormStats
-from sdr_core.vectors import CorpusVectors, DocVectors
+from sdr_search.core.fusion import check_search_defaults
+from sdr_search.core.scoring import NormStats
+from sdr_search.core.vectors import CorpusVectors, DocVectors
 
 from ..settings import EmbeddedStoreSettings
 from ..store import (
@@ -65,11 +65,11 @@ from .vectorfile import VectorFile
 
 __all__ = ["EmbeddedStore"]
 
-logger = logging.getLogger(__package__)  # "indexer.embedded", one logger for the whole store
+logger = logging.getLogger(__package__)  # "sdr_search.indexer.embedded", one logger for the whole store
 
 
 class EmbeddedStore(DocumentStore):
-    """A persistent :class:`DocumentStore` in the directory ``path`` (see :mod:`indexer.embedded`).
+    """A persistent :class:`DocumentStore` in the directory ``path`` (see :mod:`sdr_search.indexer.embedded`).
 
     ``create=True`` creates the store on first use if it does not exist; otherwise a missing store
     raises :class:`IndexNotFoundError`. ``read_only=True`` never writes (no repair, no FAISS save;
@@ -493,7 +493,7 @@ class EmbeddedStore(DocumentStore):
     def lexical_search(
         self, text: str, k: int, *, exclude_ids: Sequence[str] = (), score_ids: Sequence[str] = ()
     ) -> LexicalHits:
-        """BM25 (bm25s, Lucene variant; :class:`sdr_core.lexical.BM25Ranker`) of ``text`` against
+        """BM25 (bm25s, Lucene variant; :class:`sdr_search.core.lexical.BM25Ranker`) of ``text`` against
         every live document's text; exact, the same scores as ``sdr eval --method bm25``."""
         if k < 0:
             raise InvalidInputError(f"k must be >= 0, got {k}")

@@ -16,12 +16,12 @@ from typing import Sequence
 
 import numpy as np
 
-from sdr_core.errors import StoreError
+from sdr_search.core.errors import StoreError
 
 
 __all__ = ["CHUNK_ROWS", "VectorFile"]
 
-logger = logging.getLogger(__package__)  # "indexer.embedded", one logger for the whole store
+logger = logging.getLogger(__package__)  # "sdr_search.indexer.embedded", one logger for the whole store
 
 CHUNK_ROWS = 32_768  # rows per FAISS add / file copy
 

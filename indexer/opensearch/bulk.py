@@ -2,13 +2,13 @@
 
 Modelled on opensearch-py's ``helpers.streaming_bulk`` (``helpers/actions.py``): actions are sent
 in chunks bounded by count and bytes; each response is read item by item
-(:func:`~indexer.opensearch.requests.process_bulk_response`); only items rejected with 429 (and
+(:func:`~sdr_search.indexer.opensearch.requests.process_bulk_response`); only items rejected with 429 (and
 whole requests answered 429) are sent again, after ``initial * 2**attempt`` seconds (capped);
 any other item error fails at once. Unlike ``streaming_bulk`` the failures become one domain
-error, :class:`~sdr_core.errors.BulkWriteError`, naming every document that was not written.
+error, :class:`~sdr_search.core.errors.BulkWriteError`, naming every document that was not written.
 
 The loop does no I/O itself: ``send`` posts one NDJSON body and returns the parsed response (it
-raises :class:`~sdr_core.errors.OverloadedError` for a request-level 429), ``sleep`` waits.
+raises :class:`~sdr_search.core.errors.OverloadedError` for a request-level 429), ``sleep`` waits.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import logging
 import time
 from typing import Any, Callable, Mapping, Sequence
 
-from sdr_core.errors import BulkWriteError, OverloadedError
+from sdr_search.core.errors import BulkWriteError, OverloadedError
 
 from .requests import backoff_delay, chunk_by_size, process_bulk_response, should_retry
 
@@ -40,7 +40,7 @@ def run_bulk(
     accept: Sequence[int] = (),
     sleep: Callable[[float], None] = time.sleep,
 ) -> dict[str, str]:
-    """Send the actions ``lines`` (from :func:`~indexer.opensearch.requests.bulk_lines`),
+    """Send the actions ``lines`` (from :func:`~sdr_search.indexer.opensearch.requests.bulk_lines`),
     named ``keys``; return ``key -> result`` for every action written.
 
     Raises :class:`BulkWriteError` after the first chunk with a failure; ``failed`` then names

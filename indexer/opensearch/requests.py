@@ -1,9 +1,9 @@
 """Pure builders of OpenSearch request bodies for an sdr-search index, and pure readers of the
 responses. Nothing here imports or calls a client: every function takes plain values and returns
 dicts, strings or arrays, so the JSON is unit-tested without a cluster
-(:mod:`indexer.opensearch.store` sends it).
+(:mod:`sdr_search.indexer.opensearch.store` sends it).
 
-Two indices make one store (see :mod:`indexer.opensearch.store`):
+Two indices make one store (see :mod:`sdr_search.indexer.opensearch.store`):
 
 * the **document index** (``mappings/index.json``): one top-level document per SDR document with
   its text, paragraphs, counts, provenance, all sentence vectors as one base64 float32 string
@@ -65,19 +65,19 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from sdr_core.cache import document_key
-from sdr_core.documents import Document
-from sdr_core.errors import (
+from sdr_search.core.cache import document_key
+from sdr_search.core.documents import Document
+from sdr_search.core.errors import (
     BackendUnavailableError,
     IndexNotFoundError,
     OverloadedError,
     SDRError,
     StoreError,
 )
-from sdr_core.scoring import NormStats
-from sdr_core.vectors import DocVectors
+from sdr_search.core.scoring import NormStats
+from sdr_search.core.vectors import DocVectors
 
-from indexer.store import IndexMeta, ReferenceParagraphs
+from sdr_search.indexer.store import IndexMeta, ReferenceParagraphs
 
 __all__ = [
     "ENGINES",
@@ -708,7 +708,7 @@ def build_terms_query(
     terms: Mapping[str, int], size: int, *, exclude_ids: Sequence[str] = (), only_ids: Sequence[str] | None = None,
     field: str = LEXICAL_FIELD,
 ) -> dict[str, Any]:
-    """BM25 of a source given as its terms with counts (:func:`sdr_core.lexical.query_terms`):
+    """BM25 of a source given as its terms with counts (:func:`sdr_search.core.lexical.query_terms`):
     one ``term`` query per term, boosted by its count, summed (``bool.should``). With the
     ``sdr_text`` analyzer and ``sdr_bm25`` similarity of the mapping this is the embedded store's
     BM25 (``sum_t count(t) * BM25(t, d)``) over the given terms. One clause per term: keep the

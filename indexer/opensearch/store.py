@@ -1,13 +1,13 @@
-"""The OpenSearch backend: a :class:`~indexer.store.DocumentStore` on an OpenSearch cluster.
+"""The OpenSearch backend: a :class:`~sdr_search.indexer.store.DocumentStore` on an OpenSearch cluster.
 
-Layout (request bodies in :mod:`indexer.opensearch.requests`, mappings in ``mappings/``):
+Layout (request bodies in :mod:`sdr_search.indexer.opensearch.requests`, mappings in ``mappings/``):
 
 * **Document index** (the ``index`` setting, or the one index an alias of that name points to):
   one document per SDR document, ``_id`` = its id (sha256 for ids over 512 bytes). Sentence
   vectors are stored twice on purpose: in the ``nested`` field ``sentences.vector`` (HNSW, inner
   product, engine ``lucene`` by default or ``faiss``; nested k-NN) and as one base64 float32 string ``vectors_b64`` (fetched with
   ``_mget`` for the exact rerank: about 4x smaller and far faster to decode than JSON floats).
-  Provenance (:class:`~indexer.store.IndexMeta`, library and cluster versions, HNSW parameters)
+  Provenance (:class:`~sdr_search.indexer.store.IndexMeta`, library and cluster versions, HNSW parameters)
   is the mapping's ``_meta.sdr``.
 * **State index** ``<concrete index>-sdr-state``: one ``stats`` document per document
   (``stats_mu``, ``stats_sigma``, ``stats_version``), the reference sample (one document per
@@ -26,10 +26,10 @@ the number of statistics documents.
 
 Nothing connects in ``__init__``: the opensearch-py client is created on first use and released
 by :meth:`OpenSearchStore.close` (a client passed in is the caller's and is not closed).
-Connection failures raise :class:`~sdr_core.errors.BackendUnavailableError`, a missing index
-:class:`~sdr_core.errors.IndexNotFoundError`, a missing document
-:class:`~sdr_core.errors.DocumentNotFoundError`, rejected bulk items
-:class:`~sdr_core.errors.BulkWriteError` (after retrying 429s with backoff).
+Connection failures raise :class:`~sdr_search.core.errors.BackendUnavailableError`, a missing index
+:class:`~sdr_search.core.errors.IndexNotFoundError`, a missing document
+:class:`~sdr_search.core.errors.DocumentNotFoundError`, rejected bulk items
+:class:`~sdr_search.core.errors.BulkWriteError` (after retrying 429s with backoff).
 
 Retries: opensearch-py's own retries are off (it re-sends at once, with no backoff, whatever the
 body size). The store retries a request answered 429, 502, 503 or 504, or that could not connect,
@@ -52,8 +52,8 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from indexer.provenance import library_versions
-from indexer.store import (
+from sdr_search.indexer.provenance import library_versions
+from sdr_search.indexer.store import (
     DocumentStore,
     IndexMeta,
     LexicalHits,
@@ -62,8 +62,8 @@ from indexer.store import (
     StatsInfo,
     StoredDocument,
 )
-from sdr_core.documents import Document
-from sdr_core.errors import (
+from sdr_search.core.documents import Document
+from sdr_search.core.errors import (
     BackendUnavailableError,
     BulkWriteError,
     DocumentNotFoundError,
@@ -75,10 +75,10 @@ from sdr_core.errors import (
     OverloadedError,
     StoreError,
 )
-from sdr_core.fusion import check_search_defaults
-from sdr_core.lexical import query_terms
-from sdr_core.scoring import NormStats
-from sdr_core.vectors import CorpusVectors, DocVectors
+from sdr_search.core.fusion import check_search_defaults
+from sdr_search.core.lexical import query_terms
+from sdr_search.core.scoring import NormStats
+from sdr_search.core.vectors import CorpusVectors, DocVectors
 
 from .bulk import run_bulk
 from .requests import (

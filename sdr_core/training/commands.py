@@ -35,7 +35,7 @@ def train_settings(args):
 
 
 def cmd_train(args) -> int:
-    from ..cli import segmentation_settings
+    from sdr_search.cli_args import segmentation_settings
     from ..documents import ReadReport, read_documents
     from .trainer import train
 

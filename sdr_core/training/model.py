@@ -1,7 +1,7 @@
 """Loading a base model for training (with an MLM head) and saving the trained model directory.
 
 The saved directory is a plain HuggingFace model directory (config, weights, tokenizer) that
-:class:`sdr_core.encoder.SentenceEncoder` loads with ``AutoModel`` (the MLM head is ignored there).
+:class:`sdr_search.core.encoder.SentenceEncoder` loads with ``AutoModel`` (the MLM head is ignored there).
 Its ``config.json`` carries the training provenance under ``sdr_training``.
 """
 

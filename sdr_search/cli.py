@@ -14,7 +14,9 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from .errors import SDRError
+from sdr_search.core.errors import SDRError
+
+from .cli_args import cache_from_args, encoder_settings, hybrid_spec_from_args, segmentation_settings
 
 __all__ = ["main", "build_parser", "encoder_settings", "segmentation_settings", "cache_from_args"]
 
@@ -59,16 +61,6 @@ def _add_hybrid_args(p: argparse.ArgumentParser) -> None:
                    "the index's default, else env SDR_HYBRID_WEIGHTS, else bm25=1,sdr=1,mean=1)")
     g.add_argument("--rank-constant", type=int, metavar="K", help="RRF rank constant (default 60)")
 
-
-def hybrid_spec_from_args(args, default=None):
-    """The hybrid spec of ``--fusion``/``--weights``/``--rank-constant`` over ``default``
-    (:data:`sdr_core.fusion.DEFAULT_HYBRID` when None)."""
-    from .fusion import DEFAULT_HYBRID, parse_weights
-
-    base = default or DEFAULT_HYBRID
-    weights = parse_weights(args.weights) if getattr(args, "weights", None) else None
-    return base.replace(fusion=getattr(args, "fusion", None), weights=weights,
-                        rank_constant=getattr(args, "rank_constant", None))
 
 
 def _add_store_args(p: argparse.ArgumentParser, *, required: bool = True) -> None:
@@ -133,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     ix.add_argument("--no-progress", action="store_true")
     _add_encoder_args(ix)
     _add_segmentation_args(ix)
-    ix.set_defaults(handler=_lazy("indexer.commands", "cmd_index"))
+    ix.set_defaults(handler=_lazy("sdr_search.indexer.commands", "cmd_index"))
 
     ml = sub.add_parser(
         "mlt", help="more like this: documents of a store most similar to a document",
@@ -156,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "index's default (sdr defaults), else env SDR_METHOD, else hybrid)")
     _add_hybrid_args(ml)
     _add_encoder_args(ml)
-    ml.set_defaults(handler=_lazy("reranker.commands", "cmd_mlt"))
+    ml.set_defaults(handler=_lazy("sdr_search.reranker.commands", "cmd_mlt"))
 
     st = sub.add_parser(
         "stats", help="recompute normalisation statistics of a store",
@@ -169,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="size of the reference sample recorded for new-text queries when computing exact stats (default 5000)")
     st.add_argument("--seed", type=int, default=0)
     st.add_argument("--no-progress", action="store_true")
-    st.set_defaults(handler=_lazy("indexer.commands", "cmd_stats"))
+    st.set_defaults(handler=_lazy("sdr_search.indexer.commands", "cmd_stats"))
 
     df = sub.add_parser(
         "defaults", help="show or set an index's search defaults (method, hybrid fusion and weights)",
@@ -181,12 +173,12 @@ def build_parser() -> argparse.ArgumentParser:
     df.add_argument("--method", choices=["sdr", "hybrid"], help="default ranking method of the index")
     _add_hybrid_args(df)
     df.add_argument("--clear", action="store_true", help="forget the recorded defaults (before applying any option given)")
-    df.set_defaults(handler=_lazy("indexer.commands", "cmd_defaults"))
+    df.set_defaults(handler=_lazy("sdr_search.indexer.commands", "cmd_defaults"))
 
     inf = sub.add_parser("info", help="counts, model and statistics state of a store")
     _add_store_args(inf)
     inf.add_argument("--json", action="store_true")
-    inf.set_defaults(handler=_lazy("indexer.commands", "cmd_info"))
+    inf.set_defaults(handler=_lazy("sdr_search.indexer.commands", "cmd_info"))
 
     sv = sub.add_parser(
         "serve", help="serve more-like-this over HTTP (FastAPI + uvicorn)",
@@ -202,7 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--insecure", action="store_true", help="allow a non-loopback host without an API key (logs a warning)")
     sv.add_argument("--access-log", action="store_true", help="log every request (uvicorn access log)")
     _add_encoder_args(sv)
-    sv.set_defaults(handler=_lazy("reranker.serve", "cmd_serve"))
+    sv.set_defaults(handler=_lazy("sdr_search.reranker.serve", "cmd_serve"))
 
     db = sub.add_parser(
         "dashboards", help="OpenSearch Dashboards saved objects (index pattern, saved search, visualizations)",
@@ -222,7 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     dbi.add_argument("--file", type=Path, metavar="PATH", help="saved objects ndjson (default: mappings/dashboards.ndjson)")
     dbi.add_argument("--no-overwrite", action="store_true", help="report objects that already exist as conflicts instead of replacing them")
     dbi.add_argument("--timeout", type=float, default=30, help="seconds to wait for an answer (default 30)")
-    dbi.set_defaults(handler=_lazy("indexer.dashboards", "cmd_dashboards_import"))
+    dbi.set_defaults(handler=_lazy("sdr_search.indexer.dashboards", "cmd_dashboards_import"))
 
     rx = sub.add_parser(
         "reindex", help="build a new index from documents and switch the live name to it atomically",
@@ -248,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     rx.add_argument("--no-progress", action="store_true")
     _add_encoder_args(rx)
     _add_segmentation_args(rx)
-    rx.set_defaults(handler=_lazy("workers.commands", "cmd_reindex"))
+    rx.set_defaults(handler=_lazy("sdr_search.workers.commands", "cmd_reindex"))
 
     tr = sub.add_parser(
         "train", help="adapt the encoder to a corpus without labels (MLM + contrastive, or triplet)",
@@ -283,7 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--restart", action="store_true", help="discard checkpoints in --out and start over")
     tr.add_argument("--no-progress", action="store_true")
     _add_segmentation_args(tr)
-    tr.set_defaults(handler=_lazy("sdr_core.training.commands", "cmd_train"))
+    tr.set_defaults(handler=_lazy("sdr_search.core.training.commands", "cmd_train"))
 
     wk = sub.add_parser(
         "worker", help="run a Celery worker that embeds and indexes batches for `sdr reindex`",
@@ -296,7 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
     wk.add_argument("--pool", choices=["prefork", "solo", "threads"], help="Celery pool (default: solo for 1 process, else prefork)")
     wk.add_argument("--threads", type=int, metavar="T", help="torch threads per process (default: cores / N)")
     wk.add_argument("--name", metavar="NAME", help="worker node name, e.g. w1@%%h (default: celery@hostname)")
-    wk.set_defaults(handler=_lazy("workers.commands", "cmd_worker"))
+    wk.set_defaults(handler=_lazy("sdr_search.workers.commands", "cmd_worker"))
     return parser
 
 
@@ -309,48 +301,25 @@ def _lazy(module: str, name: str):
     return handler
 
 
-def encoder_settings(args):
-    from .settings import EncoderSettings
 
-    overrides = {k: v for k, v in {
-        "model": args.model, "max_tokens": args.max_tokens, "precision": args.precision, "device": args.device,
-    }.items() if v is not None}
-    return EncoderSettings(**overrides)
-
-
-def segmentation_settings(args):
-    from .settings import SegmentationSettings
-
-    overrides = {k: getattr(args, k, None) for k in ("paragraph_unit", "min_paragraph_sentences", "min_sentence_chars")}
-    return SegmentationSettings(**{k: v for k, v in overrides.items() if v is not None})
-
-
-def cache_from_args(args):
-    from .cache import EmbeddingCache
-    from .settings import CacheSettings
-
-    settings = CacheSettings(**({"cache_dir": args.cache_dir} if args.cache_dir else {}))
-    if args.no_cache or settings.no_cache:
-        return None
-    return EmbeddingCache(settings.cache_dir / "embeddings.sqlite")
 
 
 def cmd_eval(args) -> int:
-    from .documents import ReadReport, read_documents
-    from .encoder import SentenceEncoder
-    from .embed import embed_corpus, embed_documents
-    from .evaluation import EvalInputs, VECTOR_METHODS, rank_all
-    from .metrics import evaluate, read_qrels, write_run
+    from sdr_search.core.documents import ReadReport, read_documents
+    from sdr_search.core.encoder import SentenceEncoder
+    from sdr_search.core.embed import embed_corpus, embed_documents
+    from sdr_search.core.evaluation import EvalInputs, VECTOR_METHODS, rank_all
+    from sdr_search.core.metrics import evaluate, read_qrels, write_run
 
     if args.store is not None or args.opensearch is not None:
-        from reranker.commands import cmd_eval_store
+        from sdr_search.reranker.commands import cmd_eval_store
 
         return cmd_eval_store(args)
     if not args.corpus:
         raise SDRError("sdr eval needs --corpus (exhaustive ranking) or --store (two-stage engine)")
     hybrid = None
     if args.method == "hybrid":  # validated before any reading or encoding
-        from .settings import HybridSettings
+        from sdr_search.core.settings import HybridSettings
 
         hybrid = hybrid_spec_from_args(args, HybridSettings().spec())
     elif args.fusion or args.weights or args.rank_constant is not None:
