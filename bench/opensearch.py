@@ -76,7 +76,7 @@ from sdr_search.indexer.opensearch import OpenSearchStore  # noqa: E402
 from sdr_search.indexer.opensearch.settings import OpenSearchSettings  # noqa: E402
 from sdr_search.indexer.settings import EmbeddedStoreSettings  # noqa: E402
 from sdr_search.indexer.store import DocumentStore, ReferenceParagraphs, StatsInfo  # noqa: E402
-from sdr_search.reranker.engine import MLTSettings, MoreLikeThis  # noqa: E402
+from sdr_search.reranker.engine import MLTSettings, MoreLikeThis, Query  # noqa: E402
 from sdr_search.core.cache import EmbeddingCache  # noqa: E402
 from sdr_search.core.documents import Document, read_documents  # noqa: E402
 from sdr_search.core.embed import embed_documents  # noqa: E402
@@ -331,11 +331,12 @@ def fidelity(args, emb: EmbeddedStore, os_store: OpenSearchStore, encoder, cache
     base = {name: MoreLikeThis(store=s, encoder=encoder) for name, s in stores.items()}
     sources, truth = [], []
     for d, v in pairs:
-        src = {name: e.source_from_vectors(d, v) for name, e in base.items()}
+        query = Query(document=d, vectors=v, size=10, method="sdr")
+        src = {name: e.source(query) for name, e in base.items()}
         a, b = src["embedded"].stats, src["opensearch"].stats
         if not (np.allclose(a.mu, b.mu) and np.allclose(a.sigma, b.sigma)):
             raise RuntimeError(f"query {d.id}: the two stores give different statistics (reference samples differ)")
-        sources.append(src)
+        sources.append((src, query))
         truth.append(set(exhaustive_top(base["embedded"], src["embedded"], corpus)))
     for K in args.candidates:
         engines = {name: MoreLikeThis(store=s, encoder=encoder, settings=MLTSettings(candidates=K, method="sdr"))
@@ -343,11 +344,11 @@ def fidelity(args, emb: EmbeddedStore, os_store: OpenSearchStore, encoder, cache
         recall: dict[str, list[float]] = defaultdict(list)
         ms: dict[str, list[float]] = defaultdict(list)
         agree = []
-        for n, (src, true) in enumerate(zip(sources, truth), 1):
+        for n, ((src, query), true) in enumerate(zip(sources, truth), 1):
             tops = {}
             for name, engine in engines.items():
                 t = time.perf_counter()
-                res = engine.search(src[name], size=10)
+                res = engine.run(query)
                 ms[name].append((time.perf_counter() - t) * 1e3)
                 tops[name] = {h.id for h in res.hits}
                 recall[name].append(len(tops[name] & true) / max(1, len(true)))
@@ -371,14 +372,14 @@ def latency(args, emb: EmbeddedStore, os_store: OpenSearchStore, corpus: Corpus,
                "opensearch": MoreLikeThis(store=os_store, settings=settings)}
     for engine in engines.values():  # warm up (the embedded store computes its centroids here)
         for doc_id in picks[:2]:
-            engine.more_like_this(doc_id=doc_id, size=10)
+            engine.run(Query(id=doc_id, size=10))
     parts: dict[str, dict[str, list[float]]] = {s: defaultdict(list) for s in STORES}
     requests: list[list[tuple[str, str, float, float, int]]] = []
     for n, doc_id in enumerate(picks, 1):
         for name, engine in engines.items():
             mark = log.mark()
             t = time.perf_counter()
-            res = engine.more_like_this(doc_id=doc_id, size=10)
+            res = engine.run(Query(id=doc_id, size=10))
             total = (time.perf_counter() - t) * 1e3
             parts[name]["total"].append(total)
             for stage in STAGES:

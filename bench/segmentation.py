@@ -22,7 +22,7 @@ Rows give exact SDR (statistics over every corpus paragraph) and the single-vect
 
 Usage:
 
-    python bench/segmentation.py --docs 298 --queries-n 20   # the slice of the README
+    python bench/segmentation.py --docs 298 --queries-n 20   # the slice of docs/results/relevance.md
     python bench/segmentation.py                             # the full dev split
     python bench/segmentation.py --model models/irled-sdr    # a trained encoder
 """

@@ -136,13 +136,15 @@ async def http_level(base: str, ids: list[str], clients: int, size: int) -> dict
 
 
 def inprocess_level(engine, ids: list[str], clients: int, size: int) -> dict:
+    from sdr_search.reranker.engine import Query
+
     latencies: list[float] = []
     errors: Counter = Counter()
 
     def one(doc_id: str) -> None:
         t0 = time.perf_counter()
         try:
-            engine.more_like_this(doc_id=doc_id, size=size)
+            engine.run(Query(id=doc_id, size=size))
         except Exception as e:  # counted and reported, like an HTTP error
             errors[type(e).__name__] += 1
             return

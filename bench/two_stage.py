@@ -48,7 +48,7 @@ from sdr_search.indexer.pipeline import index_documents  # noqa: E402
 from sdr_search.indexer.provenance import segmentation_record  # noqa: E402
 from sdr_search.indexer.settings import EmbeddedStoreSettings  # noqa: E402
 from sdr_search.indexer.stats_job import refresh_stats  # noqa: E402
-from sdr_search.reranker.engine import MLTSettings, MoreLikeThis  # noqa: E402
+from sdr_search.reranker.engine import MLTSettings, MoreLikeThis, Query  # noqa: E402
 from sdr_search.core.cache import EmbeddingCache  # noqa: E402
 from sdr_search.core.documents import Document, read_documents  # noqa: E402
 from sdr_search.core.embed import embed_documents  # noqa: E402
@@ -114,7 +114,7 @@ def fidelity(store, encoder, sources, ks, aggregations, knn_ks, corpus, exact_to
     truth = {}
     configure_knn(store, twins, rounds, oversample)
     engine = MoreLikeThis(store=store, encoder=encoder)
-    for name, src in sources:
+    for name, src, _ in sources:
         truth[name] = exhaustive_top(engine, src, corpus)
     for agg in aggregations:
         for knn_k in knn_ks:
@@ -123,9 +123,9 @@ def fidelity(store, encoder, sources, ks, aggregations, knn_ks, corpus, exact_to
                                    settings=MLTSettings(candidates=K, knn_k=knn_k, aggregation=agg,
                                                         prerank_factor=prerank or MLTSettings().prerank_factor))
                 ov, ov_exact, times = [], [], []
-                for name, src in sources:
+                for name, _, query in sources:
                     t = time.perf_counter()
-                    res = eng.search(src, size=10)
+                    res = eng.run(query)
                     times.append(time.perf_counter() - t)
                     top = [h.id for h in res.hits]
                     ov.append(len(set(top) & set(truth[name])) / max(1, len(truth[name])))
@@ -164,8 +164,8 @@ def irled(args, encoder, cache, work: Path):
     engine = MoreLikeThis(store=store, encoder=encoder)
     sources, exact_tops = [], {}
     for d, v in embed_documents(query_docs, encoder, cache=cache):
-        src = engine.source_from_vectors(d, v)
-        sources.append((d.id, src))
+        query = Query(document=d, vectors=v, size=10, method="sdr")
+        sources.append((d.id, engine.source(query), query))
         s = sdr_rank_scores(v, corpus)  # exact statistics over every corpus paragraph
         exact_tops[d.id] = [corpus.ids[i] for i in rank(list(corpus.ids), s)[:10]]
     rows = []
@@ -201,7 +201,7 @@ def wiki(args, encoder, cache, work: Path):
     rng = np.random.default_rng(0)
     engine = MoreLikeThis(store=store, encoder=encoder)
     picks = rng.choice(len(docs), size=min(args.wiki_queries, len(docs)), replace=False)
-    sources = [(docs[i].id, engine.source_from_id(docs[i].id)) for i in picks]
+    sources = [(docs[i].id, engine.source_from_id(docs[i].id), Query(id=docs[i].id, size=10, method="sdr")) for i in picks]
     rows = []
     for factor in args.prerank:
         rows += fidelity(store, encoder, sources, ks=[50, 100], aggregations=["weighted-sum"],
@@ -266,11 +266,11 @@ def latency(args, base_store: EmbeddedStore, work: Path, name: str = "IRLeD", pa
         configure_knn(store, twins, rounds, over)
         engine = MoreLikeThis(store=store, settings=MLTSettings(candidates=100, knn_k=knn_k, method="sdr",
                                                                 prerank_factor=factor))
-        engine.more_like_this(doc_id=picks[0])  # warm up
+        engine.run(Query(id=picks[0]))  # warm up
         lat, parts = [], []
         for doc_id in picks:
             t = time.perf_counter()
-            res = engine.more_like_this(doc_id=doc_id, size=10)
+            res = engine.run(Query(id=doc_id, size=10))
             lat.append(time.perf_counter() - t)
             parts.append(res.timings_ms)
         timed[knn_k, twins, rounds, over, factor] = (np.array(lat) * 1e3, parts)

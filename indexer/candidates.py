@@ -5,11 +5,11 @@ sentence (nested k-NN semantics). These per-sentence hits are aggregated into on
 document, and the top K documents go to the exact rerank. Aggregations:
 
 - ``votes``: in how many source sentences' hit lists the document appears;
-- ``sum`` (the engine's default, chosen by measurement in ``bench/two_stage.py``): sum over
-  source sentences of the document's best similarity (0 when absent);
-- ``weighted-sum``: the ``sum`` with each source sentence weighted as SDR's normalisation weighs
-  it: ``1 / (n_i * sigma_i)`` for a sentence of source paragraph ``i`` (``n_i`` sentences,
-  statistics ``sigma_i``; without statistics, ``1 / n_i``). It is SDR with the paragraph max
+- ``sum``: sum over source sentences of the document's best similarity (0 when absent);
+- ``weighted-sum`` (the engine's default, ``SDR_AGGREGATION``, chosen by measurement in
+  ``bench/two_stage.py`` and ``bench/candidates_exact.py``): the ``sum`` with each source sentence
+  weighted as SDR's normalisation weighs it: ``1 / (n_i * sigma_i)`` for a sentence of source
+  paragraph ``i`` (``n_i`` sentences, statistics ``sigma_i``; without statistics, ``1 / n_i``). It is SDR with the paragraph max
   relaxed to a document max and absent hits counted as 0, so paragraphs whose scores vary little
   over the corpus, and sentences of short paragraphs, count for more, and a paragraph of
   boilerplate sentences (which match many documents equally) counts for less. On IRLeD dev at

@@ -14,87 +14,52 @@ __all__ = ["cmd_index", "cmd_stats", "cmd_info", "cmd_defaults", "open_store"]
 
 def open_store(args, *, create: bool = False):
     """The store named on the command line: ``--store DIR`` (embedded) or ``--opensearch URL``."""
+    from sdr_search.api import open_store as open_target
+
     if getattr(args, "opensearch", None):
-        from .opensearch import OpenSearchSettings, OpenSearchStore
-
-        settings = OpenSearchSettings()
-        index = args.index or settings.index
-        return OpenSearchStore(args.opensearch, index=index, settings=settings)
-    from .embedded import EmbeddedStore
-
-    return EmbeddedStore(args.store, create=create)
+        return open_target(args.opensearch, index=args.index)
+    return open_target(args.store, create=create)
 
 
 def store_label(args) -> str:
     return f"{args.opensearch}/{args.index or 'default index'}" if getattr(args, "opensearch", None) else str(args.store)
 
 
-def store_segmentation(args, recorded):
-    """How documents added to a store are segmented: as the store recorded (an older store that
-    recorded no such field keeps its as-given paragraphs), or from the flags and settings for a new
-    one. A flag given explicitly that differs from the record is refused, not silently dropped."""
-    from sdr_search.cli_args import segmentation_settings
-    from sdr_search.core.errors import ModelMismatchError
-    from sdr_search.core.settings import SegmentationSettings
+_SEGMENTATION_FLAGS = ("paragraph_unit", "min_paragraph_sentences", "min_sentence_chars")
 
-    if not recorded:
-        return segmentation_settings(args)
-    seg = SegmentationSettings.from_recorded(recorded)
-    for key, have in seg.recorded().items():
-        given = getattr(args, key, None)
-        if given is not None and given != have:
-            raise ModelMismatchError(
-                f"store {store_label(args)} was built with {key}={have!r}, not {given!r}; "
-                "re-index into a new store (sdr reindex) to change its segmentation"
-            )
-    return seg
+
+def store_segmentation(args, recorded):
+    """How documents added to a store are segmented (:func:`sdr_search.indexer.ingest.recorded_segmentation`
+    with the command line's flags: a flag given explicitly that differs from the record is refused)."""
+    from sdr_search.cli_args import segmentation_settings
+
+    from .ingest import recorded_segmentation
+
+    return recorded_segmentation(recorded, segmentation_settings(args), label=f"store {store_label(args)}",
+                                 explicit={k: getattr(args, k, None) for k in _SEGMENTATION_FLAGS})
 
 
 def cmd_index(args) -> int:
-    from sdr_search.cli_args import cache_from_args, encoder_settings
-    from sdr_search.core.documents import ReadReport, read_documents
+    from sdr_search.cli_args import cache_from_args, encoder_settings, segmentation_settings
     from sdr_search.core.encoder import SentenceEncoder
-    from sdr_search.core.sentences import default_splitter
 
-    from .pipeline import index_documents
-    from .provenance import segmentation_mismatch, segmentation_record
-    from .stats_job import refresh_stats
+    from .ingest import index_paths
 
-    t0 = time.perf_counter()
-    report = ReadReport()
     encoder = SentenceEncoder(settings=encoder_settings(args))
     cache = cache_from_args(args)
-    with open_store(args, create=True) as store:
-        meta = store.meta()
-        seg = store_segmentation(args, meta.segmentation if meta is not None else None)
-        segmentation = segmentation_record(seg, default_splitter().source)
-        mismatch = segmentation_mismatch(meta.segmentation if meta is not None else None, segmentation)
-        if mismatch:
-            from sdr_search.core.errors import ModelMismatchError
-
-            raise ModelMismatchError(f"store {store_label(args)} {mismatch}; index with the same segmentation flags")
-        docs = read_documents(args.paths, settings=seg, report=report, strict=args.strict)
-        summary = index_documents(
-            store, docs, encoder, cache=cache, progress=not args.no_progress, segmentation=segmentation,
-        )
-        summary.skipped = report.n_skipped
-        stats = None
-        if not args.no_stats and (summary.indexed or store.stats_info().stale):
-            stats = refresh_stats(store, exact=False, sample_size=args.sample, seed=args.seed, progress=not args.no_progress)
-        lexical = getattr(store, "refresh_lexical", None)  # embedded: build the BM25 index now, not at the first query
-        lexical_docs = lexical() if callable(lexical) else None
-        counts = store.counts()
-    if cache is not None:
-        cache.close()
-    out = {**summary.to_dict(), "store": counts, "seconds": round(time.perf_counter() - t0, 1)}
-    if lexical_docs is not None:
-        out["lexical_documents"] = lexical_docs
-    if stats is not None:
-        out["stats"] = stats.to_dict()
-    if summary.failures:
-        out["failures"] = [{"id": i, "error": e} for i, e in summary.failures[:50]]
+    try:
+        with open_store(args, create=True) as store:
+            out = index_paths(
+                store, args.paths, encoder=encoder, cache=cache, segmentation=segmentation_settings(args),
+                explicit={k: getattr(args, k, None) for k in _SEGMENTATION_FLAGS}, strict=args.strict,
+                progress=not args.no_progress, stats=not args.no_stats, sample=args.sample, seed=args.seed,
+                label=f"store {store_label(args)}",
+            )
+    finally:
+        if cache is not None:
+            cache.close()
     sys.stdout.write(json.dumps(out) + "\n")
-    return 1 if summary.failed else 0
+    return 1 if out["failed"] else 0
 
 
 def cmd_stats(args) -> int:

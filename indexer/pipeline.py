@@ -1,22 +1,27 @@
 """Index documents into a store: encode (through the embedding cache), write in atomic batches,
-skip documents whose content is unchanged (so an interrupted run resumes), count everything."""
+skip documents whose content is unchanged (so an interrupted run resumes), count everything.
+
+:func:`write_documents` is the one in-process write path, shared by ``sdr index``
+(:func:`index_documents`) and the workers (:func:`sdr_search.workers.tasks.index_batch`): a failing
+group is split in halves until the failing document fails alone."""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Sequence
 
 from sdr_search.core.cache import EmbeddingCache, document_key
 from sdr_search.core.documents import Document
 from sdr_search.core.embed import embed_documents
 from sdr_search.core.encoder import SentenceEncoder
-from sdr_search.core.errors import SDRError
+from sdr_search.core.errors import BulkWriteError, SDRError
+from sdr_search.core.vectors import DocVectors
 
 from .provenance import index_meta
 from .store import DocumentStore
 
-__all__ = ["IndexSummary", "index_documents"]
+__all__ = ["IndexSummary", "index_documents", "WriteReport", "write_documents", "isolate_sdr_errors", "error_text"]
 
 logger = logging.getLogger(__name__)
 
@@ -46,23 +51,101 @@ def _batches(docs: Iterable[Document], n: int) -> Iterator[list[Document]]:
         yield batch
 
 
-def _write(store, todo, encoder, cache, summary) -> list[Document]:
-    """Encode and put ``todo``; on failure retry one by one so one poison document fails alone."""
+def error_text(exc: BaseException) -> str:
+    """How a failure is reported: an :class:`SDRError`'s message, otherwise ``Type: message``."""
+    text = str(exc) or type(exc).__name__
+    return text if isinstance(exc, SDRError) else f"{type(exc).__name__}: {text}"
+
+
+def isolate_sdr_errors(exc: Exception) -> None:
+    """The error policy of ``sdr index`` for :func:`write_documents`: an :class:`SDRError` is
+    the documents' own (isolate it); anything else stops the run."""
+    if not isinstance(exc, SDRError):
+        raise exc
+
+
+@dataclass
+class WriteReport:
+    """What :func:`write_documents` did: the documents written (in the order given), those that
+    failed with their reason, and the sentences encoded."""
+
+    written: list[Document] = field(default_factory=list)
+    failed: list[tuple[Document, str]] = field(default_factory=list)
+    encoded_sentences: int = 0
+
+
+def write_documents(
+    store: DocumentStore,
+    docs: Sequence[Document],
+    encoder: SentenceEncoder,
+    *,
+    cache: EmbeddingCache | None = None,
+    check_error: Callable[[Exception], None] = isolate_sdr_errors,
+    report: WriteReport | None = None,
+) -> WriteReport:
+    """Encode ``docs`` (through ``cache``) and put them into ``store``: the one in-process
+    indexing path of ``sdr index`` and the workers.
+
+    A group that fails to encode, or that the store refuses as a whole, is split in halves until
+    the failing document is alone: it is reported failed with its reason (``encoding failed: ...``
+    or ``store rejected it: ...``) and every other document is written. Item-level rejections
+    (:class:`BulkWriteError`) fail only the rejected documents. ``check_error`` sees every other
+    failure first: it raises to stop the whole write (an error that is not the documents' own,
+    such as an unreachable store), or returns to have it isolated. ``report`` (default: a new
+    one) is filled as the write goes on, so a caller whose ``check_error`` raised still knows
+    what was written before.
+    """
+    report = report if report is not None else WriteReport()
+    _put(store, _encode(list(docs), encoder, cache, check_error, report), check_error, report)
+    return report
+
+
+def _encode(
+    docs: list[Document], encoder, cache, check_error, report: WriteReport
+) -> list[tuple[Document, DocVectors]]:
+    if not docs:
+        return []
     try:
-        store.put(list(embed_documents(todo, encoder, cache=cache, chunk_docs=len(todo))))
-        return todo
-    except SDRError as e:
-        logger.warning("batch of %d documents failed (%s); retrying one by one", len(todo), e)
-    done: list[Document] = []
-    for d in todo:
-        try:
-            store.put(list(embed_documents([d], encoder, cache=cache)))
-            done.append(d)
-        except SDRError as e:
-            summary.failed += 1
-            summary.failures.append((d.id, str(e)))
-            logger.error("failed to index %r: %s", d.id, e)
-    return done
+        pairs = list(embed_documents(docs, encoder, cache=cache, chunk_docs=len(docs)))
+    except Exception as e:  # noqa: BLE001 - check_error decides; a document's own failure is reported, never swallowed
+        check_error(e)
+        if len(docs) == 1:
+            logger.warning("document %r failed to encode: %s", docs[0].id, error_text(e), exc_info=True)
+            report.failed.append((docs[0], f"encoding failed: {error_text(e)}"))
+            return []
+        mid = len(docs) // 2
+        logger.info("a batch of %d documents failed to encode (%s); splitting it", len(docs), error_text(e))
+        return (_encode(docs[:mid], encoder, cache, check_error, report)
+                + _encode(docs[mid:], encoder, cache, check_error, report))
+    report.encoded_sentences += sum(d.n_sentences for d in docs)
+    return pairs
+
+
+def _put(store: DocumentStore, pairs: list[tuple[Document, DocVectors]], check_error, report: WriteReport) -> None:
+    if not pairs:
+        return
+    try:
+        store.put(pairs)
+    except BulkWriteError as e:  # item-level rejections: the others were written
+        for doc, _ in pairs:
+            if doc.id in e.failed:
+                logger.error("failed to index %r: %s", doc.id, e.failed[doc.id])
+                report.failed.append((doc, f"store rejected it: {e.failed[doc.id]}"))
+            else:
+                report.written.append(doc)
+        return
+    except Exception as e:  # noqa: BLE001 - see _encode
+        check_error(e)
+        if len(pairs) == 1:
+            logger.error("failed to index %r: %s", pairs[0][0].id, error_text(e))
+            report.failed.append((pairs[0][0], f"store rejected it: {error_text(e)}"))
+            return
+        mid = len(pairs) // 2
+        logger.warning("a batch of %d documents failed to write (%s); splitting it", len(pairs), error_text(e))
+        _put(store, pairs[:mid], check_error, report)
+        _put(store, pairs[mid:], check_error, report)
+        return
+    report.written.extend(doc for doc, _ in pairs)
 
 
 def index_documents(
@@ -91,9 +174,11 @@ def index_documents(
             todo = [d for d in batch if stored.get(d.id) != keys[d.id]]
             summary.unchanged += len(batch) - len(todo)
             if todo:
-                done = _write(store, todo, encoder, cache, summary)
-                summary.indexed += len(done)
-                summary.sentences += sum(d.n_sentences for d in done)
+                report = write_documents(store, todo, encoder, cache=cache)
+                summary.indexed += len(report.written)
+                summary.sentences += sum(d.n_sentences for d in report.written)
+                summary.failed += len(report.failed)
+                summary.failures += [(d.id, reason) for d, reason in report.failed]
             if bar is not None:
                 bar.update(len(batch))
                 bar.set_postfix(indexed=summary.indexed, unchanged=summary.unchanged, sents=summary.sentences, refresh=False)

@@ -10,6 +10,12 @@ Lexical retrieval (:meth:`DocumentStore.lexical_search`) is BM25 over each docum
 OpenSearch's own BM25 on the ``text`` field there. Hybrid "more like this" fuses it with the
 vector signals (:mod:`sdr_search.core.fusion`, :mod:`sdr_search.reranker.engine`).
 
+A query reads everything it needs about the store's state with one call
+(:meth:`DocumentStore.query_state`: meta, search defaults, statistics info and the reference
+sample, the sample only when the caller's copy is out of date). What a store can do beyond the
+required methods is declared in :attr:`DocumentStore.capabilities` (:class:`StoreCapabilities`),
+never probed; the checks every ``put()`` makes live in :mod:`sdr_search.indexer.validation`.
+
 Aggregating those per-sentence hits into candidate documents is backend-independent
 (:mod:`sdr_search.indexer.candidates`), and so is the exact rerank (:mod:`sdr_search.reranker.engine`), so both stores
 give the same ranking.
@@ -19,7 +25,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, ClassVar, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -35,6 +41,9 @@ __all__ = [
     "SentenceHits",
     "LexicalHits",
     "ReferenceParagraphs",
+    "QueryState",
+    "query_state_of",
+    "StoreCapabilities",
     "DocumentStore",
 ]
 
@@ -133,9 +142,72 @@ class ReferenceParagraphs:
     size: int
 
 
+@dataclass(frozen=True)
+class QueryState:
+    """Everything a query reads about a store's state, read at once
+    (:meth:`DocumentStore.query_state`).
+
+    ``reference`` is the reference sample, or None: either the store has none
+    (``reference_current`` False), or the caller's cached copy, recorded at statistics version
+    ``reference_version``, is still current and was not read again (``reference_current`` True).
+    """
+
+    meta: IndexMeta | None
+    search_defaults: dict[str, Any]  # {} when the index records none
+    stats: StatsInfo
+    reference: ReferenceParagraphs | None
+    reference_current: bool = False
+
+    @property
+    def reference_changed(self) -> bool:
+        """Whether the caller must replace its cached reference sample by :attr:`reference`
+        (which is None when the store has no sample)."""
+        return not self.reference_current
+
+
+def query_state_of(
+    meta: IndexMeta | None,
+    search_defaults: Mapping[str, Any] | None,
+    stats: StatsInfo,
+    read_reference: Callable[[], ReferenceParagraphs | None],
+    reference_version: int | None,
+) -> QueryState:
+    """The :class:`QueryState` of what a store read; ``read_reference`` is only called when the
+    caller's copy (statistics version ``reference_version``) is not current."""
+    current = reference_version is not None and int(reference_version) == int(stats.version)
+    return QueryState(meta, dict(search_defaults or {}), stats, None if current else read_reference(), current)
+
+
+@dataclass(frozen=True)
+class StoreCapabilities:
+    """What a store can do beyond the required interface, declared by the store class
+    (:attr:`DocumentStore.capabilities`) so callers ask instead of probing. Each flag names the
+    method it concerns; without the flag that method has the interface's documented default or
+    raises :class:`~sdr_search.core.errors.StoreError`."""
+
+    # metadata_of() reads many documents' metadata in bulk, without their vectors
+    # (without it: the default reads each document with get(), vectors included)
+    metadata_lookup: bool = False
+    # refresh_lexical() builds a local lexical index ahead of the first lexical search
+    # (without it: the store has nothing to build and refresh_lexical() raises)
+    lexical_refresh: bool = False
+    # paragraph_centroids() answers without fetching the documents' vectors (kept in memory)
+    # (without it: the default computes them from fetch_documents(), so a caller that needs the
+    # vectors too should fetch once and compute the centroids itself)
+    cheap_centroids: bool = False
+
+    def to_dict(self) -> dict[str, bool]:
+        return dict(self.__dict__)
+
+
 class DocumentStore(ABC):
     """Abstract store. Implementations are lazy (nothing opens or connects in ``__init__``
-    beyond cheap checks) and must be closed (or used as a context manager)."""
+    beyond cheap checks) and must be closed (or used as a context manager).
+
+    Optional features are declared in :attr:`capabilities`, never found by probing for methods.
+    """
+
+    capabilities: ClassVar[StoreCapabilities] = StoreCapabilities()
 
     # -- metadata ------------------------------------------------------------------------------
     @abstractmethod
@@ -206,9 +278,34 @@ class DocumentStore(ABC):
     def paragraph_centroids(self, ids: Sequence[str]) -> list[np.ndarray]:
         """Each document's paragraph centroids (normalised mean sentence vectors, one
         ``(paragraphs, dim)`` array per id, in order) for the centroid pre-rank
-        (:mod:`sdr_search.indexer.prerank`). This default computes them from :meth:`fetch_documents`; a
-        store may keep them (the embedded store holds them in memory)."""
+        (:mod:`sdr_search.indexer.prerank`). This default computes them from :meth:`fetch_documents`
+        (it reads every vector); a store that keeps them declares ``capabilities.cheap_centroids``
+        (the embedded store holds them in memory)."""
         return [paragraph_centroids(doc) for doc in self.fetch_documents(ids)]
+
+    def metadata_of(self, ids: Sequence[str]) -> dict[str, Mapping[str, Any]]:
+        """The metadata of those ``ids`` that exist (a missing id is left out), for metadata
+        filters. This default reads each document with :meth:`get` (vectors included); a store
+        that reads metadata alone, in bulk, declares ``capabilities.metadata_lookup``."""
+        from sdr_search.core.errors import DocumentNotFoundError
+
+        out: dict[str, Mapping[str, Any]] = {}
+        for doc_id in ids:
+            try:
+                out[str(doc_id)] = self.get(str(doc_id)).document.metadata
+            except DocumentNotFoundError:
+                continue
+        return out
+
+    def refresh_lexical(self) -> int:
+        """Build (or load) the store's local lexical index now instead of at the first lexical
+        search; returns the number of documents it covers. Only for a store that declares
+        ``capabilities.lexical_refresh``; raises :class:`~sdr_search.core.errors.StoreError`
+        otherwise (a store whose lexical search needs no local index, such as OpenSearch)."""
+        from sdr_search.core.errors import StoreError
+
+        raise StoreError(f"{type(self).__name__} keeps no local lexical index to refresh "
+                         "(capabilities.lexical_refresh is false)")
 
     @abstractmethod
     def all_vectors(self) -> CorpusVectors:
@@ -244,6 +341,16 @@ class DocumentStore(ABC):
         from sdr_search.core.errors import StoreError
 
         raise StoreError(f"{type(self).__name__} cannot record search defaults")
+
+    # -- one read per query --------------------------------------------------------------------
+    def query_state(self, *, reference_version: int | None = None) -> QueryState:
+        """:meth:`meta`, :meth:`search_defaults`, :meth:`stats_info` and :meth:`reference` in one
+        call, for one query. When ``reference_version`` equals the statistics version, the caller's
+        cached reference sample is current: it is not read (``reference`` None,
+        ``reference_current`` True). This default calls those methods; a store overrides it to read
+        its state once (one SQLite read transaction; one GET of the OpenSearch state document)."""
+        return query_state_of(self.meta(), self.search_defaults(), self.stats_info(), self.reference,
+                              reference_version)
 
     # -- lifecycle -----------------------------------------------------------------------------
     def close(self) -> None:  # pragma: no cover - default no-op

@@ -35,6 +35,8 @@ __all__ = [
     "HealthResponse",
     "ErrorBody",
     "ErrorResponse",
+    "query_from_request",
+    "response_from",
 ]
 
 MAX_SIZE = 100
@@ -307,3 +309,34 @@ class ErrorBody(BaseModel):
 class ErrorResponse(BaseModel):
     error: ErrorBody
 
+
+
+# -- translation to and from the engine (the service and `sdr mlt --json` share these) -------------
+
+
+def query_from_request(req: MoreLikeThisRequest):
+    """The engine's :class:`~sdr_search.reranker.engine.Query` for a validated request."""
+    from .engine import Query
+
+    return Query(
+        id=req.id, text=req.text, paragraphs=list(req.paragraphs) if req.paragraphs is not None else None,
+        sections=[s.model_dump(exclude_none=True) for s in req.sections] if req.sections is not None else None,
+        size=req.size, offset=req.offset, candidates=req.candidates, filter=req.filter, explain=req.explain,
+        method=req.method, fusion=req.fusion, rank_constant=req.rank_constant,
+        weights=req.weights.as_dict() if req.weights is not None else None,
+    )
+
+
+def response_from(result, index: str) -> MoreLikeThisResponse:
+    """The response body for an engine :class:`~sdr_search.reranker.engine.MLTResult`."""
+    return MoreLikeThisResponse(
+        index=index,
+        method=result.method,
+        hybrid=Fusion.model_validate(result.hybrid) if result.hybrid is not None else None,
+        hits=[Hit(id=h.id, score=h.score, title=h.title,
+                  explanation=Explanation.model_validate(h.explanation) if h.explanation is not None else None)
+              for h in result.hits],
+        candidates=result.candidates,
+        stats=StatsState(origin=result.stats_origin, stale=result.stats_stale),
+        timings_ms=result.timings_ms,
+    )

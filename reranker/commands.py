@@ -53,33 +53,56 @@ def fusion_args(args) -> dict:
 
 def encoder_for_store(args, store):
     """The query encoder: --model / SDR_MODEL when given, else the model the store was built with."""
+    from sdr_search.api import query_encoder
     from sdr_search.cli_args import encoder_settings
-    from sdr_search.core.encoder import SentenceEncoder
 
-    settings = encoder_settings(args)
-    meta = store.meta()
-    if settings.model is None and meta is not None and meta.model_dir is not None:
-        settings = settings.model_copy(update={"model": meta.model_dir})
-    return SentenceEncoder(settings=settings)
+    return query_encoder(store.meta(), encoder_settings(args))
+
+
+def filter_arg(text: str | None) -> dict | None:
+    """``--filter JSON``: a metadata equality filter object (validated by the engine's query)."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InvalidInputError(f"--filter: invalid JSON ({e.msg}); e.g. --filter '{{\"court\": \"supreme\"}}'") from e
+    if not isinstance(value, dict):
+        raise InvalidInputError(f"--filter: expected a JSON object {{field: value}}, got {type(value).__name__}")
+    return value
+
+
+def index_name(args) -> str:
+    """The index name a result reports: the OpenSearch index or alias, ``default`` for an embedded
+    store (as ``sdr serve`` names it)."""
+    if getattr(args, "opensearch", None):
+        from sdr_search.indexer.opensearch import OpenSearchSettings
+
+        return args.index or OpenSearchSettings().index
+    return "default"
 
 
 def cmd_mlt(args) -> int:
     from sdr_search.indexer.commands import open_store
 
-    from .engine import MLTSettings, MoreLikeThis
+    from .api_models import response_from
+    from .engine import MLTSettings, MoreLikeThis, Query
 
     settings = MLTSettings(**({"candidates": args.candidates} if args.candidates else {}))
-    fusion = fusion_args(args)
+    if args.id is not None:
+        source: dict = {"id": args.id}
+    elif args.text is not None:
+        source = {"text": args.text}
+    else:
+        source = record_from_file(args.file)
+    query = Query(**source, size=args.size, offset=args.offset, filter=filter_arg(args.filter), explain=args.explain,
+                  **fusion_args(args))
     with open_store(args) as store:
         encoder = encoder_for_store(args, store) if args.id is None else None
-        engine = MoreLikeThis(store=store, encoder=encoder, settings=settings)
-        if args.id is not None:
-            result = engine.more_like_this(doc_id=args.id, size=args.size, explain=args.explain, **fusion)
-        else:
-            record = {"text": args.text} if args.text is not None else record_from_file(args.file)
-            result = engine.more_like_this(record=record, size=args.size, explain=args.explain, **fusion)
+        result = MoreLikeThis(store=store, encoder=encoder, settings=settings).run(query)
     if args.json:
-        sys.stdout.write(json.dumps(result.to_dict()) + "\n")
+        body = response_from(result, index_name(args)).model_dump(mode="json", exclude_none=True, by_alias=True)
+        sys.stdout.write(json.dumps(body) + "\n")
         return 0
     lines = [f"{'rank':>4}  {'score':>8}  id"]
     for r, h in enumerate(result.hits, 1):
@@ -117,7 +140,7 @@ def cmd_eval_store(args) -> int:
     from sdr_search.core.errors import SDRError
     from sdr_search.core.metrics import evaluate, read_qrels, write_run
 
-    from .engine import MLTSettings, MoreLikeThis
+    from .engine import MLTSettings, MoreLikeThis, Query
 
     if args.method not in ("sdr", "hybrid"):
         raise SDRError("with --store only --method sdr (two-stage exact SDR) and --method hybrid are available")
@@ -130,6 +153,7 @@ def cmd_eval_store(args) -> int:
         encoder = encoder_for_store(args, store)
         engine = MoreLikeThis(store=store, encoder=encoder, settings=settings)
         engine.check_encoder()
+        fusion = fusion_args(args)
         # queries are segmented as the store's documents were (its recorded segmentation)
         query_docs = list(read_documents(args.queries, settings=engine.segmentation(), report=report, strict=args.strict))
         spec = engine.resolve(**fusion_args(args))
@@ -141,8 +165,7 @@ def cmd_eval_store(args) -> int:
 
             bar = tqdm(total=len(pairs), unit="query", desc="two-stage ranking")
         for doc, vecs in pairs:
-            source = engine.source_from_vectors(doc, vecs)
-            result = engine.search(source, size=settings.candidates, hybrid=spec)
+            result = engine.run(Query(document=doc, vectors=vecs, size=settings.candidates, **fusion))
             runs[doc.id] = [(h.id, h.score) for h in result.hits]
             if bar is not None:
                 bar.update(1)

@@ -1,53 +1,58 @@
 """Two-stage "more like this": nested sentence k-NN candidates, then the exact SDR rerank; or
 hybrid: lexical candidates too, and the signals fused.
 
-Works over any :class:`sdr_search.indexer.store.DocumentStore`. The source is an indexed document (its
-stored vectors and precomputed per-paragraph statistics) or new text (encoded now, normalised
-against the store's recorded reference sample). Candidates come from :mod:`sdr_search.indexer.candidates`,
-narrowed from ``SDR_PRERANK_FACTOR x K`` to K by the centroid pre-rank (:mod:`sdr_search.indexer.prerank`);
-the top K are scored exactly (:func:`sdr_search.core.scoring.score_documents`, over the store's
-:meth:`~sdr_search.indexer.store.DocumentStore.fetch_documents`: memory-map views in the embedded store) with
-the source's statistics, which never depend on the candidates.
+One entry point, :meth:`MoreLikeThis.run` (:class:`Query` in, :class:`MLTResult` out), whichever
+door a query comes in by (HTTP, ``sdr mlt``, ``sdr eval --store``, :mod:`sdr_search`). One path
+inside it:
 
-Methods:
-
-- ``sdr``: the K vector candidates ranked by exact SDR.
-- ``hybrid``: the K vector candidates united with the lexical top K (BM25 of the whole source
-  text, :meth:`DocumentStore.lexical_search`), so a document only one side finds can still win.
-  Every document of the union gets all three signals: its exact SDR score, the cosine of the mean
-  sentence vectors (from the vectors fetched for SDR), and its BM25 score (the lexical search also
-  scores the vector candidates it did not return). The signals are fused per query
-  (:func:`sdr_search.core.fusion.fuse`: z-score or min-max normalisation and a weighted mean, or RRF).
-
-Which method and fusion: a request's own values, else the index's recorded search defaults
-(:meth:`DocumentStore.search_defaults`), else :class:`MLTSettings` (environment), else
-:data:`sdr_search.core.fusion.DEFAULT_HYBRID`.
+1. read the store's state once (:meth:`DocumentStore.query_state`: meta, search defaults,
+   statistics info, and the reference sample when the engine's cached copy is out of date);
+2. resolve method and fusion: the query's values, else the index's recorded search defaults, else
+   :class:`MLTSettings` (environment), else :data:`sdr_search.core.fusion.DEFAULT_HYBRID`;
+3. the source: an indexed document (its stored vectors and precomputed per-paragraph statistics)
+   or new text (segmented as the store's documents were, capped at ``SDR_MAX_QUERY_SENTENCES``,
+   encoded now, normalised against the store's reference sample);
+4. candidates: the nested k-NN hits aggregated per document (:mod:`sdr_search.indexer.candidates`;
+   a pool of ``SDR_PRERANK_FACTOR x K``, or ``K x SDR_FILTER_OVERSAMPLE`` with a filter) and, for
+   hybrid, one BM25 search of the whole source text that also scores every vector candidate; a
+   metadata filter is applied to both sides in the engine (:mod:`sdr_search.reranker.filters`);
+5. the centroid pre-rank narrows the vector pool to K (:mod:`sdr_search.indexer.prerank`);
+6. fetch once: the vectors of the K vector candidates and the lexical-only ones (a store whose
+   centroids are not cheap fetches the pool once and the pre-rank and rerank share it);
+7. score: exact SDR (:func:`sdr_search.core.scoring.score_documents`) with the source's statistics,
+   which never depend on the candidates; hybrid: BM25, SDR and the mean-vector cosine fused per
+   query (:func:`sdr_search.core.fusion.fuse`: z-score or min-max and a weighted mean, or RRF);
+8. explain (optional): the best paragraph pairs and their best sentence pairs per hit.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
-from pydantic import Field
+from pydantic import AliasChoices, Field
 from pydantic_settings import SettingsConfigDict
 
-from sdr_search.indexer.candidates import AGGREGATIONS, aggregate_hits
-from sdr_search.indexer.prerank import prerank_order
-from sdr_search.indexer.store import DocumentStore
-from sdr_search.core.documents import Document, parse_record
+from sdr_search.core.documents import Document, source_document
+from sdr_search.core.embed import doc_vectors
 from sdr_search.core.encoder import SentenceEncoder
-from sdr_search.core.errors import InvalidInputError, ModelMismatchError, StatsUnavailableError
+from sdr_search.core.errors import InvalidInputError, ModelMismatchError, SourceTooLargeError, StatsUnavailableError
 from sdr_search.core.fusion import METHODS, SIGNALS, HybridSpec, fuse
 from sdr_search.core.scoring import NormStats, paragraph_scores, rank, score_documents, top_of
 from sdr_search.core.settings import HybridSettings, SegmentationSettings
 from sdr_search.core.stats import SampledParagraphs, stats_against_sample
 from sdr_search.core.vectors import CorpusVectors, DocVectors
+from sdr_search.indexer.candidates import AGGREGATIONS, aggregate_hits
+from sdr_search.indexer.prerank import paragraph_centroids, prerank_order
+from sdr_search.indexer.store import DocumentStore, IndexMeta, LexicalHits, QueryState
 
-__all__ = ["METHODS", "MLTSettings", "Source", "Hit", "MLTResult", "MoreLikeThis", "mean_cosines"]
+from .filters import filter_candidates
+
+__all__ = ["METHODS", "MLTSettings", "Query", "Source", "Hit", "MLTResult", "MoreLikeThis", "mean_cosines"]
 
 logger = logging.getLogger(__name__)
 
@@ -57,14 +62,14 @@ class MLTSettings(HybridSettings):
     :class:`sdr_search.core.settings.HybridSettings` (``SDR_FUSION``, ``SDR_HYBRID_WEIGHTS``,
     ``SDR_RRF_RANK_CONSTANT``)."""
 
-    model_config = SettingsConfigDict(env_prefix="SDR_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="SDR_", extra="ignore", populate_by_name=True)
 
     method: Literal["sdr", "hybrid"] = Field(
         "hybrid",
         description="Default ranking method: 'hybrid' (lexical and vector candidates, BM25/SDR/mean fused; see "
         "SDR_FUSION, SDR_HYBRID_WEIGHTS) or 'sdr' (vector candidates, exact SDR only). 'hybrid' because it keeps "
         "BM25 in the ranking as a guard against a weak encoder; SDR alone depends more on the encoder and the "
-        "paragraph units (README 'Which default', bench/hybrid.py).",
+        "paragraph units (docs/results/relevance.md 'Which default', bench/hybrid.py).",
     )
 
     candidates: int = Field(
@@ -84,7 +89,7 @@ class MLTSettings(HybridSettings):
         2.0, ge=1.0,
         description="Centroid pre-rank (sdr_search.indexer.prerank): the top prerank_factor x K documents by candidate "
         "aggregation are narrowed to K by their aggregation and paragraph-centroid scores; 1 turns it off (the "
-        "top K by aggregation). 2 by measurement (bench/two_stage.py, README): IRLeD dev top-10 fidelity at K=100 "
+        "top K by aggregation). 2 by measurement (bench/two_stage.py, docs/results/two-stage.md): IRLeD dev top-10 fidelity at K=100 "
         "0.988 -> 0.992 (knn_k 50) and 0.978 -> 0.988 (knn_k 20), for about 12 ms on the 1.14M-sentence wiki "
         "store (the embedded store keeps paragraph centroids in memory).",
     )
@@ -95,8 +100,95 @@ class MLTSettings(HybridSettings):
         "at K=100 with the default knn_k).",
     )
     max_query_sentences: int = Field(
-        2000, gt=0, description="Largest source accepted for a query (sentences); larger ones are refused."
+        2000, gt=0,
+        validation_alias=AliasChoices("SDR_MAX_QUERY_SENTENCES", "SDR_SERVICE_MAX_SOURCE_SENTENCES"),
+        description="Largest new-text source, in sentences, for every door (CLI, HTTP, library); larger ones "
+        "are refused (SourceTooLargeError, HTTP 413). Encoding time grows linearly: about 1 s per 500 "
+        "sentences on 2 CPU cores with bf16. SDR_SERVICE_MAX_SOURCE_SENTENCES is read as an older name.",
     )
+    filter_oversample: int = Field(
+        10, gt=0,
+        validation_alias=AliasChoices("SDR_FILTER_OVERSAMPLE", "SDR_SERVICE_FILTER_OVERSAMPLE"),
+        description="With a metadata filter, stage 1 returns K x this many candidates, which are filtered "
+        "before the pre-rank and the exact rerank. Higher finds more matches of a rare filter, at the cost of "
+        "metadata look-ups. SDR_SERVICE_FILTER_OVERSAMPLE is read as an older name.",
+    )
+    max_filter_candidates: int = Field(
+        5000, gt=0,
+        validation_alias=AliasChoices("SDR_MAX_FILTER_CANDIDATES", "SDR_SERVICE_MAX_FILTER_CANDIDATES"),
+        description="Cap on the over-fetched candidates of a filtered query. SDR_SERVICE_MAX_FILTER_CANDIDATES "
+        "is read as an older name.",
+    )
+
+
+_SCALARS = (str, int, float, bool)
+
+
+@dataclass(frozen=True)
+class Query:
+    """One "more like this" query, whichever door it came in by.
+
+    The source is exactly one of: ``id`` (an indexed document, left out of its own results),
+    ``text`` (raw text: paragraphs separated by blank lines), ``paragraphs``, ``sections``
+    (``[{"title": ..., "paragraphs": [...]}]``), or ``document`` + ``vectors`` (a new document the
+    caller already encoded). ``size``/``offset`` page the hits; ``candidates`` is K (documents
+    reranked exactly; default ``SDR_CANDIDATES``, raised to offset + size); ``filter`` is a metadata
+    equality filter (:mod:`sdr_search.reranker.filters`); ``method``/``fusion``/``weights``/
+    ``rank_constant`` override the index's and the settings' defaults; ``candidate_ids`` skips
+    candidate generation and ranks exactly those documents.
+    """
+
+    id: str | None = None
+    text: str | None = None
+    paragraphs: Sequence[str] | None = None
+    sections: Sequence[Mapping[str, Any]] | None = None
+    title: str | None = None
+    document: Document | None = None
+    vectors: DocVectors | None = None
+    size: int = 10
+    offset: int = 0
+    candidates: int | None = None
+    filter: Mapping[str, Any] | None = None
+    explain: bool = False
+    method: str | None = None
+    fusion: str | None = None
+    weights: Mapping[str, float] | None = None
+    rank_constant: int | None = None
+    candidate_ids: Sequence[str] | None = None
+
+    def __post_init__(self) -> None:
+        given = [k for k in ("id", "text", "paragraphs", "sections", "document") if getattr(self, k) is not None]
+        if len(given) != 1:
+            found = ", ".join(given) if given else "none"
+            raise InvalidInputError(f"give exactly one source: an indexed document id, text, paragraphs or sections (found: {found})")
+        if (self.document is None) != (self.vectors is None):
+            raise InvalidInputError("a pre-encoded source needs both document and vectors")
+        if isinstance(self.size, bool) or not isinstance(self.size, int) or self.size < 0:
+            raise InvalidInputError(f"size must be an integer >= 0, got {self.size!r}")
+        if isinstance(self.offset, bool) or not isinstance(self.offset, int) or self.offset < 0:
+            raise InvalidInputError(f"from (offset) must be an integer >= 0, got {self.offset!r}")
+        if self.candidates is not None and (isinstance(self.candidates, bool) or not isinstance(self.candidates, int)
+                                            or self.candidates < 1):
+            raise InvalidInputError(f"candidates must be an integer >= 1, got {self.candidates!r}")
+        if self.filter is not None:
+            check_filter(self.filter)
+
+    def new_document(self, settings: SegmentationSettings) -> Document:
+        """The new source document segmented with ``settings`` (not for ``id`` or ``document``)."""
+        return source_document(text=self.text, paragraphs=self.paragraphs, sections=self.sections, title=self.title,
+                               settings=settings)
+
+
+def check_filter(flt: Any) -> None:
+    """Refuse a filter that is not ``{field: scalar or list of scalars}`` (the HTTP schema's rule)."""
+    if not isinstance(flt, Mapping):
+        raise InvalidInputError(f"filter must be an object {{field: value}}, got {type(flt).__name__}")
+    for k, v in flt.items():
+        if not isinstance(k, str) or not k:
+            raise InvalidInputError(f"filter field names must be non-empty strings, got {k!r}")
+        items = v if isinstance(v, list) else [v]
+        if not all(isinstance(x, _SCALARS) for x in items):
+            raise InvalidInputError(f"filter field {k!r}: a value is a string, number, boolean or a list of them")
 
 
 @dataclass(frozen=True)
@@ -116,14 +208,6 @@ class Hit:
     explanation: dict[str, Any] | None = None
     signals: dict[str, dict[str, float]] | None = None  # hybrid: raw / normalised / weight per signal
 
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"id": self.id, "score": self.score}
-        if self.title:
-            d["title"] = self.title
-        if self.explanation is not None:
-            d["explanation"] = self.explanation
-        return d
-
 
 @dataclass(frozen=True)
 class MLTResult:
@@ -134,18 +218,6 @@ class MLTResult:
     timings_ms: dict[str, float] = field(default_factory=dict)
     method: str = "sdr"
     hybrid: dict[str, Any] | None = None  # the fusion used (HybridSpec.to_dict()) for method hybrid
-
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {
-            "method": self.method,
-            "hits": [h.to_dict() for h in self.hits],
-            "candidates": self.candidates,
-            "stats": {"origin": self.stats_origin, "stale": self.stats_stale},
-            "timings_ms": self.timings_ms,
-        }
-        if self.hybrid is not None:
-            d["hybrid"] = self.hybrid
-        return d
 
 
 def mean_cosines(source: DocVectors, candidates: Sequence[DocVectors]) -> np.ndarray:
@@ -193,7 +265,8 @@ def explain_pair(
 
 
 class MoreLikeThis:
-    """The two-stage engine over one store."""
+    """The two-stage engine over one store. :meth:`run` is the one query entry point: the HTTP
+    service, ``sdr mlt``, ``sdr eval --store`` and the library front door all call it."""
 
     def __init__(self, *, store: DocumentStore, encoder: SentenceEncoder | None = None, settings: MLTSettings | None = None):
         self.store = store
@@ -202,91 +275,78 @@ class MoreLikeThis:
         self._sample: SampledParagraphs | None = None
         self._sample_doc_ids: tuple[str, ...] = ()
         self._sample_version: int | None = None
+        self._sample_lock = threading.Lock()
 
-    # -- sources ------------------------------------------------------------------------------
-    def _reference(self) -> tuple[SampledParagraphs, tuple[str, ...]]:
-        version = self.store.stats_info().version
-        if self._sample is None or self._sample_version != version:
-            ref = self.store.reference()
-            if ref is None:
-                raise StatsUnavailableError(
-                    "this index has no reference sample for normalisation statistics; run `sdr stats`"
-                )
-            owners = {d: k for k, d in enumerate(dict.fromkeys(ref.doc_ids))}
-            doc_index = np.array([owners[d] for d in ref.doc_ids], dtype=np.int64)
-            self._sample = SampledParagraphs(ref.vectors, doc_index)
-            self._sample_doc_ids = ref.doc_ids
-            self._sample_version = version
-        return self._sample, self._sample_doc_ids
+    # -- the query --------------------------------------------------------------------------
+    def run(self, query: Query) -> MLTResult:
+        """Answer ``query``: resolve settings -> source -> vector and lexical candidates (filtered) ->
+        pre-rank -> fetch once -> exact SDR -> fusion -> explain. Reads the store's state once."""
+        t0 = time.perf_counter()
+        state = self.store.query_state(reference_version=self._sample_version)
+        spec = self._resolve(state, query)
+        K = max(query.candidates or self.settings.candidates, query.offset + query.size)
+        source = self._source(state, query)
+        t1 = time.perf_counter()
+        timings = {"source": _ms(t1 - t0)}
+        exclude = [source.indexed_id] if source.indexed_id else []
+        lexical: LexicalHits | None = None
+        if query.candidate_ids is not None:  # rank exactly these: no candidate generation, no pre-rank
+            pool, pool_scores = [i for i in dict.fromkeys(query.candidate_ids) if i not in exclude], None
+            if spec is not None:
+                lexical = self.store.lexical_search(source.document.text, 0, score_ids=pool)
+            lexical_ranked: list[str] = []
+            timings["candidates"] = _ms(time.perf_counter() - t1)
+        else:
+            pool_n = max(K, int(np.ceil(self.settings.prerank_factor * K)))
+            if query.filter:
+                pool_n = min(K * self.settings.filter_oversample, max(self.settings.max_filter_candidates, pool_n))
+            pool, pool_scores = self._aggregated(source, pool_n, exclude)
+            t2 = time.perf_counter()
+            timings["candidates"] = _ms(t2 - t1)
+            if spec is not None:  # one BM25 search: the lexical top and the BM25 of every vector candidate
+                lexical = self.store.lexical_search(source.document.text, pool_n if query.filter else K,
+                                                    exclude_ids=exclude, score_ids=pool)
+                timings["lexical"] = _ms(time.perf_counter() - t2)
+            lexical_ranked = list(lexical.ids) if lexical is not None else []
+            if query.filter:
+                t3 = time.perf_counter()
+                keep = set(filter_candidates(self.store, pool, query.filter,
+                                             limit=max(K, int(np.ceil(self.settings.prerank_factor * K)))))
+                positions = [k for k, i in enumerate(pool) if i in keep]
+                pool, pool_scores = [pool[k] for k in positions], pool_scores[positions]
+                lexical_ranked = filter_candidates(self.store, lexical_ranked, query.filter, limit=2 * K)
+                timings["filter"] = _ms(time.perf_counter() - t3)
+        vector_ids, lexical_ids, docs = self._prerank_and_fetch(source, pool, pool_scores, lexical_ranked, K, timings)
+        cand_ids = vector_ids + lexical_ids
+        t5 = time.perf_counter()
+        hits = self._ranked(source, cand_ids, docs, lexical, spec, query.offset, query.size)
+        t6 = time.perf_counter()
+        timings["rerank"] = _ms(t6 - t5)
+        if query.explain and hits:
+            hits = self._explained(source, hits, spec)
+            timings["explain"] = _ms(time.perf_counter() - t6)
+        return MLTResult(
+            hits, len(cand_ids), source.stats_origin, state.stats.stale, timings,
+            method="sdr" if spec is None else "hybrid", hybrid=spec.to_dict() if spec is not None else None,
+        )
 
-    def _sampled_stats(self, vectors: DocVectors, own_id: str | None) -> NormStats:
-        sample, owners = self._reference()
-        exclude = None
-        if own_id is not None and own_id in owners:
-            exclude = int(sample.doc_index[owners.index(own_id)])
-        return stats_against_sample(vectors, sample, exclude_doc=exclude)
-
-    def source_from_id(self, doc_id: str) -> Source:
-        stored = self.store.get(doc_id)
-        if stored.stats is not None and len(stored.stats.mu) == stored.vectors.n_paragraphs:
-            return Source(stored.document, stored.vectors, stored.stats, "stored", doc_id)
-        stats = self._sampled_stats(stored.vectors, doc_id)
-        return Source(stored.document, stored.vectors, stats, "reference-sample", doc_id)
-
-    def source_from_vectors(self, doc: Document, vectors: DocVectors) -> Source:
-        """A new document already encoded (statistics from the reference sample)."""
-        return Source(doc, vectors, self._sampled_stats(vectors, None), "reference-sample", None)
-
-    def source_from_record(self, record: Mapping[str, Any]) -> Source:
-        """A new document (``{"text": ...}``, ``{"paragraphs": [...]}`` or ``{"sections": ...}``)."""
-        record = {"id": "_query", **record}
-        doc = parse_record(record, settings=self.segmentation())
-        if doc.n_sentences > self.settings.max_query_sentences:
-            raise InvalidInputError(
-                f"the source has {doc.n_sentences} sentences, over the limit of "
-                f"{self.settings.max_query_sentences} (SDR_MAX_QUERY_SENTENCES)"
-            )
-        if self.encoder is None:
-            raise InvalidInputError("this engine has no encoder; only indexed documents can be sources")
-        self.check_encoder()
-        flat = self.encoder.encode(doc.sentences)
-        sizes = [len(p) for p in doc.paragraphs]
-        vectors = DocVectors(flat, np.concatenate([[0], np.cumsum(sizes)]))
-        return Source(doc, vectors, self._sampled_stats(vectors, None), "reference-sample", None)
-
-    def segmentation(self) -> SegmentationSettings:
-        """How new text is segmented for this store: as its documents were (the recorded
-        segmentation; an index that recorded none, or no index yet, takes the settings)."""
-        meta = self.store.meta()
-        if meta is None or not dict(meta.segmentation):
-            return SegmentationSettings()
-        return SegmentationSettings.from_recorded(meta.segmentation)
-
-    def check_encoder(self) -> None:
-        meta = self.store.meta()
-        if meta is not None and self.encoder is not None and meta.encoder_tag != self.encoder.cache_tag:
-            raise ModelMismatchError(
-                f"the index was built with model {meta.model_id} ({meta.encoder_tag}); the query encoder is "
-                f"{self.encoder.model_id} ({self.encoder.cache_tag}). Use the index's model or re-index."
-            )
-
-    # -- method and fusion ----------------------------------------------------------------------
-    def index_defaults(self) -> dict[str, Any]:
-        """The index's recorded search defaults (``method``, ``fusion``, ``weights``,
-        ``rank_constant``); empty when it records none."""
-        return dict(self.store.search_defaults() or {})
+    # -- settings -------------------------------------------------------------------------------
+    def _resolve(self, state: QueryState, query: Query) -> HybridSpec | None:
+        return self.resolve(method=query.method, fusion=query.fusion, weights=query.weights,
+                            rank_constant=query.rank_constant, defaults=state.search_defaults)
 
     def resolve(
         self, *, method: str | None = None, fusion: str | None = None, weights: Mapping[str, float] | None = None,
-        rank_constant: int | None = None,
+        rank_constant: int | None = None, defaults: Mapping[str, Any] | None = None,
     ) -> HybridSpec | None:
         """The fusion to search with: ``None`` for method ``sdr``, else a :class:`HybridSpec`.
 
-        Each value comes from the arguments, else the index's search defaults, else the settings;
-        fusion options without a method mean ``hybrid``. Raises :class:`InvalidInputError` for an
-        unknown method, invalid weights, or fusion options with method ``sdr``.
+        Each value comes from the arguments, else the index's search defaults (``defaults``; read
+        from the store when None), else the settings; fusion options without a method mean
+        ``hybrid``. Raises :class:`InvalidInputError` for an unknown method, invalid weights, or
+        fusion options with method ``sdr``.
         """
-        defaults = self.index_defaults()
+        defaults = dict(self.store.search_defaults() or {}) if defaults is None else dict(defaults)
         implied = "hybrid" if any(v is not None for v in (fusion, weights, rank_constant)) else None
         chosen = method or implied or defaults.get("method") or self.settings.method
         if chosen not in METHODS:
@@ -302,128 +362,152 @@ class MoreLikeThis:
         )
         return base.replace(fusion=fusion, weights=weights, rank_constant=rank_constant)
 
-    # -- search -------------------------------------------------------------------------------
-    def _aggregated(self, source: Source, k: int) -> tuple[list[str], np.ndarray]:
-        exclude = [source.indexed_id] if source.indexed_id else []
+    def segmentation(self, meta: IndexMeta | None = None) -> SegmentationSettings:
+        """How new text is segmented for this store: as its documents were (the recorded
+        segmentation; an index that recorded none, or no index yet, takes the settings)."""
+        meta = self.store.meta() if meta is None else meta
+        if meta is None or not dict(meta.segmentation):
+            return SegmentationSettings()
+        return SegmentationSettings.from_recorded(meta.segmentation)
+
+    def check_encoder(self, meta: IndexMeta | None = None) -> None:
+        meta = self.store.meta() if meta is None else meta
+        if meta is not None and self.encoder is not None and meta.encoder_tag != self.encoder.cache_tag:
+            raise ModelMismatchError(
+                f"the index was built with model {meta.model_id} ({meta.encoder_tag}); the query encoder is "
+                f"{self.encoder.model_id} ({self.encoder.cache_tag}). Use the index's model or re-index."
+            )
+
+    # -- sources --------------------------------------------------------------------------------
+    def source(self, query: Query) -> Source:
+        """The source of ``query`` with its normalisation statistics, as :meth:`run` resolves it
+        (for exhaustive comparisons in tests and benches)."""
+        return self._source(self.store.query_state(reference_version=self._sample_version), query)
+
+    def _source(self, state: QueryState, query: Query) -> Source:
+        if query.id is not None:
+            return self.source_from_id(query.id, state)
+        if query.vectors is not None:
+            doc, vectors = query.document, query.vectors
+        else:
+            doc = query.new_document(self.segmentation(state.meta))
+            self._check_size(doc)
+            if self.encoder is None:
+                raise InvalidInputError("this engine has no encoder; only indexed documents can be sources")
+            self.check_encoder(state.meta)
+            vectors = doc_vectors(doc, self.encoder.encode(doc.sentences))
+        self._check_size(doc)
+        return Source(doc, vectors, self._sampled_stats(vectors, None, state), "reference-sample", None)
+
+    def _check_size(self, doc: Document) -> None:
+        if doc.n_sentences > self.settings.max_query_sentences:
+            raise SourceTooLargeError(
+                f"the source has {doc.n_sentences} sentences, over the limit of "
+                f"{self.settings.max_query_sentences} (SDR_MAX_QUERY_SENTENCES)"
+            )
+
+    def source_from_id(self, doc_id: str, state: QueryState | None = None) -> Source:
+        """An indexed document as the source: its stored statistics, else the reference sample's."""
+        stored = self.store.get(doc_id)
+        if stored.stats is not None and len(stored.stats.mu) == stored.vectors.n_paragraphs:
+            return Source(stored.document, stored.vectors, stored.stats, "stored", doc_id)
+        stats = self._sampled_stats(stored.vectors, doc_id, state)
+        return Source(stored.document, stored.vectors, stats, "reference-sample", doc_id)
+
+    def _reference(self, state: QueryState | None) -> tuple[SampledParagraphs, tuple[str, ...]]:
+        if state is None:
+            state = self.store.query_state(reference_version=self._sample_version)
+        with self._sample_lock:
+            if state.reference_current and self._sample is not None:
+                return self._sample, self._sample_doc_ids
+            ref = state.reference
+            if ref is None:
+                if state.reference_current:  # our copy was current when asked, then replaced: read it again
+                    return self._reference(self.store.query_state())
+                raise StatsUnavailableError(
+                    "this index has no reference sample for normalisation statistics; run `sdr stats`"
+                )
+            owners = {d: k for k, d in enumerate(dict.fromkeys(ref.doc_ids))}
+            doc_index = np.array([owners[d] for d in ref.doc_ids], dtype=np.int64)
+            self._sample = SampledParagraphs(ref.vectors, doc_index)
+            self._sample_doc_ids = ref.doc_ids
+            self._sample_version = state.stats.version
+            return self._sample, self._sample_doc_ids
+
+    def _sampled_stats(self, vectors: DocVectors, own_id: str | None, state: QueryState | None) -> NormStats:
+        sample, owners = self._reference(state)
+        exclude = None
+        if own_id is not None and own_id in owners:
+            exclude = int(sample.doc_index[owners.index(own_id)])
+        return stats_against_sample(vectors, sample, exclude_doc=exclude)
+
+    # -- candidates ----------------------------------------------------------------------------
+    def _aggregated(self, source: Source, k: int, exclude: Sequence[str]) -> tuple[list[str], np.ndarray]:
         hits = self.store.sentence_knn(source.vectors.vectors, self.settings.knn_k, exclude_ids=exclude)
         ids, scores = aggregate_hits(
             hits, source.vectors.par_offsets, method=self.settings.aggregation, stats=source.stats
         )
         return top_of(ids, scores, k)
 
-    def candidates(self, source: Source, k: int) -> list[str]:
-        """The top ``k`` vector candidates by aggregation of the nested k-NN hits (no pre-rank)."""
-        return self._aggregated(source, k)[0]
-
-    def vector_candidates(self, source: Source, k: int) -> tuple[list[str], dict[str, float]]:
-        """The ``k`` vector candidates for the exact rerank: the top ``prerank_factor * k`` by
-        aggregation narrowed to ``k`` by the centroid pre-rank (:mod:`sdr_search.indexer.prerank`, with the
-        store's :meth:`~sdr_search.indexer.store.DocumentStore.paragraph_centroids`). Also returns timings
-        (ms) of the two steps."""
+    def _prerank_and_fetch(
+        self, source: Source, pool: list[str], scores: np.ndarray | None, lexical_ranked: list[str], K: int,
+        timings: dict[str, float],
+    ) -> tuple[list[str], list[str], list[DocVectors]]:
+        """The K vector candidates (the pool narrowed by the centroid pre-rank when it is larger),
+        the lexical candidates that are not among them (at most K, in lexical order), and the vectors
+        of both, each document fetched once. A store whose centroids are not cheap
+        (``capabilities.cheap_centroids`` false) has the pool fetched once: the pre-rank's centroids
+        and the rerank share those vectors."""
         t0 = time.perf_counter()
-        pool, scores = self._aggregated(source, max(k, int(np.ceil(self.settings.prerank_factor * k))))
-        t1 = time.perf_counter()
-        if len(pool) > k:
-            keep = prerank_order(pool, scores, source.vectors, self.store.paragraph_centroids(pool))[:k]
-            pool = [pool[i] for i in keep]
-        t2 = time.perf_counter()
-        return pool, {"candidates": round((t1 - t0) * 1e3, 2), "prerank": round((t2 - t1) * 1e3, 2)}
-
-    def lexical_candidates(self, source: Source, k: int) -> list[str]:
-        """The lexical (BM25) top ``k`` for the source's whole text."""
-        exclude = [source.indexed_id] if source.indexed_id else []
-        return self.store.lexical_search(source.document.text, k, exclude_ids=exclude).ids
-
-    def search(
-        self, source: Source, *, size: int = 10, offset: int = 0, candidates: int | None = None, explain: bool = False,
-        candidate_ids: Sequence[str] | None = None, hybrid: HybridSpec | None = None,
-    ) -> MLTResult:
-        """Rank for ``source`` with exact SDR (``hybrid`` None) or fused signals. ``candidate_ids``
-        (optional) skips candidate generation and ranks exactly those documents (e.g. candidates
-        already restricted by a metadata filter; for hybrid, the union of both sides)."""
-        if size < 0 or offset < 0:
-            raise InvalidInputError("size and from must be >= 0")
-        K = candidates or self.settings.candidates
-        if K < size + offset:
-            K = size + offset
-        if hybrid is not None:
-            return self._search_hybrid(source, hybrid, size=size, offset=offset, K=K, explain=explain,
-                                       candidate_ids=candidate_ids)
-        t0 = time.perf_counter()
-        timings: dict[str, float] = {}
-        if candidate_ids is None:
-            cand_ids, timings = self.vector_candidates(source, K)
-        else:
-            cand_ids = list(candidate_ids)
-        t1 = time.perf_counter()
-        hits: list[Hit] = []
-        if cand_ids:
-            docs = self.store.fetch_documents(cand_ids)
-            t2 = time.perf_counter()
-            scores = score_documents(source.vectors, docs, source.stats)
-            order = rank(cand_ids, scores)[offset : offset + size]
-            for i in order:
-                hits.append(Hit(cand_ids[i], float(scores[i])))
-        else:
-            t2 = t1
-        t3 = time.perf_counter()
-        if explain and hits:
-            hits = self._explained(source, hits)
-        info = self.store.stats_info()
-        return MLTResult(
-            hits, len(cand_ids), source.stats_origin, info.stale,
-            {"candidates": round((t1 - t0) * 1e3, 2), **timings, "fetch": round((t2 - t1) * 1e3, 2),
-             "rerank": round((t3 - t2) * 1e3, 2)},
-        )
-
-    def _search_hybrid(
-        self, source: Source, spec: HybridSpec, *, size: int, offset: int, K: int, explain: bool,
-        candidate_ids: Sequence[str] | None,
-    ) -> MLTResult:
-        text = source.document.text
-        exclude = [source.indexed_id] if source.indexed_id else []
-        t0 = time.perf_counter()
-        timings: dict[str, float] = {}
-        if candidate_ids is None:
-            vector_ids, timings = self.vector_candidates(source, K)
+        prerank = scores is not None and len(pool) > K
+        fetched: dict[str, DocVectors] = {}
+        if prerank and not self.store.capabilities.cheap_centroids:
+            in_pool = set(pool)
+            ids = pool + [i for i in lexical_ranked if i not in in_pool]
+            fetched = dict(zip(ids, self.store.fetch_documents(ids)))
             t1 = time.perf_counter()
-            lexical = self.store.lexical_search(text, K, exclude_ids=exclude, score_ids=vector_ids)
-            seen = set(vector_ids)
-            cand_ids = vector_ids + [i for i in lexical.ids if i not in seen]
+            centroids = [paragraph_centroids(fetched[i]) for i in pool]
+            keep = prerank_order(pool, scores, source.vectors, centroids)[:K]
+            timings.update(fetch=_ms(t1 - t0), prerank=_ms(time.perf_counter() - t1))
+        elif prerank:
+            keep = prerank_order(pool, scores, source.vectors, self.store.paragraph_centroids(pool))[:K]
         else:
-            cand_ids = [i for i in dict.fromkeys(candidate_ids) if i not in exclude]
+            keep = range(len(pool) if scores is None else min(len(pool), K))
+        vector_ids = [pool[i] for i in keep]
+        chosen = set(vector_ids)
+        lexical_ids = [i for i in lexical_ranked if i not in chosen][:K]
+        ids = vector_ids + lexical_ids
+        if not fetched:
             t1 = time.perf_counter()
-            lexical = self.store.lexical_search(text, 0, score_ids=cand_ids)
-        t2 = time.perf_counter()
-        hits: list[Hit] = []
-        if cand_ids:
-            docs = self.store.fetch_documents(cand_ids)
-            t3 = time.perf_counter()
-            signals = {
-                "bm25": np.asarray([lexical.score_of(i) for i in cand_ids], dtype=np.float64),
-                "sdr": score_documents(source.vectors, docs, source.stats),
-                "mean": mean_cosines(source.vectors, docs),
+            fetched = dict(zip(ids, self.store.fetch_documents(ids))) if ids else {}
+            timings.update(prerank=_ms(t1 - t0), fetch=_ms(time.perf_counter() - t1))
+        return vector_ids, lexical_ids, [fetched[i] for i in ids]
+
+    # -- scoring ----------------------------------------------------------------------------------
+    def _ranked(
+        self, source: Source, cand_ids: list[str], docs: list[DocVectors], lexical: LexicalHits | None,
+        spec: HybridSpec | None, offset: int, size: int,
+    ) -> list[Hit]:
+        if not cand_ids:
+            return []
+        sdr = score_documents(source.vectors, docs, source.stats)
+        if spec is None:
+            return [Hit(cand_ids[i], float(sdr[i])) for i in rank(cand_ids, sdr)[offset : offset + size]]
+        signals = {
+            "bm25": np.asarray([lexical.score_of(i) if lexical is not None else 0.0 for i in cand_ids], dtype=np.float64),
+            "sdr": sdr,
+            "mean": mean_cosines(source.vectors, docs),
+        }
+        fused = fuse(cand_ids, signals, spec)
+        hits = []
+        for i in fused.order(cand_ids)[offset : offset + size]:
+            detail = {
+                name: {"raw": float(signals[name][i]), "weight": float(spec.weights[name]),
+                       **({"normalised": float(fused.normalised[name][i])} if name in fused.normalised else {})}
+                for name in SIGNALS
             }
-            fused = fuse(cand_ids, signals, spec)
-            for i in fused.order(cand_ids)[offset : offset + size]:
-                detail = {
-                    name: {"raw": float(signals[name][i]), "weight": float(spec.weights[name]),
-                           **({"normalised": float(fused.normalised[name][i])} if name in fused.normalised else {})}
-                    for name in SIGNALS
-                }
-                hits.append(Hit(cand_ids[i], float(fused.scores[i]), signals=detail))
-        else:
-            t3 = t2
-        t4 = time.perf_counter()
-        if explain and hits:
-            hits = self._explained(source, hits, spec)
-        info = self.store.stats_info()
-        return MLTResult(
-            hits, len(cand_ids), source.stats_origin, info.stale,
-            {"candidates": round((t1 - t0) * 1e3, 2), **timings, "lexical": round((t2 - t1) * 1e3, 2),
-             "fetch": round((t3 - t2) * 1e3, 2), "rerank": round((t4 - t3) * 1e3, 2)},
-            method="hybrid", hybrid=spec.to_dict(),
-        )
+            hits.append(Hit(cand_ids[i], float(fused.scores[i]), signals=detail))
+        return hits
 
     def _explained(self, source: Source, hits: list[Hit], spec: HybridSpec | None = None) -> list[Hit]:
         explained = []
@@ -437,22 +521,6 @@ class MoreLikeThis:
             explained.append(Hit(h.id, h.score, stored.document.title, ex, h.signals))
         return explained
 
-    def more_like_this(
-        self,
-        *,
-        doc_id: str | None = None,
-        record: Mapping[str, Any] | None = None,
-        size: int = 10,
-        offset: int = 0,
-        candidates: int | None = None,
-        explain: bool = False,
-        method: str | None = None,
-        fusion: str | None = None,
-        weights: Mapping[str, float] | None = None,
-        rank_constant: int | None = None,
-    ) -> MLTResult:
-        if (doc_id is None) == (record is None):
-            raise InvalidInputError("give exactly one source: an indexed document id or a new document")
-        spec = self.resolve(method=method, fusion=fusion, weights=weights, rank_constant=rank_constant)
-        source = self.source_from_id(doc_id) if doc_id is not None else self.source_from_record(record)
-        return self.search(source, size=size, offset=offset, candidates=candidates, explain=explain, hybrid=spec)
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1e3, 2)

@@ -18,26 +18,35 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sdr_search.core.errors import (
-    AuthenticationError,
     BackendUnavailableError,
     DocumentTooLargeError,
     InvalidInputError,
     ModelMismatchError,
     NotFoundError,
     OverloadedError,
-    RequestTooLargeError,
     SDRError,
+    SourceTooLargeError,
     StatsUnavailableError,
 )
 
-__all__ = ["STATUS_BY_ERROR", "status_for", "error_body", "error_response", "install_error_handlers"]
+__all__ = ["RequestTooLargeError", "AuthenticationError", "STATUS_BY_ERROR", "status_for", "error_body", "error_response", "install_error_handlers"]
 
 logger = logging.getLogger(__name__)
+
+
+class RequestTooLargeError(InvalidInputError):
+    """A request body is over the service's size limit (``SDR_SERVICE_MAX_BODY_BYTES``; HTTP 413)."""
+
+
+class AuthenticationError(SDRError):
+    """A request lacks the API key the service requires, or gives a wrong one (HTTP 401)."""
+
 
 STATUS_BY_ERROR: dict[type[BaseException], int] = {
     InvalidInputError: 422,
     DocumentTooLargeError: 413,
     RequestTooLargeError: 413,
+    SourceTooLargeError: 413,
     NotFoundError: 404,
     OverloadedError: 429,
     BackendUnavailableError: 503,

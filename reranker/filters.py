@@ -6,9 +6,10 @@ only equals a boolean; ``1`` equals ``1.0``); a list filter value matches when a
 matches; a stored list matches when any of its items matches. A document without the field does
 not match.
 
-Look-ups: a store may offer ``metadata_of(ids) -> {id: metadata}`` (one round trip, no vectors);
-otherwise each candidate's metadata is read with ``store.get`` (which also reads its vectors).
-Candidates are looked up in order, in chunks, and the look-ups stop as soon as ``limit`` match.
+Look-ups: :meth:`~sdr_search.indexer.store.DocumentStore.metadata_of`, in chunks: 500 ids a chunk
+for a store that declares ``capabilities.metadata_lookup`` (one round trip, no vectors), 64 for
+one that does not (the interface's default reads each candidate with ``get``, vectors included).
+Candidates are looked up in order and the look-ups stop as soon as ``limit`` match.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from sdr_search.indexer.store import DocumentStore
-from sdr_search.core.errors import DocumentNotFoundError
 
 __all__ = ["matches", "filter_candidates"]
+
+BULK_CHUNK = 500  # ids per metadata look-up on a store with bulk metadata (one round trip each)
+SINGLE_CHUNK = 64  # ids per look-up on a store that reads each document with get()
 
 
 def _equal(stored: Any, wanted: Any) -> bool:
@@ -43,30 +46,17 @@ def matches(metadata: Mapping[str, Any], flt: Mapping[str, Any]) -> bool:
     return True
 
 
-def _metadata(store: DocumentStore, ids: Sequence[str]) -> dict[str, Mapping[str, Any]]:
-    bulk = getattr(store, "metadata_of", None)
-    if callable(bulk):
-        return dict(bulk(ids))
-    out: dict[str, Mapping[str, Any]] = {}
-    for doc_id in ids:
-        try:
-            out[doc_id] = store.get(doc_id).document.metadata
-        except DocumentNotFoundError:
-            continue  # deleted since stage 1
-    return out
-
-
 def filter_candidates(
     store: DocumentStore, ids: Sequence[str], flt: Mapping[str, Any], *, limit: int, chunk: int | None = None
 ) -> list[str]:
     """The first ``limit`` of ``ids`` (in their order) whose metadata matches ``flt``. Looked up in
-    chunks (default: 500 with ``metadata_of``, one round trip each; 64 with ``get``)."""
+    chunks (default: see the module docstring)."""
     if chunk is None:
-        chunk = 500 if callable(getattr(store, "metadata_of", None)) else 64
+        chunk = BULK_CHUNK if store.capabilities.metadata_lookup else SINGLE_CHUNK
     kept: list[str] = []
     for start in range(0, len(ids), chunk):
         part = list(ids[start : start + chunk])
-        meta = _metadata(store, part)
+        meta = store.metadata_of(part)
         kept.extend(i for i in part if i in meta and matches(meta[i], flt))
         if len(kept) >= limit:
             return kept[:limit]

@@ -21,33 +21,21 @@ from __future__ import annotations
 import hmac
 import logging
 import threading
-import time
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Callable, Mapping, Sequence, Union
 
 import anyio
-import numpy as np
 from fastapi import APIRouter, Depends, FastAPI, Path, Request, Security
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import APIKeyHeader
 
 from sdr_search.indexer.store import DocumentStore
-from sdr_search.core.documents import Document, parse_record
-from sdr_search.core.errors import (
-    AuthenticationError,
-    IndexNotFoundError,
-    InvalidInputError,
-    RequestTooLargeError,
-    SDRError,
-)
-from sdr_search.core.settings import SegmentationSettings
-from sdr_search.core.vectors import DocVectors
+from sdr_search.core.errors import IndexNotFoundError, SDRError
 
 from . import api_models as m
-from .engine import MLTResult, MLTSettings, MoreLikeThis, Source
-from .errors import error_body, install_error_handlers
-from .filters import filter_candidates
+from .engine import MLTResult, MLTSettings, MoreLikeThis
+from .errors import AuthenticationError, error_body, install_error_handlers
 from .limits import BodyLimitMiddleware, ConcurrencyLimiter
 from .metrics import CONTENT_TYPE_LATEST, MetricsMiddleware, ServiceMetrics
 from .settings import ServiceSettings
@@ -104,13 +92,6 @@ class _Index:
         self.name = name
         self.store = store
         self.engine = engine
-        self._segmentation: SegmentationSettings | None = None
-
-    def segmentation(self) -> SegmentationSettings:
-        """Segment new text the way the index was built (its recorded segmentation)."""
-        if self._segmentation is None:
-            self._segmentation = self.engine.segmentation()
-        return self._segmentation
 
 
 class _Indices:
@@ -186,51 +167,8 @@ class _Service:
         self.api_key: bytes | None = key.encode("utf-8") if key else None
 
     # -- more like this (runs in a worker thread) ----------------------------------------------
-    def _new_source(self, index: _Index, req: m.MoreLikeThisRequest) -> Source:
-        doc: Document = parse_record({"id": "_query", **req.record()}, settings=index.segmentation())
-        limit = self.settings.max_source_sentences
-        if doc.n_sentences > limit:
-            raise RequestTooLargeError(
-                f"the source has {doc.n_sentences} sentences, over the limit of {limit} (SDR_SERVICE_MAX_SOURCE_SENTENCES)"
-            )
-        if self.encoder is None:
-            raise InvalidInputError("this server has no encoder: only indexed documents ('id') can be sources")
-        index.engine.check_encoder()
-        flat = self.encoder.encode(doc.sentences)
-        offsets = np.concatenate([[0], np.cumsum([len(p) for p in doc.paragraphs])]).astype(np.int64)
-        return index.engine.source_from_vectors(doc, DocVectors(flat, offsets))
-
-    def more_like_this(self, index_name: str, req: m.MoreLikeThisRequest) -> tuple[MLTResult, dict[str, float]]:
-        index = self.indices.get(index_name)
-        engine = index.engine
-        spec = engine.resolve(method=req.method, fusion=req.fusion, rank_constant=req.rank_constant,
-                              weights=req.weights.as_dict() if req.weights is not None else None)
-        t0 = time.perf_counter()
-        source = engine.source_from_id(req.id) if req.id is not None else self._new_source(index, req)
-        t1 = time.perf_counter()
-        timings = {"source": round((t1 - t0) * 1e3, 2)}
-        K = max(req.candidates or engine.settings.candidates, req.offset + req.size)
-        cand_ids: list[str] | None = None
-        if req.filter:
-            pool_size = min(K * self.settings.filter_oversample, max(self.settings.max_filter_candidates, K))
-            pool = engine.candidates(source, pool_size)
-            if spec is not None:  # hybrid: the lexical side is filtered the same way
-                in_pool = set(pool)
-                lexical = [i for i in engine.lexical_candidates(source, pool_size) if i not in in_pool]
-            t2 = time.perf_counter()
-            cand_ids = filter_candidates(index.store, pool, req.filter, limit=K)
-            if spec is not None:
-                cand_ids += filter_candidates(index.store, lexical, req.filter, limit=K)
-            timings["candidates"] = round((t2 - t1) * 1e3, 2)
-            timings["filter"] = round((time.perf_counter() - t2) * 1e3, 2)
-        result = engine.search(
-            source, size=req.size, offset=req.offset, candidates=K, explain=req.explain, candidate_ids=cand_ids,
-            hybrid=spec,
-        )
-        for k, v in result.timings_ms.items():
-            if cand_ids is None or k != "candidates":
-                timings[k] = v
-        return result, timings
+    def more_like_this(self, index_name: str, req: m.MoreLikeThisRequest) -> MLTResult:
+        return self.indices.get(index_name).engine.run(m.query_from_request(req))
 
     def get_document(self, index_name: str, doc_id: str) -> m.DocumentResponse:
         index = self.indices.get(index_name)
@@ -319,18 +257,10 @@ def _build_router() -> APIRouter:
     async def more_like_this(index: IndexName, body: m.MoreLikeThisRequest, request: Request) -> m.MoreLikeThisResponse:
         svc = _service(request)
         async with svc.limiter.slot():
-            result, timings = await run_in_threadpool(svc.more_like_this, index, body)
+            result = await run_in_threadpool(svc.more_like_this, index, body)
         svc.metrics.candidates.observe(result.candidates)
         svc.metrics.rerank.observe(result.timings_ms.get("rerank", 0.0) / 1e3)
-        return m.MoreLikeThisResponse(
-            index=index,
-            method=result.method,  # type: ignore[arg-type]
-            hybrid=m.Fusion.model_validate(result.hybrid) if result.hybrid is not None else None,
-            hits=[m.Hit.model_validate(h.to_dict()) for h in result.hits],
-            candidates=result.candidates,
-            stats=m.StatsState(origin=result.stats_origin, stale=result.stats_stale),  # type: ignore[arg-type]
-            timings_ms=timings,
-        )
+        return m.response_from(result, index)
 
     @v1.get(
         "/indices/{index}/documents/{doc_id:path}",

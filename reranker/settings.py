@@ -31,11 +31,6 @@ class ServiceSettings(BaseSettings):
         "and again while it is read (413 beyond). Leaves room for a 5 MB document (SDR_MAX_DOCUMENT_BYTES) "
         "in JSON.",
     )
-    max_source_sentences: int = Field(
-        2000, gt=0,
-        description="Largest new-text source, in sentences (413 beyond). Encoding time grows linearly: "
-        "about 1 s per 500 sentences on 2 CPU cores with bf16.",
-    )
     max_concurrency: int = Field(
         4, gt=0,
         description="More-like-this requests computed at once. CPU-bound work gains nothing beyond the "
@@ -48,15 +43,6 @@ class ServiceSettings(BaseSettings):
     queue_timeout_s: float = Field(
         2.0, ge=0,
         description="Longest wait for a free slot before answering 429 (the queue never grows without bound).",
-    )
-    filter_oversample: int = Field(
-        10, gt=0,
-        description="With a metadata filter, stage 1 returns K x this many candidates, which are filtered "
-        "before the K best are reranked. Higher finds more matches of a rare filter, at the cost of "
-        "metadata look-ups.",
-    )
-    max_filter_candidates: int = Field(
-        5000, gt=0, description="Cap on the over-fetched candidates of a filtered request."
     )
     health_timeout_s: float = Field(
         5.0, gt=0, description="Seconds a store may take to answer the /health check before it counts as down."

@@ -42,6 +42,7 @@ __all__ = [
     "Document",
     "ReadReport",
     "parse_record",
+    "source_document",
     "split_text_paragraphs",
     "documents_from_records",
     "read_documents",
@@ -180,6 +181,32 @@ def parse_record(
         if k not in _RESERVED:
             metadata.setdefault(k, v)
 
+    return _segmented(record, doc_id, title or None, metadata, settings, splitter)
+
+
+def source_document(
+    *,
+    text: str | None = None,
+    paragraphs: Sequence[str] | None = None,
+    sections: Sequence[Mapping[str, Any]] | None = None,
+    title: str | None = None,
+    settings: SegmentationSettings | None = None,
+    splitter: SentenceSplitter | None = None,
+) -> Document:
+    """A new document that is not indexed (a query source): exactly one of ``text``,
+    ``paragraphs`` or ``sections``, segmented as :func:`parse_record` segments a record. Its id is
+    the empty string; errors name no document."""
+    body = {k: v for k, v in (("text", text), ("paragraphs", paragraphs), ("sections", sections)) if v is not None}
+    if title is not None and not isinstance(title, str):
+        raise InvalidDocumentError(None, "'title' must be a string")
+    doc = _segmented(body, None, title or None, {}, settings or SegmentationSettings(), splitter or default_splitter())
+    return doc
+
+
+def _segmented(
+    record: Mapping[str, Any], doc_id: str | None, title: str | None, metadata: Mapping[str, Any],
+    settings: SegmentationSettings, splitter: SentenceSplitter,
+) -> Document:
     paragraphs: list[tuple[str, ...]] = []
     for unit in _raw_units(record, doc_id, settings.paragraph_unit):
         sentences = [s for text in unit for s in splitter.split(text)]
@@ -194,7 +221,7 @@ def parse_record(
         raise DocumentTooLargeError(
             doc_id, f"{n} sentences, over the limit of {settings.max_sentences} (SDR_MAX_SENTENCES)"
         )
-    return Document(doc_id, tuple(paragraphs), title or None, metadata)
+    return Document(doc_id or "", tuple(paragraphs), title, metadata)
 
 
 class _Deduper:

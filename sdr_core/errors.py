@@ -130,12 +130,8 @@ class BulkWriteError(StoreError):
 __all__ += ["BulkWriteError"]
 
 
-class RequestTooLargeError(InvalidInputError):
-    """A request body or a source document is over the service's size limits (maps to HTTP 413)."""
+class SourceTooLargeError(InvalidInputError):
+    """A query's source document is over the query size limit (``SDR_MAX_QUERY_SENTENCES``)."""
 
 
-class AuthenticationError(SDRError):
-    """A request lacks the API key the service requires, or gives a wrong one (maps to HTTP 401)."""
-
-
-__all__ += ["RequestTooLargeError", "AuthenticationError"]
+__all__ += ["SourceTooLargeError"]

@@ -138,7 +138,7 @@ DEFAULT_HYBRID = HybridSpec("zscore", {"bm25": 1.0, "sdr": 1.0, "mean": 1.0})
 """The default hybrid spec (``sdr mlt/eval --method hybrid`` without ``--fusion``/``--weights``,
 and the default of ``SDR_FUSION``/``SDR_HYBRID_WEIGHTS``). All three signals, z-scored, at equal
 (untuned) weights: on IRLeD dev with the default segmentation this scores above BM25 alone and
-above BM25 + mean, and keeps BM25 in the mix for corpora where the encoder is weak (README
+above BM25 + mean, and keeps BM25 in the mix for corpora where the encoder is weak (docs/results/relevance.md,
 "Which default"). Change it here when a measurement says otherwise."""
 
 

@@ -40,7 +40,7 @@ class SegmentationSettings(BaseSettings):
             "sentences, counted before fragments are joined (a short tail joins the unit before "
             "it; a paragraph is never split). Inputs whose paragraphs are lines (court judgments, "
             "transcripts) otherwise give a name or a date the weight of a page of argument. 1 keeps "
-            "the paragraphs as given. Measured on IRLeD dev (README, 'Paragraph and sentence units')."
+            "the paragraphs as given. Measured on IRLeD dev (docs/results/relevance.md, 'Paragraph and sentence units')."
         ),
     )
     min_sentence_chars: int = Field(

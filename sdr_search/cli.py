@@ -131,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
         "mlt", help="more like this: documents of a store most similar to a document",
         description="More like this from a store. Default method hybrid: nested sentence k-NN candidates united with "
         "the lexical (BM25) top K, scored with BM25, exact SDR and the single-vector cosine and fused per query "
-        "(README). --method sdr: the two-stage exact SDR ranking alone.",
+        "(docs/scoring.md). --method sdr: the two-stage exact SDR ranking alone.",
     )
     _add_store_args(ml)
     src = ml.add_mutually_exclusive_group(required=True)
@@ -139,7 +139,11 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--file", type=Path, help="a new document: .txt (raw text) or .json/.jsonl (a record)")
     src.add_argument("--text", help="a new document as text")
     ml.add_argument("--size", type=int, default=10, help="results (default 10)")
+    ml.add_argument("--from", dest="offset", type=int, default=0, metavar="N", help="skip the first N results (paging)")
     ml.add_argument("--candidates", type=int, help="K documents reranked exactly (default 100; env SDR_CANDIDATES)")
+    ml.add_argument("--filter", metavar="JSON",
+                    help='metadata equality filter, as the HTTP API\'s "filter": e.g. \'{"court": "supreme", "year": [2019, 2020]}\' '
+                    "(every field must match; a list matches any of its items)")
     ml.add_argument("--json", action="store_true", help="print JSON")
     ml.add_argument("--explain", action="store_true", help="add the best paragraph pairs and their best sentence pairs "
                     "(hybrid: also each signal's raw and normalised score)")

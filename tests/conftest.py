@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+# the shared test modules (not test files themselves) get pytest's assertion messages too
+pytest.register_assert_rewrite("factories", "store_contract", "worker_harness")
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
 NODE_SCRIPT = ROOT / "scripts" / "opensearch-node.sh"
@@ -117,3 +120,32 @@ def running_server(args: list[str], port: int, log_path: Path, env: dict[str, st
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+# -- workers: Redis and worker processes (worker_harness.py) ----------------------------------------------
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory):
+    """``REDIS_URL`` (it must answer) or a private redis-server for the session; a failure with
+    the reason, never a skip, when neither can be had."""
+    from worker_harness import REDIS_SERVER, RedisServer, ping
+
+    url = os.environ.get("REDIS_URL")
+    if url:
+        if not ping(url):
+            pytest.fail(f"REDIS_URL={url} does not answer", pytrace=False)
+        yield url
+        return
+    if REDIS_SERVER is None:
+        pytest.fail("needs Redis: set REDIS_URL or install redis-server (apt-get install redis-server)", pytrace=False)
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    yield server.url
+    server.stop()
+
+
+@pytest.fixture()
+def workers_to_stop():
+    """A list to append started ``worker_harness.Worker`` processes to; each is stopped afterwards."""
+    started: list = []
+    yield started
+    for w in started:
+        w.stop()

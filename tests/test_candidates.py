@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 
+from factories import doc_vectors, unit
 from sdr_search.indexer.candidates import aggregate_hits, top_candidates
 from sdr_search.indexer.store import SentenceHits
 from sdr_search.core.reference import reference_sdr_score
@@ -8,15 +9,6 @@ from sdr_search.core.scoring import NormStats
 from sdr_search.core.vectors import CorpusVectors, DocVectors
 
 pytestmark = pytest.mark.unit
-
-
-def _unit(rng, n, d=16):
-    v = rng.standard_normal((n, d)).astype(np.float32)
-    return v / np.linalg.norm(v, axis=1, keepdims=True)
-
-
-def _doc(rng, sizes, d=16):
-    return DocVectors.from_paragraphs([_unit(rng, s, d) for s in sizes])
 
 
 def exact_nested_knn(source: DocVectors, corpus: CorpusVectors, k: int) -> SentenceHits:
@@ -35,9 +27,9 @@ def exact_nested_knn(source: DocVectors, corpus: CorpusVectors, k: int) -> Sente
 @pytest.fixture()
 def setup():
     rng = np.random.default_rng(7)
-    docs = [_doc(rng, rng.integers(1, 6, size=rng.integers(1, 5))) for _ in range(40)]
+    docs = [doc_vectors(rng, rng.integers(1, 6, size=rng.integers(1, 5))) for _ in range(40)]
     corpus = CorpusVectors.from_docs([f"d{i:02d}" for i in range(40)], docs)
-    source = _doc(rng, [3, 1, 4])
+    source = doc_vectors(rng, [3, 1, 4])
     stats = NormStats(np.array([0.1, 0.2, 0.15]), np.array([0.5, 1.0, 0.25]))
     return corpus, source, stats
 
@@ -107,8 +99,8 @@ def test_weighted_sum_equals_relaxed_sdr_when_every_document_is_hit():
     rng = np.random.default_rng(3)
     # with every document in every hit list, weighted-sum is mean_i mean_s best / sigma_i, i.e. the
     # relaxed SDR score up to the constant mean_i mu_i / sigma_i: the same order
-    corpus = CorpusVectors.from_docs([f"d{k}" for k in range(6)], [_doc(rng, [2, 3]) for _ in range(6)])
-    source = _doc(rng, [2, 1, 3])
+    corpus = CorpusVectors.from_docs([f"d{k}" for k in range(6)], [doc_vectors(rng, [2, 3]) for _ in range(6)])
+    source = doc_vectors(rng, [2, 1, 3])
     stats = NormStats(rng.uniform(0.1, 0.3, 3), rng.uniform(0.05, 0.2, 3))
     best = np.stack([(source.vectors @ corpus.doc(k).vectors.T).max(axis=1) for k in range(6)], axis=1)  # (s, D)
     order = np.argsort(-best, axis=1, kind="stable")

@@ -15,11 +15,23 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from factories import (
+    DIM,
+    META,
+    assert_reference_equal,
+    brute_force_best,
+    make_doc,
+    make_docs,
+    planted_query,
+    reference_sample,
+    unit,
+    with_vectors,
+)
 from sdr_search.indexer.embedded import EmbeddedStore, library_versions
 from sdr_search.indexer.settings import EmbeddedStoreSettings
-from sdr_search.indexer.store import IndexMeta, ReferenceParagraphs
+from sdr_search.indexer.store import IndexMeta
 from sdr_search.core.cache import document_key
-from sdr_search.core.documents import Document, parse_record
+from sdr_search.core.documents import Document
 from sdr_search.core.errors import (
     DocumentNotFoundError,
     IndexNotFoundError,
@@ -28,54 +40,19 @@ from sdr_search.core.errors import (
     StoreError,
 )
 from sdr_search.core.scoring import NormStats
-from sdr_search.core.settings import SegmentationSettings
 from sdr_search.core.vectors import CorpusVectors, DocVectors
-
-AS_GIVEN = SegmentationSettings.from_recorded({})  # paragraphs and sentences as written
-
-DIM = 16
-META = IndexMeta("model-a", "tag-a", DIM, {"paragraph_unit": "paragraph"}, {"numpy": np.__version__})
-WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda sigma".split()
 
 
 # -- helpers ----------------------------------------------------------------------------------
-def unit(rng: np.random.Generator, n: int, dim: int = DIM) -> np.ndarray:
-    x = rng.standard_normal((n, dim)).astype(np.float32)
-    return x / np.linalg.norm(x, axis=1, keepdims=True)
-
-
-def make_doc(doc_id: str, rng: np.random.Generator, n_pars: int = 2, n_sents: int = 3) -> tuple[Document, DocVectors]:
-    """A tiny parsed document with random unit vectors (one per sentence)."""
-    paragraphs = [
-        " ".join(f"Sentence {s} of {doc_id} says {WORDS[(p + s) % len(WORDS)]}." for s in range(n_sents))
-        for p in range(n_pars)
-    ]
-    doc = parse_record({"id": doc_id, "title": f"Title {doc_id}", "paragraphs": paragraphs, "lang": "en"}, settings=AS_GIVEN)
-    sizes = [len(p) for p in doc.paragraphs]
-    if sizes != [n_sents] * n_pars:
-        raise ValueError(f"unexpected segmentation {sizes}")
-    return doc, DocVectors(unit(rng, sum(sizes)), np.concatenate([[0], np.cumsum(sizes)]))
-
-
-def make_docs(n: int, seed: int = 0, prefix: str = "d", **kw) -> list[tuple[Document, DocVectors]]:
-    rng = np.random.default_rng(seed)
-    return [make_doc(f"{prefix}{i:03d}", rng, **kw) for i in range(n)]
-
-
 def open_store(path: Path, **kw) -> EmbeddedStore:
     store = EmbeddedStore(path, create=True, **kw)
     store.ensure_meta(META)
     return store
 
 
-def with_vectors(item: tuple[Document, DocVectors], vectors: np.ndarray) -> tuple[Document, DocVectors]:
-    return item[0], DocVectors(vectors, item[1].par_offsets)
-
-
 def brute_force_top(queries: np.ndarray, items, k: int) -> list[list[str]]:
     """Exact nested k-NN: documents ranked by their best sentence."""
-    ids = [d.id for d, _ in items]
-    best = np.stack([(queries @ v.vectors.T).max(axis=1) for _, v in items], axis=1)
+    ids, best = brute_force_best(queries, items)
     return [[ids[j] for j in np.argsort(-row, kind="stable")[:k]] for row in best]
 
 
@@ -234,17 +211,9 @@ def test_read_only(tmp_path):
 @pytest.mark.unit
 def test_nested_knn_semantics(tmp_path):
     rng = np.random.default_rng(6)
-    q = unit(rng, 1)[0]
-    near = q + 0.05 * unit(rng, 3)
-    near /= np.linalg.norm(near, axis=1, keepdims=True)
-    target = make_doc("target", rng, n_pars=2, n_sents=3)
-    vec = target[1].vectors.copy()
-    vec[1], vec[3], vec[4] = q, near[0], near[1]  # one exact match and two close ones
-    other = make_doc("other", rng, n_pars=1, n_sents=2)
-    ovec = other[1].vectors.copy()
-    ovec[0] = near[2]
+    q, planted = planted_query(rng)  # "target" holds q itself, "other" a sentence close to it
     with open_store(tmp_path / "s") as store:
-        store.put([with_vectors(target, vec), with_vectors(other, ovec), *make_docs(20, seed=7)])
+        store.put([*planted, *make_docs(20, seed=7)])
         queries = np.stack([q, unit(rng, 1)[0]])
         hits = store.sentence_knn(queries, 5)
         assert hits.doc_ids[0][:2] == ["target", "other"]
@@ -423,17 +392,8 @@ def test_reference_persists_and_survives_deletes(tmp_path):
         assert store.reference() is None
         store.put(items)
         corpus = store.all_vectors()
-        picks = [1, 2, 7]  # corpus paragraph indices
-        sampled = CorpusVectors(
-            tuple(str(p) for p in picks),
-            np.concatenate([corpus.vectors[corpus.par_offsets[p] : corpus.par_offsets[p + 1]] for p in picks]),
-            np.concatenate([[0], np.cumsum([corpus.par_offsets[p + 1] - corpus.par_offsets[p] for p in picks])]),
-            np.arange(len(picks) + 1),
-        )
-        owners = corpus.paragraph_doc()[picks]
-        ref = ReferenceParagraphs(
-            tuple(corpus.ids[o] for o in owners), np.asarray(picks) - corpus.doc_par_offsets[owners], sampled, 42, 3
-        )
+        ref = reference_sample(corpus, [1, 2, 7], seed=42)  # corpus paragraph indices
+        sampled = ref.vectors
         store.set_reference(ref)
         store.delete(list(ref.doc_ids))
     with EmbeddedStore(tmp_path / "s") as store:
@@ -445,6 +405,28 @@ def test_reference_persists_and_survives_deletes(tmp_path):
     np.testing.assert_array_equal(got.vectors.vectors, sampled.vectors)
     np.testing.assert_array_equal(got.vectors.par_offsets, sampled.par_offsets)
     np.testing.assert_array_equal(got.vectors.doc_par_offsets, sampled.doc_par_offsets)
+
+
+@pytest.mark.unit
+def test_query_state_is_one_read_transaction(tmp_path):
+    items = make_docs(4, seed=17)
+    with open_store(tmp_path / "s") as store:
+        store.put(items)
+        ref = reference_sample(store.all_vectors(), [0, 5], seed=1)
+        store.set_reference(ref)
+        store.meta()  # load the catalogue: what follows is one query's reads
+        statements: list[str] = []
+        store._db().set_trace_callback(statements.append)
+        state = store.query_state()
+        assert [s for s in statements if s.startswith("BEGIN")] == ["BEGIN"]
+        assert state.meta == META
+        assert_reference_equal(state.reference, ref)
+        statements.clear()
+        state = store.query_state(reference_version=state.stats.version)  # cached per generation, sample current
+        assert state.reference_current and state.reference is None
+        assert [s for s in statements if s.startswith("BEGIN")] == ["BEGIN"]
+        assert not any("reference" in s for s in statements)  # the sample was not read again
+        store._db().set_trace_callback(None)
 
 
 # -- compaction ----------------------------------------------------------------------------------

@@ -8,7 +8,8 @@ import pytest
 from sdr_search.indexer.embedded import EmbeddedStore
 from sdr_search.indexer.pipeline import index_documents
 from sdr_search.indexer.stats_job import refresh_stats
-from sdr_search.reranker.engine import MLTSettings, MoreLikeThis
+from sdr_search.indexer.prerank import prerank_order
+from sdr_search.reranker.engine import MLTSettings, MoreLikeThis, Query
 from sdr_search.cli import main
 from sdr_search.core.documents import parse_record
 from sdr_search.core.errors import (
@@ -66,7 +67,7 @@ def test_two_stage_equals_exhaustive_sdr_with_the_same_stats(built, encoder):
         for doc in docs[::5]:
             src = engine.source_from_id(doc.id)
             assert src.stats_origin == "stored"
-            res = engine.search(src, size=23)
+            res = engine.run(Query(id=doc.id, size=23, method="sdr"))
             # brute force over every other document with the same (stored, exact) statistics
             stat_paras = [corpus.doc(k).paragraph(j) for k in range(corpus.n_docs) if corpus.ids[k] != doc.id
                           for j in range(corpus.doc(k).n_paragraphs)]
@@ -86,7 +87,7 @@ def test_same_topic_ranks_first_and_explain_has_three_levels(built, encoder):
     path, _ = built
     with EmbeddedStore(path) as store:
         engine = MoreLikeThis(store=store, encoder=encoder, settings=MLTSettings(method="sdr"))
-        res = engine.more_like_this(doc_id="land_0", size=5, explain=True)
+        res = engine.run(Query(id="land_0", size=5, explain=True))
         assert all(h.id.startswith("land_") for h in res.hits)
         ex = res.hits[0].explanation
         assert ex["score"] == pytest.approx(res.hits[0].score, abs=1e-4)
@@ -96,7 +97,7 @@ def test_same_topic_ranks_first_and_explain_has_three_levels(built, encoder):
         land_0 = {s for p in store.get("land_0").document.paragraphs for s in p}
         assert best["source_sentence"] in land_0 and best["cosine"] > 0.5
         assert any(best["candidate_sentence"] in p for p in store.get(res.hits[0].id).document.paragraphs)
-        res = engine.more_like_this(record={"text": "The employer dismissed the worker without any inquiry. He asked to be reinstated."}, size=3)
+        res = engine.run(Query(text="The employer dismissed the worker without any inquiry. He asked to be reinstated.", size=3))
         assert res.stats_origin == "reference-sample"
         assert all(h.id.startswith("service_") for h in res.hits)
 
@@ -106,7 +107,7 @@ def test_errors(built, encoder, tmp_path):
     with EmbeddedStore(path) as store:
         engine = MoreLikeThis(store=store, encoder=encoder)
         with pytest.raises(DocumentNotFoundError):
-            engine.more_like_this(doc_id="nope")
+            engine.run(Query(id="nope"))
     with pytest.raises(IndexNotFoundError, match="sdr index"):
         EmbeddedStore(tmp_path / "missing").counts()
     from sdr_search.core.encoder import SentenceEncoder
@@ -115,14 +116,14 @@ def test_errors(built, encoder, tmp_path):
     other = SentenceEncoder(settings=EncoderSettings(precision="fp32", device="cpu", max_tokens=16))
     with EmbeddedStore(path) as store:
         with pytest.raises(ModelMismatchError, match="re-index"):
-            MoreLikeThis(store=store, encoder=other).more_like_this(record={"text": "A new text."})
+            MoreLikeThis(store=store, encoder=other).run(Query(text="A new text."))
 
 
 def test_text_source_without_reference_sample_is_a_clear_error(tmp_path, encoder):
     with EmbeddedStore(tmp_path / "s", create=True) as store:
         index_documents(store, [parse_record(r) for r in _records()[:3]], encoder)
         with pytest.raises(StatsUnavailableError, match="sdr stats"):
-            MoreLikeThis(store=store, encoder=encoder).more_like_this(record={"text": "Some text here."})
+            MoreLikeThis(store=store, encoder=encoder).run(Query(text="Some text here."))
 
 
 def test_cli_index_info_mlt_stats_and_eval_store(tmp_path, capsys):
@@ -189,18 +190,19 @@ def test_hybrid_fuses_every_signal_over_the_union_of_both_sides(built, encoder):
     with EmbeddedStore(path) as store:
         engine = MoreLikeThis(store=store, encoder=encoder, settings=MLTSettings(candidates=4, knn_k=4))
         src = engine.source_from_id("murder_2")
-        vector_ids, _ = engine.vector_candidates(src, 4)  # after the centroid pre-rank
+        pool, scores = engine._aggregated(src, 8, ["murder_2"])  # 2K by aggregation, then the centroid pre-rank
+        vector_ids = [pool[i] for i in prerank_order(pool, scores, src.vectors, store.paragraph_centroids(pool))[:4]]
         lexical = store.lexical_search(src.document.text, 4, exclude_ids=["murder_2"])
         union = vector_ids + [i for i in lexical.ids if i not in vector_ids]
         spec = HybridSpec("zscore", {"bm25": 1, "mean": 1, "sdr": 0.5})
-        res = engine.search(src, size=len(union), hybrid=spec)
+        res = engine.run(Query(id="murder_2", size=len(union), fusion="zscore", weights=spec.weights))
         assert res.method == "hybrid" and res.hybrid == spec.to_dict()
         assert res.candidates == len(union) and {h.id for h in res.hits} == set(union)
-        assert set(res.timings_ms) == {"candidates", "prerank", "lexical", "fetch", "rerank"}
+        assert set(res.timings_ms) == {"source", "candidates", "prerank", "lexical", "fetch", "rerank"}
         # recompute every signal and the fusion independently
         cv = store.fetch(union)
         docs = store.fetch_documents(union)
-        sdr = engine.search(src, size=len(union), candidate_ids=union)
+        sdr = engine.run(Query(id="murder_2", size=len(union), method="sdr", candidate_ids=union))
         sdr_by_id = {h.id: h.score for h in sdr.hits}
         all_lex = store.lexical_search(src.document.text, 0, score_ids=union)
         signals = {"bm25": np.array([all_lex.scored[i] for i in union]),
@@ -216,22 +218,19 @@ def test_hybrid_fuses_every_signal_over_the_union_of_both_sides(built, encoder):
             assert h.signals["sdr"]["raw"] == pytest.approx(signals["sdr"][k], abs=1e-9)
             assert h.signals["mean"]["normalised"] == pytest.approx(fused.normalised["mean"][k])
         # BM25 alone: the lexical top hit wins whether or not the vector side found it
-        bm25_only = engine.search(src, size=3, hybrid=HybridSpec("minmax", {"bm25": 1}))
+        bm25_only = engine.run(Query(id="murder_2", size=3, fusion="minmax", weights={"bm25": 1}))
         assert bm25_only.hits[0].id == lexical.ids[0]
 
 
 def test_hybrid_explain_and_sdr_only_weights(built, encoder):
-    from sdr_search.core.fusion import HybridSpec
-
     path, _ = built
     with EmbeddedStore(path) as store:
         engine = MoreLikeThis(store=store, encoder=encoder, settings=MLTSettings(candidates=24, knn_k=24))
-        src = engine.source_from_id("service_1")
-        exact = engine.search(src, size=23)
-        sdr_only = engine.search(src, size=23, hybrid=HybridSpec("zscore", {"sdr": 1}))
+        exact = engine.run(Query(id="service_1", size=23, method="sdr"))
+        sdr_only = engine.run(Query(id="service_1", size=23, fusion="zscore", weights={"sdr": 1}))
         assert [h.id for h in sdr_only.hits] == [h.id for h in exact.hits]  # all candidates, one signal: SDR's order
-        res = engine.more_like_this(doc_id="service_1", size=2, explain=True, method="hybrid", fusion="rrf",
-                                    weights={"bm25": 1, "sdr": 1})
+        res = engine.run(Query(id="service_1", size=2, explain=True, method="hybrid", fusion="rrf",
+                                     weights={"bm25": 1, "sdr": 1}))
         ex = res.hits[0].explanation
         assert ex["hybrid"]["score"] == res.hits[0].score and ex["hybrid"]["fusion"] == "rrf"
         assert ex["hybrid"]["rank_constant"] == 60
@@ -247,7 +246,7 @@ def test_method_and_fusion_resolution(tmp_path, encoder):
     with EmbeddedStore(tmp_path / "s", create=True) as store:
         index_documents(store, [parse_record(r) for r in _records()[:8]], encoder)
         engine = MoreLikeThis(store=store, encoder=encoder)
-        assert engine.resolve() == DEFAULT_HYBRID  # product default: hybrid (measured, README)
+        assert engine.resolve() == DEFAULT_HYBRID  # product default: hybrid (measured, docs/results/relevance.md)
         assert MoreLikeThis(store=store, encoder=encoder, settings=MLTSettings(method="sdr")).resolve() is None
         assert engine.resolve(method="hybrid") == DEFAULT_HYBRID
         assert engine.resolve(method="hybrid", weights={"sdr": 1}).weights == {"bm25": 0.0, "sdr": 1.0, "mean": 0.0}
@@ -323,3 +322,110 @@ def test_default_segmentation_merges_paragraphs_and_sources_follow_the_store(tmp
     res = json.loads(capsys.readouterr().out)
     assert res["hits"][0]["id"].startswith("murder_")
     assert {p["source_paragraph"] for p in res["hits"][0]["explanation"]["paragraph_pairs"]} == {0}  # one unit
+
+
+# -- one query path ---------------------------------------------------------------------------------
+def _court(doc_id: str) -> str:
+    return "supreme" if int(doc_id.rsplit("_", 1)[1]) % 2 == 0 else "high"
+
+
+@pytest.fixture(scope="module")
+def with_metadata(tmp_path_factory, encoder):
+    path = tmp_path_factory.mktemp("meta") / "s"
+    docs = [parse_record({**r, "metadata": {"court": _court(r["id"])}}, settings=AS_GIVEN) for r in _records()]
+    with EmbeddedStore(path, create=True) as store:
+        index_documents(store, docs, encoder)
+        refresh_stats(store, exact=True, sample_size=30, seed=0)
+    return path
+
+
+def test_a_filtered_query_ranks_the_matching_documents_as_exhaustive_sdr_does(with_metadata, encoder):
+    with EmbeddedStore(with_metadata) as store:
+        engine = MoreLikeThis(store=store, encoder=encoder, settings=MLTSettings(knn_k=24))
+        res = engine.run(Query(id="tax_1", method="sdr", size=11, filter={"court": "supreme"}))
+        assert "filter" in res.timings_ms
+        matching = [d for d in store.iter_ids() if _court(d) == "supreme"]  # 12, none of them tax_1
+        assert len(res.hits) == 11 and {h.id for h in res.hits} <= set(matching)
+        full = engine.run(Query(id="tax_1", method="sdr", size=23, candidates=23))
+        assert [h.id for h in res.hits] == [h.id for h in full.hits if _court(h.id) == "supreme"][:11]
+        for h in res.hits:
+            assert h.score == pytest.approx(next(f.score for f in full.hits if f.id == h.id), abs=1e-9)
+        hybrid = engine.run(Query(id="tax_1", size=5, filter={"court": ["high"]}))
+        assert hybrid.method == "hybrid" and all(_court(h.id) == "high" for h in hybrid.hits)
+        assert engine.run(Query(id="tax_1", filter={"court": "nowhere"})).hits == []
+
+
+def test_a_query_reads_the_store_state_once(with_metadata, encoder, monkeypatch):
+    with EmbeddedStore(with_metadata) as store:
+        engine = MoreLikeThis(store=store, encoder=encoder)
+        calls = []
+        real = store.query_state
+        monkeypatch.setattr(store, "query_state", lambda **kw: calls.append(kw) or real(**kw))
+        for name in ("meta", "search_defaults", "stats_info", "reference"):
+            monkeypatch.setattr(store, name, lambda *a, _n=name, **k: pytest.fail(f"the engine called store.{_n}()"))
+        for query in (Query(text="The accused killed the deceased with a knife.", size=3, explain=True),
+                      Query(id="land_2", size=3, method="sdr"), Query(id="land_2", filter={"court": "high"})):
+            engine.run(query)
+        assert len(calls) == 3
+        assert calls[1] == {"reference_version": calls[1]["reference_version"]} and calls[1]["reference_version"] is not None
+
+
+def test_query_objects_refuse_bad_input():
+    with pytest.raises(InvalidInputError, match="exactly one source"):
+        Query()
+    with pytest.raises(InvalidInputError, match="exactly one source"):
+        Query(id="a", text="b")
+    with pytest.raises(InvalidInputError, match="size"):
+        Query(id="a", size=-1)
+    with pytest.raises(InvalidInputError, match="candidates"):
+        Query(id="a", candidates=0)
+    with pytest.raises(InvalidInputError, match="filter"):
+        Query(id="a", filter=["court"])
+    with pytest.raises(InvalidInputError, match="filter field 'court'"):
+        Query(id="a", filter={"court": {"nested": 1}})
+
+
+def test_one_sentence_cap_for_every_door(with_metadata, encoder, monkeypatch, capsys, caplog):
+    from sdr_search.core.errors import SourceTooLargeError
+
+    text = " ".join(f"Sentence number {k} is about the case." for k in range(6))
+    with EmbeddedStore(with_metadata) as store:
+        with pytest.raises(SourceTooLargeError, match="SDR_MAX_QUERY_SENTENCES"):
+            MoreLikeThis(store=store, encoder=encoder, settings=MLTSettings(max_query_sentences=5)).run(Query(text=text))
+    monkeypatch.setenv("SDR_SERVICE_MAX_SOURCE_SENTENCES", "7")  # the service's older name is still read
+    assert MLTSettings().max_query_sentences == 7
+    monkeypatch.setenv("SDR_MAX_QUERY_SENTENCES", "5")
+    assert MLTSettings().max_query_sentences == 5
+    assert main(["mlt", "--store", str(with_metadata), "--text", text, "--precision", "fp32", "--no-cache"]) == 2
+    assert "SDR_MAX_QUERY_SENTENCES" in caplog.text
+
+
+def test_cli_mlt_filter(with_metadata, capsys):
+    assert main(["mlt", "--store", str(with_metadata), "--id", "murder_3", "--size", "4", "--json", "--method", "sdr",
+                 "--filter", '{"court": "supreme"}']) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["index"] == "default" and len(res["hits"]) == 4
+    assert all(_court(h["id"]) == "supreme" for h in res["hits"]) and "filter" in res["timings_ms"]
+    assert main(["mlt", "--store", str(with_metadata), "--id", "murder_3", "--size", "2", "--from", "2", "--json",
+                 "--method", "sdr", "--filter", '{"court": "supreme"}']) == 0
+    assert [h["id"] for h in json.loads(capsys.readouterr().out)["hits"]] == [h["id"] for h in res["hits"][2:]]
+    assert main(["mlt", "--store", str(with_metadata), "--id", "murder_3", "--filter", "court=supreme"]) == 2
+    assert main(["mlt", "--store", str(with_metadata), "--id", "murder_3", "--filter", '["court"]']) == 2
+
+
+def test_library_front_door(tmp_path, encoder):
+    import sdr_search
+    from sdr_search import Query as FrontQuery, index_files, more_like_this, open_store
+
+    assert FrontQuery is Query and set(sdr_search.__all__) >= {"Query", "open_store", "index_files", "more_like_this"}
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("\n".join(json.dumps(r) for r in _records()) + "\n")
+    with open_store(tmp_path / "store", create=True) as store:
+        summary = index_files(store, [corpus], encoder=encoder, sample=40)
+        assert summary["indexed"] == 24 and summary["stats"]["mode"] == "sampled" and summary["lexical_documents"] == 24
+        result = more_like_this(store, Query(text="The accused killed the deceased with a knife.", size=3), encoder=encoder)
+        assert result.hits and result.hits[0].id.startswith("murder_")
+        by_id = more_like_this(store, Query(id="land_1", size=2, method="sdr"))
+        assert [h.id[:5] for h in by_id.hits] == ["land_"] * 2
+    with pytest.raises(ValueError, match="OpenSearch"):
+        open_store(tmp_path / "store", index="x")

@@ -41,6 +41,7 @@ import numpy as np
 import pytest
 from opensearchpy import OpenSearch
 
+from factories import AS_GIVEN, DIM, META, unit
 from sdr_search.indexer.embedded import EmbeddedStore
 from sdr_search.indexer.opensearch import OpenSearchSettings, OpenSearchStore
 from sdr_search.indexer.opensearch.requests import build_bulk_actions, build_terms_query, bulk_lines
@@ -48,7 +49,6 @@ from sdr_search.indexer.store import IndexMeta
 from sdr_search.core.documents import Document, parse_record
 from sdr_search.core.errors import BackendUnavailableError, BulkWriteError, DocumentNotFoundError, StoreError
 from sdr_search.core.lexical import analyze, query_terms
-from sdr_search.core.settings import SegmentationSettings
 from sdr_search.core.vectors import DocVectors
 
 pytestmark = pytest.mark.integration
@@ -59,9 +59,6 @@ FAULT_NODE_PORT = int(os.environ.get("SDR_TEST_FAULT_NODE_PORT", "9270"))
 MAX_CONTENT = 2 * 1024 * 1024  # the node's http.max_content_length ("2mb" = 2 MiB)
 FAULT_NODE_ARGS = "-E thread_pool.write.queue_size=1 -E http.max_content_length=2mb"
 
-AS_GIVEN = SegmentationSettings.from_recorded({})  # paragraphs and sentences as written
-DIM = 16
-META = IndexMeta("model-a", "tag-a", DIM, {"paragraph_unit": "paragraph"}, {"numpy": np.__version__})
 BIG_DIM = 384  # (c): about 10 kB of _bulk action per sentence (JSON floats plus the base64 copy)
 BIG_META = IndexMeta("model-b", "tag-b", BIG_DIM, {"paragraph_unit": "paragraph"}, {"numpy": np.__version__})
 STORE_LOGGER = "sdr_search.indexer.opensearch.store"
@@ -136,11 +133,6 @@ def _client(url: str) -> OpenSearch:
     return OpenSearch([url], timeout=30, max_retries=0)
 
 
-def _unit(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
-    x = rng.standard_normal((n, dim)).astype(np.float32)
-    return x / np.linalg.norm(x, axis=1, keepdims=True)
-
-
 def _item(doc_id: str, rng: np.random.Generator, *, n_sents: int = 3, dim: int = DIM,
           text: str | None = None) -> tuple[Document, DocVectors]:
     """One document of one paragraph (``n_sents`` sentences, or the sentences of ``text``) with
@@ -148,7 +140,7 @@ def _item(doc_id: str, rng: np.random.Generator, *, n_sents: int = 3, dim: int =
     paragraph = text if text is not None else " ".join(f"Sentence {s} of {doc_id} is here." for s in range(n_sents))
     doc = parse_record({"id": doc_id, "paragraphs": [paragraph]}, settings=AS_GIVEN)
     n = doc.n_sentences
-    return doc, DocVectors(_unit(rng, n, dim), np.asarray([0, n]))
+    return doc, DocVectors(unit(rng, n, dim), np.asarray([0, n]))
 
 
 def _items(n: int, prefix: str, seed: int = 0, **kw) -> list[tuple[Document, DocVectors]]:
@@ -425,7 +417,7 @@ def test_knn_right_after_replace_and_delete_returns_k_live_documents(opensearch_
     try:
         store.put(items)
         rng = np.random.default_rng(4)
-        replaced = {items[i][0].id: (items[i][0], DocVectors(_unit(rng, items[i][1].n_sentences, DIM), items[i][1].par_offsets))
+        replaced = {items[i][0].id: (items[i][0], DocVectors(unit(rng, items[i][1].n_sentences, DIM), items[i][1].par_offsets))
                     for i in range(0, n, 3)}
         deleted = [items[i][0].id for i in range(1, n, 6)]
         store.put(list(replaced.values()))
@@ -433,7 +425,7 @@ def test_knn_right_after_replace_and_delete_returns_k_live_documents(opensearch_
         # at once, no refresh or wait beyond the store's own write policy
         live = {d.id: (replaced[d.id][1] if d.id in replaced else v).vectors for d, v in items if d.id not in deleted}
         gone = np.concatenate([v.vectors for d, v in items if d.id in replaced or d.id in deleted])
-        queries = np.concatenate([gone, _unit(rng, 10, DIM)])
+        queries = np.concatenate([gone, unit(rng, 10, DIM)])
         live_ids = list(live)
         best = np.stack([(live[i] @ queries.T).max(axis=0) for i in live_ids])  # (documents, queries)
         for k in (len(live), len(live) - 5, 10, 1):

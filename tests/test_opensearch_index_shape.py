@@ -11,19 +11,18 @@ import pytest
 from opensearchpy import OpenSearch
 from pydantic import ValidationError
 
+from factories import AS_GIVEN
 from sdr_search.indexer.opensearch import OpenSearchSettings, OpenSearchStore
 from sdr_search.indexer.opensearch import requests as osr
 from sdr_search.indexer.store import IndexMeta
 from sdr_search.core.documents import parse_record
 from sdr_search.core.errors import InvalidInputError, StoreError
-from sdr_search.core.settings import SegmentationSettings
 from sdr_search.core.vectors import DocVectors
 
 pytestmark = pytest.mark.integration
 
 DIM = 8
 META = IndexMeta("model-a", "tag-a", DIM, {"paragraph_unit": "paragraph"}, {"numpy": np.__version__})
-AS_GIVEN = SegmentationSettings.from_recorded({})
 
 
 def docs(n: int, seed: int = 0):

@@ -45,3 +45,14 @@ def test_no_import_cycle():
     graph = import_graph(REPO)
     assert len(graph) > 50
     assert cycles(graph) == []
+
+
+def test_the_front_door_loads_nothing_at_import():
+    import subprocess
+
+    code = ("import sys, sdr_search; heavy = [m for m in ('torch', 'transformers', 'faiss', 'opensearchpy', 'fastapi') "
+            "if m in sys.modules]; print(heavy); sys.exit(1 if heavy else 0)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/")
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = subprocess.run([sys.executable, "-c", "import sdr_search; sdr_search.no_such_name"], capture_output=True, text=True)
+    assert "has no attribute 'no_such_name'" in r.stderr

@@ -3,19 +3,11 @@
 import numpy as np
 import pytest
 
+from factories import doc_vectors, unit
 from sdr_search.indexer.prerank import centroid_scores, paragraph_centroids, prerank_order
 from sdr_search.core.fusion import zscore
 from sdr_search.core.scoring import rank
 from sdr_search.core.vectors import DocVectors
-
-
-def _unit(rng, n, d=16):
-    v = rng.standard_normal((n, d)).astype(np.float32)
-    return v / np.linalg.norm(v, axis=1, keepdims=True)
-
-
-def _doc(rng, sizes, d=16):
-    return DocVectors.from_paragraphs([_unit(rng, s, d) for s in sizes])
 
 
 def _plain_centroid_scores(source: DocVectors, docs: list[DocVectors]) -> np.ndarray:
@@ -39,7 +31,7 @@ def _plain_centroid_scores(source: DocVectors, docs: list[DocVectors]) -> np.nda
 @pytest.mark.unit
 def test_paragraph_centroids_are_normalised_paragraph_means():
     rng = np.random.default_rng(0)
-    doc = _doc(rng, [3, 1, 5])
+    doc = doc_vectors(rng, [3, 1, 5])
     C = paragraph_centroids(doc)
     assert C.shape == (3, 16) and C.dtype == np.float32
     for j in range(3):
@@ -50,15 +42,15 @@ def test_paragraph_centroids_are_normalised_paragraph_means():
 @pytest.mark.unit
 def test_centroid_scores_equal_the_plain_definition():
     rng = np.random.default_rng(1)
-    source = _doc(rng, [2, 4, 1])
-    docs = [_doc(rng, sizes) for sizes in ([1], [3, 2], [5, 1, 1, 2], [2, 2])]
+    source = doc_vectors(rng, [2, 4, 1])
+    docs = [doc_vectors(rng, sizes) for sizes in ([1], [3, 2], [5, 1, 1, 2], [2, 2])]
     cents = [paragraph_centroids(d) for d in docs]
     for block_rows in (1, 3, 5, 4096):  # a block per document, several, one
         np.testing.assert_allclose(centroid_scores(source, cents, block_rows=block_rows),
                                    _plain_centroid_scores(source, docs), atol=1e-5)
     assert centroid_scores(source, []).shape == (0,)
     with pytest.raises(ValueError, match="dimension"):
-        centroid_scores(source, [paragraph_centroids(_doc(rng, [2], d=8))])
+        centroid_scores(source, [paragraph_centroids(doc_vectors(rng, [2], dim=8))])
 
 
 @pytest.mark.unit
@@ -69,10 +61,10 @@ def test_centroids_prefer_one_coherent_paragraph_over_matches_scattered_across_p
     rng = np.random.default_rng(2)
     a, b, c = np.eye(16, dtype=np.float32)[:3]
     source = DocVectors.from_paragraphs([np.stack([a, b, c])])
-    near = [v * 0.9 + 0.1 * _unit(rng, 1)[0] for v in (a, b, c)]
+    near = [v * 0.9 + 0.1 * unit(rng, 1)[0] for v in (a, b, c)]
     short = DocVectors.from_paragraphs([np.stack([x / np.linalg.norm(x) for x in near])])
-    long = DocVectors.from_paragraphs([np.stack([v, *_unit(rng, 2)]) for v in (a, b, c)])
-    noise = [_doc(rng, [3, 3]) for _ in range(3)]
+    long = DocVectors.from_paragraphs([np.stack([v, *unit(rng, 2)]) for v in (a, b, c)])
+    noise = [doc_vectors(rng, [3, 3]) for _ in range(3)]
     scores = centroid_scores(source, [paragraph_centroids(d) for d in (long, short, *noise)])
     assert scores[1] > scores[0] > max(scores[2:])
 
@@ -87,8 +79,8 @@ def test_zscore():
 @pytest.mark.unit
 def test_prerank_order_fuses_both_z_scores_and_weight_ends_reduce_to_one_signal():
     rng = np.random.default_rng(3)
-    source = _doc(rng, [3, 2])
-    docs = [paragraph_centroids(_doc(rng, [2, 3, 1])) for _ in range(7)]
+    source = doc_vectors(rng, [3, 2])
+    docs = [paragraph_centroids(doc_vectors(rng, [2, 3, 1])) for _ in range(7)]
     ids = [f"d{k}" for k in range(7)]
     agg = rng.random(7)
     cent = centroid_scores(source, docs)
@@ -106,7 +98,7 @@ def test_engine_reranks_the_prerank_pick_from_a_pool_of_factor_times_k(tmp_path,
     from sdr_search.indexer.embedded import EmbeddedStore
     from sdr_search.indexer.pipeline import index_documents
     from sdr_search.indexer.stats_job import refresh_stats
-    from sdr_search.reranker.engine import MLTSettings, MoreLikeThis
+    from sdr_search.reranker.engine import MLTSettings, MoreLikeThis, Query
     from sdr_search.core.documents import parse_record
 
     topics = ["The court dismissed the appeal.", "The land was acquired by the State.", "The tax was assessed.",
@@ -120,15 +112,14 @@ def test_engine_reranks_the_prerank_pick_from_a_pool_of_factor_times_k(tmp_path,
         on = MoreLikeThis(store=store, settings=MLTSettings(candidates=3, knn_k=12, prerank_factor=2, method="sdr"))
         off = MoreLikeThis(store=store, settings=MLTSettings(candidates=3, knn_k=12, prerank_factor=1, method="sdr"))
         src = on.source_from_id("doc0")
-        pool, scores = on._aggregated(src, 6)
-        ids, timings = on.vector_candidates(src, 3)
+        pool, scores = on._aggregated(src, 6, ["doc0"])
         computed = [paragraph_centroids(d) for d in store.fetch_documents(pool)]
-        assert ids == [pool[i] for i in prerank_order(pool, scores, src.vectors, computed)[:3]]
-        assert set(timings) == {"candidates", "prerank"}
+        ids = [pool[i] for i in prerank_order(pool, scores, src.vectors, computed)[:3]]
         assert ids != pool[:3]  # here the pre-rank changes the pick, so this test sees it work
-        assert off.vector_candidates(src, 3)[0] == off.candidates(src, 3) == pool[:3]
+        off_res = off.run(Query(id="doc0", size=3))
+        assert off_res.candidates == 3 and {h.id for h in off_res.hits} == set(pool[:3])
         for kept, fresh in zip(store.paragraph_centroids(pool), computed):  # the store's cached centroids
             np.testing.assert_allclose(kept, fresh, atol=1e-6)
-        res = on.search(src, size=3)
+        res = on.run(Query(id="doc0", size=3))
         assert res.candidates == 3 and {h.id for h in res.hits} == set(ids)
         assert "prerank" in res.timings_ms

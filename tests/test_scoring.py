@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from factories import DIM, make_corpus, make_paragraphs, unit
 from sdr_search.core.reference import (
     reference_corpus_scores,
     reference_paragraph_score,
@@ -25,31 +26,16 @@ from sdr_search.core.scoring import (
     segment_max_rows,
     stats_from_paragraph_scores,
 )
-from sdr_search.core.vectors import CorpusVectors, DocVectors
+from sdr_search.core.vectors import DocVectors
 
 pytestmark = pytest.mark.unit
 
-DIM = 16
 TOL = 1e-4
 
 # Awkward paragraph sizes: one-sentence paragraphs, one-paragraph documents, a 30-sentence
 # paragraph (larger than blocks of 5 and 17), very unequal documents.
 CORPUS_SIZES = [[1], [3, 1, 4], [30], [1, 1, 1, 1], [5, 17, 2], [12], [2, 2]]
 SOURCE_SIZES = [2, 1, 6]
-
-
-def unit_rows(rng: np.random.Generator, n: int, dim: int = DIM) -> np.ndarray:
-    x = rng.standard_normal((n, dim)).astype(np.float32)
-    return x / np.linalg.norm(x, axis=1, keepdims=True)
-
-
-def make_paragraphs(rng: np.random.Generator, sizes: list[int]) -> list[np.ndarray]:
-    return [unit_rows(rng, s) for s in sizes]
-
-
-def make_corpus(docs: list[list[np.ndarray]], ids: list[str] | None = None) -> CorpusVectors:
-    ids = ids if ids is not None else [f"d{k:02d}" for k in range(len(docs))]
-    return CorpusVectors.from_docs(ids, [DocVectors.from_paragraphs(d) for d in docs])
 
 
 @pytest.fixture
@@ -108,9 +94,9 @@ def test_column_blocks_rejects_bad_block() -> None:
 
 
 def test_dimension_mismatch_is_rejected(rng) -> None:
-    src = DocVectors.from_paragraphs([unit_rows(rng, 2, dim=8)])
+    src = DocVectors.from_paragraphs([unit(rng, 2, dim=8)])
     with pytest.raises(ValueError, match="dimension"):
-        paragraph_scores(src, make_corpus([[unit_rows(rng, 2)]]))
+        paragraph_scores(src, make_corpus([[unit(rng, 2)]]))
 
 
 # ---------------------------------------------------------------- document max
@@ -300,7 +286,7 @@ def test_rank_rejects_bad_input(ids, scores) -> None:
 def test_duplicate_candidates_tie_and_rank_by_id(rng, block_sentences: int) -> None:
     dup = make_paragraphs(rng, [4, 2, 7])
     other = make_paragraphs(rng, [5, 1])
-    source = DocVectors.from_paragraphs([dup[0][:2], unit_rows(rng, 3), dup[2]])  # close to dup
+    source = DocVectors.from_paragraphs([dup[0][:2], unit(rng, 3), dup[2]])  # close to dup
     docs = [other, dup, make_paragraphs(rng, [2]), dup, dup]
     ids = ["x", "m", "y", "b", "k"]
     corpus = make_corpus(docs, ids)

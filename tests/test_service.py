@@ -35,19 +35,20 @@ def test_committed_openapi_json_equals_the_generated_spec():
 
 @pytest.mark.unit
 def test_error_statuses_come_from_one_table_most_specific_class_first():
-    from sdr_search.reranker.errors import status_for
+    from sdr_search.reranker.errors import AuthenticationError, RequestTooLargeError, status_for
     from sdr_search.core import errors as e
 
     assert status_for(e.InvalidInputError("x")) == 422
     assert status_for(e.DocumentTooLargeError("d", "too big")) == 413  # a kind of InvalidInputError
-    assert status_for(e.RequestTooLargeError("x")) == 413
+    assert status_for(RequestTooLargeError("x")) == 413
+    assert status_for(e.SourceTooLargeError("x")) == 413
     assert status_for(e.DocumentNotFoundError("d")) == 404
     assert status_for(e.IndexNotFoundError("i")) == 404
     assert status_for(e.OverloadedError("x")) == 429
     assert status_for(e.BackendUnavailableError("x")) == 503
     assert status_for(e.ModelMismatchError("x")) == 409
     assert status_for(e.StatsUnavailableError("x")) == 409
-    assert status_for(e.AuthenticationError("x")) == 401
+    assert status_for(AuthenticationError("x")) == 401
     assert status_for(e.StoreError("x")) == 500
     assert status_for(RuntimeError("x")) == 500
 
@@ -203,7 +204,7 @@ def server(tmp_path_factory, encoder):
         "SDR_SERVICE_MAX_CONCURRENCY": "1",
         "SDR_SERVICE_MAX_QUEUE": "0",
         "SDR_SERVICE_MAX_BODY_BYTES": str(MAX_BODY_BYTES),
-        "SDR_SERVICE_MAX_SOURCE_SENTENCES": str(MAX_SOURCE_SENTENCES),
+        "SDR_MAX_QUERY_SENTENCES": str(MAX_SOURCE_SENTENCES),
         "SDR_CACHE_DIR": str(tmp / "cache"),
     }
     with running_server(["serve", "--store", str(path), "--precision", "fp32", "--device", "cpu"], port,
@@ -383,7 +384,8 @@ def test_413_for_large_bodies_and_sources(client, server):
     r = client.post(MLT, content=chunks(), headers={"Content-Type": "application/json"})
     _error(r, 413, "RequestTooLargeError")
     text = " ".join(f"Sentence number {k} is about a case." for k in range(MAX_SOURCE_SENTENCES + 5))
-    assert "SDR_SERVICE_MAX_SOURCE_SENTENCES" in _error(client.post(MLT, json={"text": text}), 413, "RequestTooLargeError")
+    # one cap for every door (the CLI's and the library's too): SDR_MAX_QUERY_SENTENCES, 413
+    assert "SDR_MAX_QUERY_SENTENCES" in _error(client.post(MLT, json={"text": text}), 413, "SourceTooLargeError")
 
 
 @pytest.mark.integration

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from factories import make_corpus, make_paragraphs, unit
 from sdr_search.core.reference import reference_corpus_scores, reference_paragraph_stats
 from sdr_search.core.scoring import paragraph_scores, score_candidates, stats_from_paragraph_scores
 from sdr_search.core.stats import (
@@ -22,22 +23,8 @@ from sdr_search.core.vectors import CorpusVectors, DocVectors
 
 pytestmark = pytest.mark.unit
 
-DIM = 16
 TOL = 1e-4
 CORPUS_SIZES = [[1], [3, 1, 4], [30], [1, 1, 1, 1], [5, 17, 2], [12], [2, 2], [6, 1]]
-
-
-def unit_rows(rng: np.random.Generator, n: int, dim: int = DIM) -> np.ndarray:
-    x = rng.standard_normal((n, dim)).astype(np.float32)
-    return x / np.linalg.norm(x, axis=1, keepdims=True)
-
-
-def make_paragraphs(rng: np.random.Generator, sizes: list[int]) -> list[np.ndarray]:
-    return [unit_rows(rng, s) for s in sizes]
-
-
-def make_corpus(docs: list[list[np.ndarray]]) -> CorpusVectors:
-    return CorpusVectors.from_docs([f"d{k:02d}" for k in range(len(docs))], [DocVectors.from_paragraphs(d) for d in docs])
 
 
 @pytest.fixture
@@ -111,7 +98,7 @@ def test_exact_corpus_stats_leave_out_own_document(corpus, docs) -> None:
 
 def test_exact_corpus_stats_clamps_sigma() -> None:
     rng = np.random.default_rng(5)
-    paragraph = unit_rows(rng, 3)
+    paragraph = unit(rng, 3)
     corpus = make_corpus([[paragraph], [paragraph], [paragraph.copy()]])  # every score is 1
     stats = exact_corpus_stats(corpus)
     np.testing.assert_allclose(stats.mu, 1.0, atol=1e-6)

@@ -1,473 +1,101 @@
-"""Behavioural contract of :class:`sdr_search.indexer.store.DocumentStore`, run against every backend.
+"""The store contract (:class:`store_contract.StoreContract`) run against every backend.
 
-The ``store_factory`` fixture is parametrised over backends: ``embedded`` always runs;
-``opensearch`` runs against a real node (the ``opensearch_url`` fixture: ``OPENSEARCH_URL``, or the
-local node of ``scripts/opensearch-node.sh``; each test gets its own uniquely named index, deleted
-afterwards; other ``SDR_OPENSEARCH_*`` settings such as credentials apply). Documents are parsed with
-:func:`sdr_search.core.documents.parse_record` and carry random unit vectors of dimension 16.
-
-Backends may differ in the order of :meth:`iter_ids` and :meth:`all_vectors` (insertion order
-vs id order), so the contract compares those by id.
+``TestEmbeddedStore``: a new embedded store in the test's temporary directory. ``TestOpenSearchStore``:
+a real node (the ``opensearch_url`` fixture: ``OPENSEARCH_URL``, or the local node of
+``scripts/opensearch-node.sh``); each test gets its own uniquely named indices, deleted afterwards
+(other ``SDR_OPENSEARCH_*`` settings such as credentials apply), plus what only OpenSearch promises.
 """
 
 from __future__ import annotations
 
 import uuid
 
-import numpy as np
 import pytest
 
-from sdr_search.indexer.store import IndexMeta, ReferenceParagraphs
-from sdr_search.core.cache import document_key
-from sdr_search.core.documents import Document, parse_record
-from sdr_search.core.errors import (
-    DocumentNotFoundError,
-    DuplicateIdError,
-    InvalidDocumentError,
-    InvalidInputError,
-    ModelMismatchError,
-    StoreError,
-)
-from sdr_search.core.scoring import NormStats
-from sdr_search.core.settings import SegmentationSettings
-from sdr_search.core.vectors import CorpusVectors, DocVectors
-
-AS_GIVEN = SegmentationSettings.from_recorded({})  # paragraphs and sentences as written
+from factories import META, make_docs, reference_sample
+from sdr_search.core.vectors import CorpusVectors
+from store_contract import StoreContract, stats_for
 
 pytestmark = pytest.mark.integration
 
-DIM = 16
-META = IndexMeta("model-a", "tag-a", DIM, {"paragraph_unit": "paragraph"}, {"numpy": np.__version__})
-WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda sigma".split()
 
-
-# -- backends -----------------------------------------------------------------------------------------
-@pytest.fixture(params=["embedded", "opensearch"])
-def store_factory(request):
-    """``make(name="main")`` opens a handle on the store ``name`` of this test (the same name
-    gives another handle on the same store); everything is closed, and OpenSearch indices
-    deleted, afterwards."""
-    backend = request.param
-    handles = []
-    if backend == "embedded":
+class TestEmbeddedStore(StoreContract):
+    @pytest.fixture()
+    def make_store(self, tmp_path):
         from sdr_search.indexer.embedded import EmbeddedStore
 
-        tmp_path = request.getfixturevalue("tmp_path")
+        handles = []
 
         def make(name: str = "main"):
             store = EmbeddedStore(tmp_path / name, create=True)
             handles.append(store)
             return store
-    else:
-        url = request.getfixturevalue("opensearch_url")
+
+        yield make
+        for store in handles:
+            store.close()
+
+
+class _CountingClient:
+    """An opensearch-py client that counts the top-level requests made through it (``close`` included)."""
+
+    def __init__(self, client) -> None:
+        self._client = client
+        self.calls: dict[str, int] = {}
+
+    def __getattr__(self, name):
+        attr = getattr(self._client, name)
+        if not callable(attr):
+            return attr
+
+        def counted(*args, **kwargs):
+            self.calls[name] = self.calls.get(name, 0) + 1
+            return attr(*args, **kwargs)
+
+        return counted
+
+
+class TestOpenSearchStore(StoreContract):
+    @pytest.fixture()
+    def make_store(self, opensearch_url):
+        """As the contract's, and ``make(name, client=...)`` talks through ``client`` (closed afterwards)."""
         from sdr_search.indexer.opensearch import OpenSearchSettings, OpenSearchStore
 
         settings = OpenSearchSettings(replicas=0)
         prefix = f"sdr-contract-{uuid.uuid4().hex[:12]}"
+        handles = []
 
-        def make(name: str = "main"):
-            store = OpenSearchStore(url, index=f"{prefix}-{name}", settings=settings)
+        def make(name: str = "main", *, client=None):
+            store = OpenSearchStore(opensearch_url, index=f"{prefix}-{name}", settings=settings, client=client)
             handles.append(store)
             return store
 
-    yield make
-    dropped = set()
-    for store in handles:
-        if backend == "opensearch" and store.index not in dropped:
-            dropped.add(store.index)
-            store.drop()
-        store.close()
+        yield make
+        dropped = set()
+        for store in handles:
+            if store.index not in dropped:
+                dropped.add(store.index)
+                store.drop()
+            store.close()
+        for store in handles:
+            if store._client is not None and not store._owns_client:
+                store._client.close()
 
+    def test_query_state_reads_the_state_document_once(self, make_store, opensearch_url):
+        from opensearchpy import OpenSearch
 
-@pytest.fixture()
-def store(store_factory):
-    s = store_factory()
-    s.ensure_meta(META)
-    return s
-
-
-# -- helpers --------------------------------------------------------------------------------------------
-def unit(rng: np.random.Generator, n: int, dim: int = DIM) -> np.ndarray:
-    x = rng.standard_normal((n, dim)).astype(np.float32)
-    return x / np.linalg.norm(x, axis=1, keepdims=True)
-
-
-def make_doc(doc_id: str, rng: np.random.Generator, n_pars: int = 2, n_sents: int = 3) -> tuple[Document, DocVectors]:
-    paragraphs = [
-        " ".join(f"Sentence {s} of {doc_id[:20]} says {WORDS[(p + s) % len(WORDS)]}." for s in range(n_sents))
-        for p in range(n_pars)
-    ]
-    doc = parse_record({"id": doc_id, "title": f"Title {doc_id[:20]}", "paragraphs": paragraphs, "lang": "en"}, settings=AS_GIVEN)
-    sizes = [len(p) for p in doc.paragraphs]
-    if sizes != [n_sents] * n_pars:
-        raise ValueError(f"unexpected segmentation {sizes}")
-    return doc, DocVectors(unit(rng, sum(sizes)), np.concatenate([[0], np.cumsum(sizes)]))
-
-
-def make_docs(n: int, seed: int = 0, prefix: str = "d", **kw) -> list[tuple[Document, DocVectors]]:
-    rng = np.random.default_rng(seed)
-    return [make_doc(f"{prefix}{i:03d}", rng, **kw) for i in range(n)]
-
-
-def with_vectors(item: tuple[Document, DocVectors], vectors: np.ndarray) -> tuple[Document, DocVectors]:
-    return item[0], DocVectors(vectors, item[1].par_offsets)
-
-
-def assert_same_vectors(got: DocVectors, expected: DocVectors) -> None:
-    assert got.vectors.dtype == np.float32
-    np.testing.assert_array_equal(got.vectors, expected.vectors)
-    np.testing.assert_array_equal(got.par_offsets, expected.par_offsets)
-
-
-def assert_corpus_holds(corpus: CorpusVectors, expected: dict[str, DocVectors]) -> None:
-    assert sorted(corpus.ids) == sorted(expected)
-    for k, doc_id in enumerate(corpus.ids):
-        assert_same_vectors(corpus.doc(k), expected[doc_id])
-
-
-def brute_force_best(queries: np.ndarray, items) -> tuple[list[str], np.ndarray]:
-    """Each document's best sentence cosine for each query, shape (Q, D)."""
-    return [d.id for d, _ in items], np.stack([(queries @ v.vectors.T).max(axis=1) for _, v in items], axis=1)
-
-
-# -- metadata ---------------------------------------------------------------------------------------------
-def test_fresh_store(store_factory):
-    store = store_factory()
-    assert store.meta() is None
-    assert store.ensure_meta(META) == META
-    assert store.meta() == META
-    assert store.counts() == {"documents": 0, "paragraphs": 0, "sentences": 0}
-    info = store.stats_info()
-    assert (info.version, info.stale, info.docs_without_stats, info.mode) == (0, False, 0, None)
-    assert store.reference() is None
-    assert list(store.iter_ids()) == []
-    assert store.sentence_knn(unit(np.random.default_rng(0), 2), 3).doc_ids == [[], []]
-    with pytest.raises(StoreError, match="no documents"):
-        store.all_vectors()
-
-
-def test_put_requires_meta(store_factory):
-    with pytest.raises(StoreError, match="ensure_meta"):
-        store_factory().put(make_docs(1))
-
-
-def test_model_mismatch(store_factory):
-    store = store_factory()
-    store.ensure_meta(META)
-    assert store.ensure_meta(IndexMeta("model-a", "tag-a", DIM, {})) == META  # same tag and dim
-    other = IndexMeta("model-b", "tag-b", DIM, {})
-    with pytest.raises(ModelMismatchError) as err:
-        store.ensure_meta(other)
-    msg = str(err.value)
-    assert "model-a" in msg and "model-b" in msg and "tag-a" in msg and "re-index" in msg
-    with pytest.raises(ModelMismatchError):
-        store.ensure_meta(IndexMeta("model-a", "tag-a", DIM * 2, {}))
-    again = store_factory()  # a new handle on the same store reads the recorded model
-    assert again.meta() == META
-    with pytest.raises(ModelMismatchError):
-        again.ensure_meta(other)
-
-
-# -- documents ------------------------------------------------------------------------------------------
-def test_put_get_round_trip(store):
-    items = make_docs(5)
-    store.put(items)
-    for doc, vec in items:
-        got = store.get(doc.id)
-        assert got.document == doc
-        assert got.document.metadata == {"lang": "en"}
-        assert_same_vectors(got.vectors, vec)
-        assert got.stats is None
-    assert store.counts() == {"documents": 5, "paragraphs": 10, "sentences": sum(v.n_sentences for _, v in items)}
-    ids = list(store.iter_ids())
-    assert sorted(ids) == [d.id for d, _ in items] and list(store.iter_ids()) == ids  # all, in a stable order
-    assert store.content_keys(["d000", "zzz", "d003"]) == {
-        "d000": document_key(META.encoder_tag, items[0][0].paragraphs),
-        "d003": document_key(META.encoder_tag, items[3][0].paragraphs),
-    }
-    with pytest.raises(DocumentNotFoundError):
-        store.get("zzz")
-
-
-def test_put_rejects_bad_input_before_writing(store):
-    rng = np.random.default_rng(1)
-    doc, vec = make_doc("x", rng)
-    with pytest.raises(ModelMismatchError, match="dimension"):
-        store.put([(doc, DocVectors(unit(rng, vec.n_sentences, dim=DIM + 1), vec.par_offsets))])
-    with pytest.raises(InvalidDocumentError):
-        store.put([(doc, DocVectors(vec.vectors, [0, 1, vec.n_sentences]))])  # grouped 1 + 5, not 3 + 3
-    with pytest.raises(DuplicateIdError):
-        store.put([(doc, vec), (doc, vec)])
-    assert store.counts()["documents"] == 0
-
-
-def test_long_id_round_trip(store):
-    rng = np.random.default_rng(2)
-    long_id = "L" * 600  # over OpenSearch's 512-byte _id limit
-    item = make_doc(long_id, rng)
-    store.put([item, make_doc("short", rng)])
-    assert store.get(long_id).document == item[0]
-    assert_same_vectors(store.fetch([long_id]).doc(0), item[1])
-    assert store.sentence_knn(item[1].vectors[:1], 1).doc_ids == [[long_id]]
-    assert long_id in store.content_keys([long_id])
-    assert store.delete([long_id]) == 1
-    assert sorted(store.iter_ids()) == ["short"]
-
-
-def test_replace(store):
-    rng = np.random.default_rng(2)
-    items = make_docs(10, seed=3)
-    store.put(items)
-    old = items[4][1].vectors
-    new_item = with_vectors(items[4], unit(rng, old.shape[0]))
-    store.put([new_item])
-    assert_same_vectors(store.get("d004").vectors, new_item[1])
-    assert store.counts()["documents"] == 10
-    hits = store.sentence_knn(old, 10)
-    for ids, scores in zip(hits.doc_ids, hits.scores):
-        assert len(ids) == len(set(ids))
-        if "d004" in ids:  # only through its new vectors, never with the old exact match
-            assert scores[ids.index("d004")] < 0.999
-    assert store.sentence_knn(new_item[1].vectors, 1).doc_ids == [["d004"]] * old.shape[0]
-
-
-def test_delete(store):
-    items = make_docs(6)
-    store.put(items)
-    assert store.delete(["d001", "d003", "missing"]) == 2
-    assert store.delete(["d001"]) == 0
-    assert store.delete([]) == 0
-    assert store.counts()["documents"] == 4
-    with pytest.raises(DocumentNotFoundError):
-        store.get("d001")
-    hits = store.sentence_knn(items[1][1].vectors, 4)
-    assert all("d001" not in ids for ids in hits.doc_ids)
-    assert sorted(store.iter_ids()) == ["d000", "d002", "d004", "d005"]
-
-
-def test_second_handle_sees_the_same_store(store_factory, store):
-    items = make_docs(12, seed=4)
-    store.put(items[:6])
-    store.put(items[6:])
-    queries = unit(np.random.default_rng(5), 4)
-    before = store.sentence_knn(queries, 5)
-    other = store_factory()
-    assert other.meta() == META
-    assert other.counts() == store.counts()
-    assert other.get("d007").document == items[7][0]
-    after = other.sentence_knn(queries, 5)
-    assert before.doc_ids == after.doc_ids
-    for a, b in zip(before.scores, after.scores):
-        np.testing.assert_allclose(a, b, atol=1e-6)
-    other.delete(["d000"])
-    with pytest.raises(DocumentNotFoundError):
-        store.get("d000")
-
-
-# -- retrieval ----------------------------------------------------------------------------------------------
-def test_nested_knn_semantics(store):
-    rng = np.random.default_rng(6)
-    q = unit(rng, 1)[0]
-    near = q + 0.05 * unit(rng, 3)
-    near /= np.linalg.norm(near, axis=1, keepdims=True)
-    target = make_doc("target", rng, n_pars=2, n_sents=3)
-    vec = target[1].vectors.copy()
-    vec[1], vec[3], vec[4] = q, near[0], near[1]  # one exact match and two close ones
-    other = make_doc("other", rng, n_pars=1, n_sents=2)
-    ovec = other[1].vectors.copy()
-    ovec[0] = near[2]
-    store.put([with_vectors(target, vec), with_vectors(other, ovec), *make_docs(20, seed=7)])
-    queries = np.stack([q, unit(rng, 1)[0]])
-    hits = store.sentence_knn(queries, 5)
-    assert hits.doc_ids[0][:2] == ["target", "other"]  # identical sentence first, cosine ~1
-    assert hits.scores[0][0] == pytest.approx(1.0, abs=1e-5)
-    for ids, scores in zip(hits.doc_ids, hits.scores):
-        assert len(ids) == 5 and len(set(ids)) == 5  # each document once per row
-        assert scores.dtype == np.float32 and np.all(np.diff(scores) <= 1e-6)
-    excluded = store.sentence_knn(queries, 5, exclude_ids=["target"])
-    assert excluded.doc_ids[0][0] == "other"
-    assert all("target" not in ids for ids in excluded.doc_ids)
-    assert all(len(ids) == 5 for ids in excluded.doc_ids)  # the excluded document left no gap
-    assert len(store.sentence_knn(queries, 100).doc_ids[0]) == 22  # every document, once
-    assert store.sentence_knn(q, 1).doc_ids == [["target"]]  # a single vector is one query row
-    with pytest.raises(InvalidInputError):
-        store.sentence_knn(queries, 0)
-    with pytest.raises(ModelMismatchError):
-        store.sentence_knn(np.ones((1, DIM + 2), np.float32), 3)
-
-
-def test_knn_scores_are_best_sentence_cosines(store):
-    items = make_docs(40, seed=8, n_pars=2, n_sents=4)
-    store.put(items)
-    queries = unit(np.random.default_rng(9), 12)
-    ids, best = brute_force_best(queries, items)
-    hits = store.sentence_knn(queries, 5)
-    recall = []
-    for r, (row_ids, row_scores) in enumerate(zip(hits.doc_ids, hits.scores)):
-        for doc_id, score in zip(row_ids, row_scores):
-            assert score == pytest.approx(best[r, ids.index(doc_id)], abs=1e-5)
-        exact = {ids[j] for j in np.argsort(-best[r], kind="stable")[:5]}
-        recall.append(len(exact & set(row_ids)) / 5)
-    assert np.mean(recall) >= 0.9
-
-
-def test_fetch_order_and_unknown_id(store):
-    items = make_docs(8, seed=10)
-    by_id = {d.id: v for d, v in items}
-    store.put(items)
-    replaced = with_vectors(items[2], unit(np.random.default_rng(1), items[2][1].n_sentences))
-    store.put([replaced])
-    by_id["d002"] = replaced[1]
-    order = ["d005", "d002", "d000", "d007", "d005"]
-    cv = store.fetch(order)
-    assert cv.ids == tuple(order)
-    for k, doc_id in enumerate(order):
-        assert_same_vectors(cv.doc(k), by_id[doc_id])
-    with pytest.raises(DocumentNotFoundError, match="nope"):
-        store.fetch(["d001", "nope"])
-    with pytest.raises(InvalidInputError):
-        store.fetch([])
-    docs = store.fetch_documents(order)  # the same vectors, one document at a time
-    assert len(docs) == len(order)
-    for doc, doc_id in zip(docs, order):
-        assert_same_vectors(doc, by_id[doc_id])
-    with pytest.raises(DocumentNotFoundError, match="nope"):
-        store.fetch_documents(["d001", "nope"])
-    with pytest.raises(InvalidInputError):
-        store.fetch_documents([])
-    centroids = store.paragraph_centroids(order)  # for the pre-rank: normalised paragraph means
-    for c, doc_id in zip(centroids, order):
-        v = by_id[doc_id]
-        sums = np.stack([v.paragraph(j).sum(axis=0) for j in range(v.n_paragraphs)])
-        np.testing.assert_allclose(c, sums / np.linalg.norm(sums, axis=1, keepdims=True), atol=1e-6)
-    with pytest.raises(DocumentNotFoundError, match="nope"):
-        store.paragraph_centroids(["d001", "nope"])
-    with pytest.raises(InvalidInputError):
-        store.paragraph_centroids([])
-
-
-def test_all_vectors(store):
-    items = make_docs(7, seed=11)
-    store.put(items)
-    expected = {d.id: v for d, v in items}
-    assert_corpus_holds(store.all_vectors(), expected)
-    store.delete(["d003"])
-    del expected["d003"]
-    assert_corpus_holds(store.all_vectors(), expected)
-
-
-def test_lexical_search(store):
-    items = make_docs(12, seed=20)
-    store.put(items)
-    hits = store.lexical_search("What does d003 say? Only d003.", 5)
-    assert hits.ids[0] == "d003" and hits.scores.dtype == np.float32
-    assert np.all(hits.scores > 0) and np.all(np.diff(hits.scores) <= 1e-6)
-    assert store.lexical_search(items[7][0].text, 3).ids[0] == "d007"  # a whole document finds itself first
-    excluded = store.lexical_search("d003 d005", 5, exclude_ids=["d003"])
-    assert excluded.ids[0] == "d005" and "d003" not in excluded.ids
-    scored = store.lexical_search("d003", 0, score_ids=["d003", "d004", "nope"])
-    assert scored.ids == [] and scored.scored["d003"] > 0 and scored.scored["d004"] == 0.0 and scored.scored["nope"] == 0.0
-    assert scored.score_of("d003") == scored.scored["d003"]
-    assert store.lexical_search("the and of", 5).ids == []  # stop words only: nothing matches
-    store.delete(["d003"])
-    assert store.lexical_search("d003", 5).ids == []
-    doc, vec = items[4]
-    renamed = parse_record({"id": "d004", "paragraphs": ["A zebra crossing. The zebra waited."]}, settings=AS_GIVEN)
-    store.put([(renamed, DocVectors(vec.vectors[:2], [0, 2]))])
-    assert store.lexical_search("zebra", 5).ids == ["d004"]
-    assert "d004" not in store.lexical_search("d004", 5).ids  # its old text is gone
-    with pytest.raises(InvalidInputError):
-        store.lexical_search("x", -1)
-
-
-def test_search_defaults(store_factory, store):
-    assert store.search_defaults() == {}
-    recorded = store.set_search_defaults({"method": "hybrid", "fusion": "rrf", "weights": {"bm25": 1, "sdr": 0.5}})
-    assert recorded == {"method": "hybrid", "fusion": "rrf", "weights": {"bm25": 1.0, "sdr": 0.5, "mean": 0.0}}
-    assert store_factory().search_defaults() == recorded
-    with pytest.raises(InvalidInputError):
-        store.set_search_defaults({"fusion": "borda"})
-    assert store.set_search_defaults({}) == {} and store_factory().search_defaults() == {}
-
-
-# -- statistics and reference ------------------------------------------------------------------------------
-def _stats_for(store, ids, shift: float = 0.0) -> dict[str, NormStats]:
-    out = {}
-    for i, doc_id in enumerate(ids):
-        n = store.get(doc_id).vectors.n_paragraphs
-        out[doc_id] = NormStats(np.full(n, 0.1 * i + shift), np.full(n, 0.5 + i))
-    return out
-
-
-def test_stats_lifecycle(store_factory, store):
-    items = make_docs(3, seed=12)
-    ids = [d.id for d, _ in items]
-    store.put(items)
-    info = store.stats_info()
-    assert info.stale and info.docs_without_stats == 3
-    stats = _stats_for(store, ids)
-    info = store.write_stats(stats, mode="sampled", sample_size=100, seed=7)
-    assert (info.version, info.stale, info.docs_without_stats) == (1, False, 0)
-    assert (info.mode, info.sample_size, info.seed) == ("sampled", 100, 7) and info.computed_at
-    got = store.get("d001").stats
-    np.testing.assert_array_equal(got.mu, stats["d001"].mu)
-    np.testing.assert_array_equal(got.sigma, stats["d001"].sigma)
-
-    store.put([with_vectors(items[1], unit(np.random.default_rng(3), items[1][1].n_sentences))])
-    info = store.stats_info()
-    assert info.stale and info.docs_without_stats == 1 and info.version == 1
-    assert store.get("d001").stats is None and store.get("d000").stats is not None  # replaced: no old stats
-
-    info = store.write_stats(_stats_for(store, ids[:2]), mode="exact", sample_size=None, seed=None)
-    assert info.version == 2 and info.stale and info.docs_without_stats == 0  # d002 has version-1 stats
-    info = store.write_stats(_stats_for(store, ids, 1.0), mode="exact", sample_size=None, seed=None)
-    assert (info.version, info.stale, info.mode) == (3, False, "exact")
-
-    with pytest.raises(InvalidInputError, match="paragraphs"):
-        store.write_stats({"d000": NormStats(np.zeros(5), np.ones(5))}, mode="exact", sample_size=None, seed=None)
-    assert store.stats_info().version == 3  # the failed refresh changed nothing
-    store.delete(["d002"])
-    assert store.stats_info().stale
-    info = store.write_stats({**_stats_for(store, ids[:2]), "gone": NormStats(np.zeros(1), np.ones(1))},
-                             mode="exact", sample_size=None, seed=None)
-    assert info.stale  # an id vanished between computing and writing
-    assert store_factory().stats_info().version == 4
-
-
-def _sample(corpus: CorpusVectors, picks: list[int], seed: int) -> ReferenceParagraphs:
-    sampled = CorpusVectors(
-        tuple(str(p) for p in picks),
-        np.concatenate([corpus.vectors[corpus.par_offsets[p] : corpus.par_offsets[p + 1]] for p in picks]),
-        np.concatenate([[0], np.cumsum([corpus.par_offsets[p + 1] - corpus.par_offsets[p] for p in picks])]),
-        np.arange(len(picks) + 1),
-    )
-    owners = corpus.paragraph_doc()[picks]
-    return ReferenceParagraphs(
-        tuple(corpus.ids[o] for o in owners), np.asarray(picks) - corpus.doc_par_offsets[owners], sampled, seed, len(picks)
-    )
-
-
-def _assert_reference_equal(got: ReferenceParagraphs, ref: ReferenceParagraphs) -> None:
-    assert got.doc_ids == ref.doc_ids
-    np.testing.assert_array_equal(got.paragraph_index, ref.paragraph_index)
-    assert (got.seed, got.size) == (ref.seed, ref.size)
-    assert got.vectors.ids == ref.vectors.ids
-    np.testing.assert_array_equal(got.vectors.vectors, ref.vectors.vectors)
-    np.testing.assert_array_equal(got.vectors.par_offsets, ref.vectors.par_offsets)
-    np.testing.assert_array_equal(got.vectors.doc_par_offsets, ref.vectors.doc_par_offsets)
-
-
-def test_reference_round_trip(store_factory, store):
-    items = make_docs(5, seed=13)
-    store.put(items)
-    corpus = CorpusVectors.from_docs([d.id for d, _ in items], [v for _, v in items])
-    ref = _sample(corpus, [1, 2, 7], seed=42)
-    store.set_reference(ref)
-    store.delete(list(ref.doc_ids))  # the sample keeps its own copy of the vectors
-    got = store_factory().reference()
-    assert got.doc_ids == ("d000", "d001", "d003")
-    np.testing.assert_array_equal(got.paragraph_index, [1, 0, 1])
-    _assert_reference_equal(got, ref)
-    newer = _sample(corpus, [9, 4], seed=43)  # a new sample replaces the old one entirely
-    store.set_reference(newer)
-    _assert_reference_equal(store.reference(), newer)
+        client = _CountingClient(OpenSearch([opensearch_url], timeout=60))
+        store = make_store(client=client)
+        store.ensure_meta(META)
+        items = make_docs(4, seed=16)
+        store.put(items)
+        corpus = CorpusVectors.from_docs([d.id for d, _ in items], [v for _, v in items])
+        store.set_reference(reference_sample(corpus, [1, 4], seed=3))
+        store.write_stats(stats_for(store, [d.id for d, _ in items]), mode="sampled", sample_size=2, seed=3)
+        client.calls.clear()
+        state = store.query_state()
+        assert client.calls == {"get": 1, "count": 2, "mget": 1}  # state document, stats counts, sample
+        assert state.reference is not None and state.stats.version == 1
+        client.calls.clear()
+        assert store.query_state(reference_version=1).reference_current
+        assert client.calls == {"get": 1, "count": 2}  # a current sample is not read again

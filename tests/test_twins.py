@@ -7,26 +7,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from factories import AS_GIVEN, DIM, META, unit
 from sdr_search.indexer.embedded import EmbeddedStore
 from sdr_search.indexer.embedded import twins as twins_module
 from sdr_search.indexer.embedded.twins import TwinGroups, Twins, row_hashes
 from sdr_search.indexer.settings import EmbeddedStoreSettings
-from sdr_search.indexer.store import IndexMeta
 from sdr_search.core.documents import parse_record
-from sdr_search.core.settings import SegmentationSettings
 from sdr_search.core.vectors import DocVectors
 
-AS_GIVEN = SegmentationSettings.from_recorded({})  # paragraphs and sentences as written
-
 pytestmark = pytest.mark.unit
-
-DIM = 16
-META = IndexMeta("model-a", "tag-a", DIM, {"paragraph_unit": "paragraph"}, {"numpy": np.__version__})
-
-
-def unit(rng: np.random.Generator, n: int, dim: int = DIM) -> np.ndarray:
-    x = rng.standard_normal((n, dim)).astype(np.float32)
-    return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
 def groups_of(tw: TwinGroups) -> list[list[int]]:

@@ -8,18 +8,17 @@ real workers are in ``test_workers_integration.py``).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sqlite3
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
+from factories import DIM, FakeEncoder
 from sdr_search.indexer.embedded import EmbeddedStore
 from sdr_search.core.errors import BackendUnavailableError, InvalidInputError, SDRError, StoreError
 from sdr_search.workers import tasks
@@ -34,31 +33,6 @@ from sdr_search.workers.swap import ReindexState, switch_symlink, timestamped_na
 pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[1]
-DIM = 16
-
-
-class FakeEncoder:
-    """Stands in for SentenceEncoder: one hashed unit vector per sentence; fails on 'POISON'."""
-
-    model_id = "fake-model"
-    cache_tag = "fake|tok128|fp32|mean-l2"
-    dim = DIM
-    model_dir = Path("/nonexistent")
-    settings = SimpleNamespace(model=None)
-
-    def __init__(self) -> None:
-        self.calls: list[int] = []
-
-    def encode(self, sentences, *, progress: bool = False) -> np.ndarray:
-        self.calls.append(len(sentences))
-        if any("POISON" in s for s in sentences):
-            raise RuntimeError("boom")
-        out = np.empty((len(sentences), DIM), dtype=np.float32)
-        for i, s in enumerate(sentences):
-            seed = int.from_bytes(hashlib.sha256(s.encode()).digest()[:8], "little")
-            v = np.random.default_rng(seed).standard_normal(DIM)
-            out[i] = v / np.linalg.norm(v)
-        return out
 
 
 def record(i: int, *, poison: bool = False, prefix: str = "d") -> dict:
@@ -233,6 +207,27 @@ def test_transient_errors_raise_for_a_retry(spec, fake_encoder, monkeypatch, err
         tasks.index_batch(spec, [record(0), record(1)], NO_CACHE, ledger=ledger)
     assert tasks._stores == {}  # the store is reopened on the next attempt
     assert ledger.released and not ledger.finished  # a retry is not a worker death
+
+
+def test_a_fatal_error_mid_write_reports_what_was_written(spec, fake_encoder, monkeypatch):
+    from sdr_search.core.errors import InvalidDocumentError
+
+    store = tasks.process_store(spec)
+    put = store.put
+
+    def half_broken(items):  # groups over two are poison (split); d003 breaks the store for good
+        items = list(items)
+        if len(items) > 2:
+            raise InvalidDocumentError(items[0][0].id, "too many at once")
+        if any(d.id == "d003" for d, _ in items):
+            raise StoreError("the store broke")
+        put(items)
+
+    monkeypatch.setattr(store, "put", half_broken)
+    result = tasks.index_batch(spec, [record(i) for i in range(4)], NO_CACHE)
+    assert "the store broke" in result["fatal"]
+    assert [o["status"] for o in result["outcomes"]] == ["indexed", "indexed", "failed", "failed"]
+    assert result["encoded_sentences"] == 16
 
 
 def test_a_store_of_another_model_is_fatal(spec, fake_encoder):

@@ -15,8 +15,8 @@ is never restarted. (b)-(d) restart a node, so they use a node this module owns:
 ``scripts/opensearch-node.sh`` on port ``SDR_TEST_NODE_PORT`` (default 9260), wiped (a leftover of
 an interrupted run) and started here, stopped and wiped at the end. No mocks, no skips.
 
-Redis: ``REDIS_URL`` when set, else a private ``redis-server`` (helpers shared with
-tests/test_workers_integration.py). The corpus is synthetic (a few seconds of encoding).
+Redis: ``REDIS_URL`` when set, else a private ``redis-server`` (the ``redis_url`` fixture of
+conftest.py; processes driven through worker_harness.py). The corpus is synthetic (a few seconds of encoding).
 """
 
 from __future__ import annotations
@@ -33,17 +33,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from test_workers_integration import (
-    REDIS_SERVER,
-    Reindex,
-    RedisServer,
-    Worker,
-    base_env,
-    corpus,
-    ping,
-    wait_for,
-    write_jsonl,
-)
+from worker_harness import Reindex, Worker, base_env, corpus, wait_for, write_jsonl
 
 pytestmark = pytest.mark.integration
 
@@ -175,22 +165,6 @@ def check_old_generation_kept(url: str, alias: str, old_index: str, old_records:
 # fixtures
 # =============================================================================================
 @pytest.fixture(scope="module")
-def redis_url(tmp_path_factory):
-    """``REDIS_URL`` (it must answer) or a private redis-server; a failure, never a skip."""
-    url = os.environ.get("REDIS_URL")
-    if url:
-        if not ping(url):
-            pytest.fail(f"REDIS_URL={url} does not answer", pytrace=False)
-        yield url
-        return
-    if REDIS_SERVER is None:
-        pytest.fail("needs Redis: set REDIS_URL or install redis-server (apt-get install redis-server)", pytrace=False)
-    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
-    yield server.url
-    server.stop()
-
-
-@pytest.fixture(scope="module")
 def owned_node():
     """A node this module starts, restarts and stops, on its own port: never the shared one. A
     leftover of an interrupted run on that port is stopped and its data deleted first (``wipe``);
@@ -204,14 +178,6 @@ def owned_node():
         yield url
     finally:
         _node("wipe", OWNED_NODE_PORT)
-
-
-@pytest.fixture()
-def workers_to_stop():
-    started: list[Worker] = []
-    yield started
-    for w in started:
-        w.stop()
 
 
 @pytest.fixture()

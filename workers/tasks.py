@@ -13,7 +13,8 @@ batch does no work twice and never duplicates. Errors are sorted into three kind
   ``sdr reindex`` stops, since every other batch would fail the same way;
 * **poison** (anything a single document causes: invalid record, a failure while encoding it or
   while writing it): the batch is split in halves until the failing document is alone; it is
-  reported as failed with its reason and never retried, the others are indexed.
+  reported as failed with its reason and never retried, the others are indexed (the write path
+  shared with ``sdr index``: :func:`sdr_search.indexer.pipeline.write_documents`).
 
 :func:`stats_block` computes the normalisation statistics of a block of stored documents, and
 :func:`refresh_stats` draws the reference sample, runs the blocks (in-process or through the
@@ -237,67 +238,45 @@ def _failed(doc_id: str | None, error: str) -> dict[str, Any]:
 
 
 def _reason(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return text if isinstance(exc, SDRError) else f"{type(exc).__name__}: {text}"
+    from sdr_search.indexer.pipeline import error_text
+
+    return error_text(exc)
+
+
+def _raise_unless_poison(exc: Exception) -> None:
+    """The workers' error policy for :func:`~sdr_search.indexer.pipeline.write_documents`: a
+    transient error retries the task, a fatal one ends the job, poison is isolated."""
+    kind = classify(exc)
+    if kind == "transient":
+        raise TransientError(_reason(exc)) from exc
+    if kind == "fatal":
+        raise FatalTaskError(_reason(exc)) from exc
 
 
 class _Writer:
-    """Encode and put documents, splitting a failing group in halves so poison fails alone."""
+    """Writes groups of ``(position, document)`` through the shared write path and records each
+    document's outcome at its position."""
 
     def __init__(self, store, encoder, cache, outcomes: list) -> None:
         self.store, self.encoder, self.cache, self.outcomes = store, encoder, cache, outcomes
         self.encoded_sentences = 0
 
     def write(self, docs: list[tuple[int, Any]]) -> None:
-        if docs:
-            self._put(self._encode(docs))
+        from sdr_search.indexer.pipeline import WriteReport, write_documents
 
-    def _raise_unless_poison(self, exc: BaseException) -> None:
-        kind = classify(exc)
-        if kind == "transient":
-            raise TransientError(f"{_reason(exc)}") from exc
-        if kind == "fatal":
-            raise FatalTaskError(_reason(exc)) from exc
-
-    def _encode(self, docs: list[tuple[int, Any]]) -> list[tuple[int, Any, Any]]:
-        from sdr_search.core.embed import embed_documents
-
+        if not docs:
+            return
+        where = {d.id: pos for pos, d in docs}
+        report = WriteReport()
         try:
-            pairs = list(embed_documents([d for _, d in docs], self.encoder, cache=self.cache, chunk_docs=len(docs)))
-        except Exception as e:  # noqa: BLE001 - sorted by classify(); poison is reported, never swallowed
-            self._raise_unless_poison(e)
-            if len(docs) == 1:
-                pos, doc = docs[0]
-                logger.warning("document %r failed to encode: %s", doc.id, _reason(e), exc_info=True)
-                self.outcomes[pos] = _failed(doc.id, f"encoding failed: {_reason(e)}")
-                return []
-            mid = len(docs) // 2
-            logger.info("a batch of %d documents failed to encode (%s); splitting it", len(docs), _reason(e))
-            return self._encode(docs[:mid]) + self._encode(docs[mid:])
-        self.encoded_sentences += sum(d.n_sentences for _, d in docs)
-        return [(pos, d, v) for (pos, _), (d, v) in zip(docs, pairs)]
-
-    def _put(self, items: list[tuple[int, Any, Any]]) -> None:
-        if not items:
-            return
-        try:
-            self.store.put([(d, v) for _, d, v in items])
-        except BulkWriteError as e:  # item-level rejections: the others were written
-            for pos, d, _ in items:
-                self.outcomes[pos] = _failed(d.id, f"store rejected it: {e.failed[d.id]}") if d.id in e.failed else _indexed(d)
-            return
-        except Exception as e:  # noqa: BLE001 - sorted by classify()
-            self._raise_unless_poison(e)
-            if len(items) == 1:
-                pos, d, _ = items[0]
-                self.outcomes[pos] = _failed(d.id, f"store rejected it: {_reason(e)}")
-                return
-            mid = len(items) // 2
-            self._put(items[:mid])
-            self._put(items[mid:])
-            return
-        for pos, d, _ in items:
-            self.outcomes[pos] = _indexed(d)
+            write_documents(self.store, [d for _, d in docs], self.encoder, cache=self.cache,
+                            check_error=_raise_unless_poison, report=report)
+        finally:  # also when a transient or fatal error stops the write: what was done is reported
+            self.encoded_sentences += report.encoded_sentences
+            for doc in report.written:
+                self.outcomes[where[doc.id]] = _indexed(doc)
+            for doc, reason in report.failed:
+                self.outcomes[where[doc.id]] = _failed(doc.id, reason)
 
 
 def _check_segmentation(store, segmentation: Mapping[str, Any]) -> None:

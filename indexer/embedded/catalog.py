@@ -257,6 +257,11 @@ def content_keys(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, str]
     return dict(select_by_ids(conn, "doc_id, content_key", ids))
 
 
+def metadata_json(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, str]:
+    """The stored metadata (JSON text) of those documents ``ids`` that exist."""
+    return dict(select_by_ids(conn, "doc_id, metadata", ids))
+
+
 def document(conn: sqlite3.Connection, doc_id: str) -> tuple[Any, ...] | None:
     """``(title, metadata, paragraphs, row_start, n_sentences, par_sizes, stats)`` of one document."""
     return conn.execute(

@@ -1,5 +1,5 @@
 """Pure conversions between the store's domain objects and its catalogue rows: documents
-validated and encoded for a ``put`` (:class:`Prepared`), per-paragraph statistics as blobs, and
+checked (:mod:`sdr_search.indexer.validation`) and encoded for a ``put`` (:class:`Prepared`), per-paragraph statistics as blobs, and
 the reference sample as ``reference`` table rows.
 """
 
@@ -14,17 +14,12 @@ import numpy as np
 
 from sdr_search.core.cache import document_key
 from sdr_search.core.documents import Document
-from sdr_search.core.errors import (
-    DuplicateIdError,
-    InvalidDocumentError,
-    InvalidInputError,
-    ModelMismatchError,
-    StoreError,
-)
+from sdr_search.core.errors import InvalidInputError, StoreError
 from sdr_search.core.scoring import NormStats
 from sdr_search.core.vectors import CorpusVectors, DocVectors
 
 from ..store import IndexMeta, ReferenceParagraphs
+from ..validation import check_put_items
 from .rows import offsets
 
 __all__ = ["Prepared", "prepare", "prepare_all", "encode_stats", "decode_stats", "encode_reference",
@@ -44,29 +39,11 @@ class Prepared:
     paragraphs_json: str
 
 
-def prepare(doc: Document, vectors: DocVectors, meta: IndexMeta, directory: Path) -> Prepared:
-    """Validate one ``put()`` item against the recorded model ``meta`` of the store in ``directory``."""
-    if not isinstance(doc, Document) or not isinstance(vectors, DocVectors):
-        raise InvalidInputError("put() takes (Document, DocVectors) pairs")
-    if vectors.dim != int(meta.dim):
-        raise ModelMismatchError(
-            f"document {doc.id!r}: vectors have dimension {vectors.dim}, but store {directory} holds "
-            f"dimension {meta.dim} (model {meta.model_id})"
-        )
-    sizes = [len(p) for p in doc.paragraphs]
-    if sizes != np.diff(vectors.par_offsets).tolist():
-        raise InvalidDocumentError(
-            doc.id, f"vectors are grouped as {np.diff(vectors.par_offsets).tolist()} sentences per "
-            f"paragraph but the document has {sizes}"
-        )
-    if not np.all(np.isfinite(vectors.vectors)):
-        raise InvalidDocumentError(doc.id, "vectors contain NaN or infinity")
-    try:
-        metadata_json = json.dumps(dict(doc.metadata), ensure_ascii=False)
-    except (TypeError, ValueError) as e:
-        raise InvalidDocumentError(doc.id, f"metadata is not JSON-serialisable: {e}") from e
+def prepare(doc: Document, vectors: DocVectors, meta: IndexMeta) -> Prepared:
+    """The rows of one ``put()`` item already checked by :func:`~sdr_search.indexer.validation.check_put_items`."""
     return Prepared(
-        doc, vectors.vectors, sizes, document_key(meta.encoder_tag, doc.paragraphs), metadata_json,
+        doc, vectors.vectors, [len(p) for p in doc.paragraphs], document_key(meta.encoder_tag, doc.paragraphs),
+        json.dumps(dict(doc.metadata), ensure_ascii=False),
         json.dumps([list(p) for p in doc.paragraphs], ensure_ascii=False),
     )
 
@@ -74,14 +51,11 @@ def prepare(doc: Document, vectors: DocVectors, meta: IndexMeta, directory: Path
 def prepare_all(
     items: Sequence[tuple[Document, DocVectors]], meta: IndexMeta, directory: Path
 ) -> list[Prepared]:
-    """:func:`prepare` every item; an id twice in one ``put()`` raises :class:`DuplicateIdError`."""
-    prepared = [prepare(doc, vec, meta, directory) for doc, vec in items]
-    seen: set[str] = set()
-    for p in prepared:
-        if p.doc.id in seen:
-            raise DuplicateIdError(p.doc.id, "appears twice in one put()")
-        seen.add(p.doc.id)
-    return prepared
+    """Check every item against the recorded model ``meta`` of the store in ``directory`` (the
+    checks every store makes: :func:`~sdr_search.indexer.validation.check_put_items`), then
+    :func:`prepare` each."""
+    check_put_items(items, meta, where=f"store {directory}")
+    return [prepare(doc, vec, meta) for doc, vec in items]
 
 
 # -- statistics -------------------------------------------------------------------------------

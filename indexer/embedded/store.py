@@ -47,10 +47,13 @@ from ..store import (
     DocumentStore,
     IndexMeta,
     LexicalHits,
+    QueryState,
     ReferenceParagraphs,
     SentenceHits,
     StatsInfo,
+    StoreCapabilities,
     StoredDocument,
+    query_state_of,
 )
 from . import catalog, compaction, records
 from .ann import FAISS, FAISS_TMP, AnnIndex, knn_rounds, query_matrix
@@ -76,6 +79,10 @@ class EmbeddedStore(DocumentStore):
     write methods raise :class:`StoreError`). Nothing is opened in ``__init__``: SQLite, the vector
     file and the FAISS index are opened on first use; :meth:`close` releases them.
     """
+
+    # metadata from SQLite without vectors; a BM25 index built ahead of the first query; paragraph
+    # centroids cached in memory (:mod:`.centroids`)
+    capabilities = StoreCapabilities(metadata_lookup=True, lexical_refresh=True, cheap_centroids=True)
 
     def __init__(
         self,
@@ -308,10 +315,14 @@ class EmbeddedStore(DocumentStore):
     # =========================================================================================
     def meta(self) -> IndexMeta | None:
         with self._snapshot() as conn:
-            if "meta" not in self._cache:
-                raw = catalog.meta_get(conn, "index_meta")
-                self._cache["meta"] = IndexMeta.from_dict(raw) if raw else None
-            return self._cache["meta"]
+            return self._meta(conn)
+
+    def _meta(self, conn: sqlite3.Connection) -> IndexMeta | None:
+        """The recorded meta (cached per generation; inside a snapshot)."""
+        if "meta" not in self._cache:
+            raw = catalog.meta_get(conn, "index_meta")
+            self._cache["meta"] = IndexMeta.from_dict(raw) if raw else None
+        return self._cache["meta"]
 
     def ensure_meta(self, meta: IndexMeta) -> IndexMeta:
         stored = self.meta()
@@ -420,6 +431,13 @@ class EmbeddedStore(DocumentStore):
     def content_keys(self, ids: Sequence[str]) -> dict[str, str]:
         with self._snapshot() as conn:
             return catalog.content_keys(conn, ids)
+
+    def metadata_of(self, ids: Sequence[str]) -> dict[str, Mapping[str, Any]]:
+        """Metadata of those ``ids`` that exist (in the order asked), from SQLite alone."""
+        ids = [str(i) for i in ids]
+        with self._snapshot() as conn:
+            found = catalog.metadata_json(conn, ids)
+        return {i: json.loads(found[i]) for i in dict.fromkeys(ids) if i in found}
 
     def iter_ids(self) -> Iterator[str]:
         """Document ids in insertion order (a replaced document keeps its place)."""
@@ -576,9 +594,12 @@ class EmbeddedStore(DocumentStore):
     # =========================================================================================
     def stats_info(self) -> StatsInfo:
         with self._snapshot() as conn:
-            if "stats" not in self._cache:
-                self._cache["stats"] = catalog.stats_info(conn)
-            return self._cache["stats"]
+            return self._stats_info(conn)
+
+    def _stats_info(self, conn: sqlite3.Connection) -> StatsInfo:
+        if "stats" not in self._cache:
+            self._cache["stats"] = catalog.stats_info(conn)
+        return self._cache["stats"]
 
     def write_stats(
         self, stats: Mapping[str, NormStats], *, mode: str, sample_size: int | None, seed: int | None
@@ -601,7 +622,11 @@ class EmbeddedStore(DocumentStore):
 
     def reference(self) -> ReferenceParagraphs | None:
         with self._snapshot() as conn:
-            stored = catalog.read_reference(conn)
+            return self._reference(conn)
+
+    @staticmethod
+    def _reference(conn: sqlite3.Connection) -> ReferenceParagraphs | None:
+        stored = catalog.read_reference(conn)
         return None if stored is None else records.decode_reference(*stored)
 
     def set_reference(self, reference: ReferenceParagraphs) -> None:
@@ -617,9 +642,23 @@ class EmbeddedStore(DocumentStore):
     # =========================================================================================
     def search_defaults(self) -> dict[str, Any]:
         with self._snapshot() as conn:
-            if "search_defaults" not in self._cache:
-                self._cache["search_defaults"] = dict(catalog.meta_get(conn, "search_defaults") or {})
-            return dict(self._cache["search_defaults"])
+            return self._search_defaults(conn)
+
+    def _search_defaults(self, conn: sqlite3.Connection) -> dict[str, Any]:
+        if "search_defaults" not in self._cache:
+            self._cache["search_defaults"] = dict(catalog.meta_get(conn, "search_defaults") or {})
+        return dict(self._cache["search_defaults"])
+
+    # =========================================================================================
+    # one read per query
+    # =========================================================================================
+    def query_state(self, *, reference_version: int | None = None) -> QueryState:
+        """Meta, search defaults, statistics info and (unless ``reference_version`` is current)
+        the reference sample, from one SQLite read transaction (the first three cached per
+        generation)."""
+        with self._snapshot() as conn:
+            return query_state_of(self._meta(conn), self._search_defaults(conn), self._stats_info(conn),
+                                  lambda: self._reference(conn), reference_version)
 
     def set_search_defaults(self, defaults: Mapping[str, Any]) -> dict[str, Any]:
         """Record the index's search defaults in ``meta`` (validated; ``{}`` clears them)."""

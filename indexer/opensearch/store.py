@@ -40,7 +40,6 @@ body size). The store retries a request answered 429, 502, 503 or 504, or that c
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -53,23 +52,25 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from sdr_search.indexer.provenance import library_versions
+from sdr_search.indexer.validation import check_put_items
 from sdr_search.indexer.store import (
     DocumentStore,
     IndexMeta,
     LexicalHits,
+    QueryState,
     ReferenceParagraphs,
     SentenceHits,
     StatsInfo,
+    StoreCapabilities,
     StoredDocument,
+    query_state_of,
 )
 from sdr_search.core.documents import Document
 from sdr_search.core.errors import (
     BackendUnavailableError,
     BulkWriteError,
     DocumentNotFoundError,
-    DuplicateIdError,
     IndexNotFoundError,
-    InvalidDocumentError,
     InvalidInputError,
     ModelMismatchError,
     OverloadedError,
@@ -205,6 +206,10 @@ class OpenSearchStore(DocumentStore):
     index; the store pins that index at first use (until :meth:`close`). ``ensure_meta`` creates
     the index (and its state index) when it does not exist.
     """
+
+    # metadata by _mget without vectors; BM25 is the node's own (nothing to build); paragraph
+    # centroids are computed from fetched vectors (the interface's default)
+    capabilities = StoreCapabilities(metadata_lookup=True)
 
     def __init__(
         self,
@@ -518,37 +523,6 @@ class OpenSearchStore(DocumentStore):
             raise BulkWriteError(what, too_big)
         return results
 
-    def _validate(self, items: Sequence[tuple[Document, DocVectors]], target: _Target) -> None:
-        meta = target.recorded
-        seen: set[str] = set()
-        for doc, vectors in items:
-            if not isinstance(doc, Document) or not isinstance(vectors, DocVectors):
-                raise InvalidInputError("put() takes (Document, DocVectors) pairs")
-            if vectors.dim != int(meta.dim):
-                raise ModelMismatchError(
-                    f"document {doc.id!r}: vectors have dimension {vectors.dim}, but OpenSearch index "
-                    f"{target.name!r} holds dimension {meta.dim} (model {meta.model_id})"
-                )
-            sizes = [len(p) for p in doc.paragraphs]
-            if sizes != np.diff(vectors.par_offsets).tolist():
-                raise InvalidDocumentError(
-                    doc.id, f"vectors are grouped as {np.diff(vectors.par_offsets).tolist()} sentences per "
-                    f"paragraph but the document has {sizes}"
-                )
-            if not np.all(np.isfinite(vectors.vectors)):
-                raise InvalidDocumentError(doc.id, "vectors contain NaN or infinity")
-            if vectors.n_sentences > self.settings.max_sentences:
-                raise InvalidDocumentError(
-                    doc.id, f"{vectors.n_sentences} sentences, over the index limit of {self.settings.max_sentences}"
-                )
-            try:
-                json.dumps(dict(doc.metadata), allow_nan=False)
-            except (TypeError, ValueError) as e:
-                raise InvalidDocumentError(doc.id, f"metadata is not JSON-serialisable: {e}") from e
-            if doc.id in seen:
-                raise DuplicateIdError(doc.id, "appears twice in one put()")
-            seen.add(doc.id)
-
     def _mark_stale(self, target: _Target) -> None:
         stale = initial_state(_now())
         stale["state"]["stats"]["stale"] = True
@@ -564,8 +538,9 @@ class OpenSearchStore(DocumentStore):
         if not items:
             return
         target = self._writable_target()
-        self._validate(items, target)
         meta = target.recorded
+        check_put_items(items, meta, where=f"OpenSearch index {target.name!r}",
+                        max_sentences=self.settings.max_sentences)
         ids = [doc.id for doc, _ in items]
         actions = build_bulk_actions(items, index=target.name, encoder_tag=meta.encoder_tag, model_id=meta.model_id)
         self._mark_stale(target)
@@ -640,7 +615,7 @@ class OpenSearchStore(DocumentStore):
 
     def metadata_of(self, ids: Sequence[str]) -> dict[str, Mapping[str, Any]]:
         """Metadata of those ``ids`` that exist, with one ``_mget`` per 500 ids and no vectors
-        (what metadata filters need; cheaper than :meth:`get` per document)."""
+        (what metadata filters need; cheaper than :meth:`get` per document; ``capabilities.metadata_lookup``)."""
         target = self._read_target()
         found = self._mget_sources(target, [str(i) for i in ids], ["metadata"], "reading metadata")
         return {doc_id: src.get("metadata") or {} for doc_id, src in found.items()}
@@ -788,6 +763,15 @@ class OpenSearchStore(DocumentStore):
         state, _ = self._read_state(self._read_target())
         return dict(state.get("search_defaults") or {})
 
+    def query_state(self, *, reference_version: int | None = None) -> QueryState:
+        """Meta (the mapping's, cached with the target), search defaults, statistics info and
+        (unless ``reference_version`` is current) the reference sample from one GET of the state
+        document, plus the two ``_count``s of the statistics info and the reference's ``_mget``."""
+        target = self._read_target()
+        state, _ = self._read_state(target)
+        return query_state_of(target.meta, state.get("search_defaults"), self._stats_info(target, state),
+                              lambda: self._reference(target, state), reference_version)
+
     def set_search_defaults(self, defaults: Mapping[str, Any]) -> dict[str, Any]:
         """Record the search defaults in the state document (validated; ``{}`` clears them)."""
         checked = check_search_defaults(defaults)
@@ -846,6 +830,10 @@ class OpenSearchStore(DocumentStore):
     def stats_info(self) -> StatsInfo:
         target = self._read_target()
         state, _ = self._read_state(target)
+        return self._stats_info(target, state)
+
+    def _stats_info(self, target: _Target, state: Mapping[str, Any]) -> StatsInfo:
+        """The statistics info of the state document's ``state`` (two ``_count``s)."""
         s = state["stats"]
         documents = self._count(target.name)
         with_stats = self._count(target.state, build_stats_count_query())
@@ -919,6 +907,10 @@ class OpenSearchStore(DocumentStore):
     def reference(self) -> ReferenceParagraphs | None:
         target = self._read_target()
         state, _ = self._read_state(target)
+        return self._reference(target, state)
+
+    def _reference(self, target: _Target, state: Mapping[str, Any]) -> ReferenceParagraphs | None:
+        """The sample the state document's ``state`` names (``_mget`` of its paragraphs)."""
         header = state.get("reference")
         if not header:
             return None

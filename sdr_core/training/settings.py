@@ -29,7 +29,7 @@ class TrainSettings(BaseSettings):
     learning_rate: float = Field(
         1e-5, gt=0,
         description="AdamW peak learning rate (linear warm-up, then linear decay). 1e-5: at 2e-5 the measured "
-        "IRLeD runs flattened the default encoder's sentence space (README, 'Measured').",
+        "IRLeD runs flattened the default encoder's sentence space (docs/results/training.md).",
     )
     warmup_fraction: float = Field(0.1, ge=0, lt=1, description="Fraction of the steps spent warming up.")
     weight_decay: float = Field(0.01, ge=0)

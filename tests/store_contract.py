@@ -1,0 +1,450 @@
+"""The behavioural contract of :class:`sdr_search.indexer.store.DocumentStore`: :class:`StoreContract`.
+
+Every store's tests subclass it and provide the ``make_store`` fixture (``tests/test_store_contract.py``:
+the embedded store and the OpenSearch store, the latter on a real node); a future store gets the
+whole contract by subclassing it too::
+
+    class TestMyStore(StoreContract):
+        @pytest.fixture()
+        def make_store(self, tmp_path):
+            handles = []
+            yield lambda name="main": handles.append(MyStore(tmp_path / name)) or handles[-1]
+            for h in handles:
+                h.close()
+
+Documents are parsed with :func:`sdr_search.core.documents.parse_record` and carry random unit
+vectors of dimension 16 (:mod:`factories`). Stores may differ in the order of :meth:`iter_ids` and
+:meth:`all_vectors` (insertion order vs id order), so the contract compares those by id.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from factories import (
+    AS_GIVEN,
+    DIM,
+    META,
+    assert_corpus_holds,
+    assert_reference_equal,
+    assert_same_vectors,
+    brute_force_best,
+    make_doc,
+    make_docs,
+    planted_query,
+    reference_sample,
+    unit,
+    with_vectors,
+)
+from sdr_search.core.cache import document_key
+from sdr_search.core.documents import parse_record
+from sdr_search.core.errors import (
+    DocumentNotFoundError,
+    DuplicateIdError,
+    InvalidDocumentError,
+    InvalidInputError,
+    ModelMismatchError,
+    StoreError,
+)
+from sdr_search.core.scoring import NormStats
+from sdr_search.core.vectors import CorpusVectors, DocVectors
+from sdr_search.indexer.store import DocumentStore, IndexMeta, StoreCapabilities
+
+__all__ = ["StoreContract", "stats_for"]
+
+
+def stats_for(store, ids, shift: float = 0.0) -> dict[str, NormStats]:
+    out = {}
+    for i, doc_id in enumerate(ids):
+        n = store.get(doc_id).vectors.n_paragraphs
+        out[doc_id] = NormStats(np.full(n, 0.1 * i + shift), np.full(n, 0.5 + i))
+    return out
+
+
+class StoreContract:
+    """What every :class:`DocumentStore` does. A subclass provides ``make_store``."""
+
+    @pytest.fixture()
+    def make_store(self):
+        """``make(name="main")`` opens a new handle on the store ``name`` of this test (the same
+        name gives another handle on the same store); the fixture closes every handle, and
+        deletes what the store left outside the test's temporary directory, afterwards."""
+        raise NotImplementedError("a store's contract class provides the make_store fixture")
+
+    @pytest.fixture()
+    def store(self, make_store):
+        s = make_store()
+        s.ensure_meta(META)
+        return s
+
+    # -- metadata ---------------------------------------------------------------------------------------------
+    def test_fresh_store(self, make_store):
+        store = make_store()
+        assert store.meta() is None
+        assert store.ensure_meta(META) == META
+        assert store.meta() == META
+        assert store.counts() == {"documents": 0, "paragraphs": 0, "sentences": 0}
+        info = store.stats_info()
+        assert (info.version, info.stale, info.docs_without_stats, info.mode) == (0, False, 0, None)
+        assert store.reference() is None
+        assert list(store.iter_ids()) == []
+        assert store.sentence_knn(unit(np.random.default_rng(0), 2), 3).doc_ids == [[], []]
+        with pytest.raises(StoreError, match="no documents"):
+            store.all_vectors()
+
+    def test_put_requires_meta(self, make_store):
+        with pytest.raises(StoreError, match="ensure_meta"):
+            make_store().put(make_docs(1))
+
+    def test_model_mismatch(self, make_store):
+        store = make_store()
+        store.ensure_meta(META)
+        assert store.ensure_meta(IndexMeta("model-a", "tag-a", DIM, {})) == META  # same tag and dim
+        other = IndexMeta("model-b", "tag-b", DIM, {})
+        with pytest.raises(ModelMismatchError) as err:
+            store.ensure_meta(other)
+        msg = str(err.value)
+        assert "model-a" in msg and "model-b" in msg and "tag-a" in msg and "re-index" in msg
+        with pytest.raises(ModelMismatchError):
+            store.ensure_meta(IndexMeta("model-a", "tag-a", DIM * 2, {}))
+        again = make_store()  # a new handle on the same store reads the recorded model
+        assert again.meta() == META
+        with pytest.raises(ModelMismatchError):
+            again.ensure_meta(other)
+
+    # -- documents ------------------------------------------------------------------------------------------
+    def test_put_get_round_trip(self, store):
+        items = make_docs(5)
+        store.put(items)
+        for doc, vec in items:
+            got = store.get(doc.id)
+            assert got.document == doc
+            assert got.document.metadata == {"lang": "en"}
+            assert_same_vectors(got.vectors, vec)
+            assert got.stats is None
+        assert store.counts() == {"documents": 5, "paragraphs": 10, "sentences": sum(v.n_sentences for _, v in items)}
+        ids = list(store.iter_ids())
+        assert sorted(ids) == [d.id for d, _ in items] and list(store.iter_ids()) == ids  # all, in a stable order
+        assert store.content_keys(["d000", "zzz", "d003"]) == {
+            "d000": document_key(META.encoder_tag, items[0][0].paragraphs),
+            "d003": document_key(META.encoder_tag, items[3][0].paragraphs),
+        }
+        with pytest.raises(DocumentNotFoundError):
+            store.get("zzz")
+
+    def test_put_rejects_bad_input_before_writing(self, store):
+        rng = np.random.default_rng(1)
+        doc, vec = make_doc("x", rng)
+        with pytest.raises(ModelMismatchError, match="dimension"):
+            store.put([(doc, DocVectors(unit(rng, vec.n_sentences, dim=DIM + 1), vec.par_offsets))])
+        with pytest.raises(InvalidDocumentError):
+            store.put([(doc, DocVectors(vec.vectors, [0, 1, vec.n_sentences]))])  # grouped 1 + 5, not 3 + 3
+        with pytest.raises(DuplicateIdError):
+            store.put([(doc, vec), (doc, vec)])
+        assert store.counts()["documents"] == 0
+
+    def test_put_checks_are_shared(self, store):
+        """Every store refuses the same items with the same errors (indexer/validation.py)."""
+        rng = np.random.default_rng(3)
+        doc, vec = make_doc("y", rng)
+        bad = vec.vectors.copy()
+        bad[1, 2] = np.nan
+        with pytest.raises(InvalidDocumentError, match="NaN or infinity"):
+            store.put([make_doc("ok", rng), (doc, DocVectors(bad, vec.par_offsets))])
+        odd = parse_record({"id": "odd", "paragraphs": ["One sentence. Two sentences."], "score": float("nan")},
+                           settings=AS_GIVEN)
+        with pytest.raises(InvalidDocumentError, match="JSON"):
+            store.put([(odd, DocVectors(unit(rng, 2), [0, 2]))])
+        with pytest.raises(InvalidInputError, match="pairs"):
+            store.put([(vec, doc)])
+        with pytest.raises(ModelMismatchError, match=r"holds dimension 16 \(model model-a\)"):
+            store.put([(doc, DocVectors(unit(rng, vec.n_sentences, dim=DIM + 1), vec.par_offsets))])
+        assert store.counts()["documents"] == 0  # nothing of a refused put() is written
+
+    def test_long_id_round_trip(self, store):
+        rng = np.random.default_rng(2)
+        long_id = "L" * 600  # over OpenSearch's 512-byte _id limit
+        item = make_doc(long_id, rng)
+        store.put([item, make_doc("short", rng)])
+        assert store.get(long_id).document == item[0]
+        assert_same_vectors(store.fetch([long_id]).doc(0), item[1])
+        assert store.sentence_knn(item[1].vectors[:1], 1).doc_ids == [[long_id]]
+        assert long_id in store.content_keys([long_id])
+        assert store.delete([long_id]) == 1
+        assert sorted(store.iter_ids()) == ["short"]
+
+    def test_replace(self, store):
+        rng = np.random.default_rng(2)
+        items = make_docs(10, seed=3)
+        store.put(items)
+        old = items[4][1].vectors
+        new_item = with_vectors(items[4], unit(rng, old.shape[0]))
+        store.put([new_item])
+        assert_same_vectors(store.get("d004").vectors, new_item[1])
+        assert store.counts()["documents"] == 10
+        hits = store.sentence_knn(old, 10)
+        for ids, scores in zip(hits.doc_ids, hits.scores):
+            assert len(ids) == len(set(ids))
+            if "d004" in ids:  # only through its new vectors, never with the old exact match
+                assert scores[ids.index("d004")] < 0.999
+        assert store.sentence_knn(new_item[1].vectors, 1).doc_ids == [["d004"]] * old.shape[0]
+
+    def test_delete(self, store):
+        items = make_docs(6)
+        store.put(items)
+        assert store.delete(["d001", "d003", "missing"]) == 2
+        assert store.delete(["d001"]) == 0
+        assert store.delete([]) == 0
+        assert store.counts()["documents"] == 4
+        with pytest.raises(DocumentNotFoundError):
+            store.get("d001")
+        hits = store.sentence_knn(items[1][1].vectors, 4)
+        assert all("d001" not in ids for ids in hits.doc_ids)
+        assert sorted(store.iter_ids()) == ["d000", "d002", "d004", "d005"]
+
+    def test_second_handle_sees_the_same_store(self, make_store, store):
+        items = make_docs(12, seed=4)
+        store.put(items[:6])
+        store.put(items[6:])
+        queries = unit(np.random.default_rng(5), 4)
+        before = store.sentence_knn(queries, 5)
+        other = make_store()
+        assert other.meta() == META
+        assert other.counts() == store.counts()
+        assert other.get("d007").document == items[7][0]
+        after = other.sentence_knn(queries, 5)
+        assert before.doc_ids == after.doc_ids
+        for a, b in zip(before.scores, after.scores):
+            np.testing.assert_allclose(a, b, atol=1e-6)
+        other.delete(["d000"])
+        with pytest.raises(DocumentNotFoundError):
+            store.get("d000")
+
+    # -- retrieval ----------------------------------------------------------------------------------------------
+    def test_nested_knn_semantics(self, store):
+        rng = np.random.default_rng(6)
+        q, planted = planted_query(rng)  # "target" holds q itself, "other" a sentence close to it
+        store.put([*planted, *make_docs(20, seed=7)])
+        queries = np.stack([q, unit(rng, 1)[0]])
+        hits = store.sentence_knn(queries, 5)
+        assert hits.doc_ids[0][:2] == ["target", "other"]  # identical sentence first, cosine ~1
+        assert hits.scores[0][0] == pytest.approx(1.0, abs=1e-5)
+        for ids, scores in zip(hits.doc_ids, hits.scores):
+            assert len(ids) == 5 and len(set(ids)) == 5  # each document once per row
+            assert scores.dtype == np.float32 and np.all(np.diff(scores) <= 1e-6)
+        excluded = store.sentence_knn(queries, 5, exclude_ids=["target"])
+        assert excluded.doc_ids[0][0] == "other"
+        assert all("target" not in ids for ids in excluded.doc_ids)
+        assert all(len(ids) == 5 for ids in excluded.doc_ids)  # the excluded document left no gap
+        assert len(store.sentence_knn(queries, 100).doc_ids[0]) == 22  # every document, once
+        assert store.sentence_knn(q, 1).doc_ids == [["target"]]  # a single vector is one query row
+        with pytest.raises(InvalidInputError):
+            store.sentence_knn(queries, 0)
+        with pytest.raises(ModelMismatchError):
+            store.sentence_knn(np.ones((1, DIM + 2), np.float32), 3)
+
+    def test_knn_scores_are_best_sentence_cosines(self, store):
+        items = make_docs(40, seed=8, n_pars=2, n_sents=4)
+        store.put(items)
+        queries = unit(np.random.default_rng(9), 12)
+        ids, best = brute_force_best(queries, items)
+        hits = store.sentence_knn(queries, 5)
+        recall = []
+        for r, (row_ids, row_scores) in enumerate(zip(hits.doc_ids, hits.scores)):
+            for doc_id, score in zip(row_ids, row_scores):
+                assert score == pytest.approx(best[r, ids.index(doc_id)], abs=1e-5)
+            exact = {ids[j] for j in np.argsort(-best[r], kind="stable")[:5]}
+            recall.append(len(exact & set(row_ids)) / 5)
+        assert np.mean(recall) >= 0.9
+
+    def test_fetch_order_and_unknown_id(self, store):
+        items = make_docs(8, seed=10)
+        by_id = {d.id: v for d, v in items}
+        store.put(items)
+        replaced = with_vectors(items[2], unit(np.random.default_rng(1), items[2][1].n_sentences))
+        store.put([replaced])
+        by_id["d002"] = replaced[1]
+        order = ["d005", "d002", "d000", "d007", "d005"]
+        cv = store.fetch(order)
+        assert cv.ids == tuple(order)
+        for k, doc_id in enumerate(order):
+            assert_same_vectors(cv.doc(k), by_id[doc_id])
+        with pytest.raises(DocumentNotFoundError, match="nope"):
+            store.fetch(["d001", "nope"])
+        with pytest.raises(InvalidInputError):
+            store.fetch([])
+        docs = store.fetch_documents(order)  # the same vectors, one document at a time
+        assert len(docs) == len(order)
+        for doc, doc_id in zip(docs, order):
+            assert_same_vectors(doc, by_id[doc_id])
+        with pytest.raises(DocumentNotFoundError, match="nope"):
+            store.fetch_documents(["d001", "nope"])
+        with pytest.raises(InvalidInputError):
+            store.fetch_documents([])
+        centroids = store.paragraph_centroids(order)  # for the pre-rank: normalised paragraph means
+        for c, doc_id in zip(centroids, order):
+            v = by_id[doc_id]
+            sums = np.stack([v.paragraph(j).sum(axis=0) for j in range(v.n_paragraphs)])
+            np.testing.assert_allclose(c, sums / np.linalg.norm(sums, axis=1, keepdims=True), atol=1e-6)
+        with pytest.raises(DocumentNotFoundError, match="nope"):
+            store.paragraph_centroids(["d001", "nope"])
+        with pytest.raises(InvalidInputError):
+            store.paragraph_centroids([])
+
+    def test_all_vectors(self, store):
+        items = make_docs(7, seed=11)
+        store.put(items)
+        expected = {d.id: v for d, v in items}
+        assert_corpus_holds(store.all_vectors(), expected)
+        store.delete(["d003"])
+        del expected["d003"]
+        assert_corpus_holds(store.all_vectors(), expected)
+
+    def test_lexical_search(self, store):
+        items = make_docs(12, seed=20)
+        store.put(items)
+        hits = store.lexical_search("What does d003 say? Only d003.", 5)
+        assert hits.ids[0] == "d003" and hits.scores.dtype == np.float32
+        assert np.all(hits.scores > 0) and np.all(np.diff(hits.scores) <= 1e-6)
+        assert store.lexical_search(items[7][0].text, 3).ids[0] == "d007"  # a whole document finds itself first
+        excluded = store.lexical_search("d003 d005", 5, exclude_ids=["d003"])
+        assert excluded.ids[0] == "d005" and "d003" not in excluded.ids
+        scored = store.lexical_search("d003", 0, score_ids=["d003", "d004", "nope"])
+        assert scored.ids == [] and scored.scored["d003"] > 0 and scored.scored["d004"] == 0.0 and scored.scored["nope"] == 0.0
+        assert scored.score_of("d003") == scored.scored["d003"]
+        assert store.lexical_search("the and of", 5).ids == []  # stop words only: nothing matches
+        store.delete(["d003"])
+        assert store.lexical_search("d003", 5).ids == []
+        doc, vec = items[4]
+        renamed = parse_record({"id": "d004", "paragraphs": ["A zebra crossing. The zebra waited."]}, settings=AS_GIVEN)
+        store.put([(renamed, DocVectors(vec.vectors[:2], [0, 2]))])
+        assert store.lexical_search("zebra", 5).ids == ["d004"]
+        assert "d004" not in store.lexical_search("d004", 5).ids  # its old text is gone
+        with pytest.raises(InvalidInputError):
+            store.lexical_search("x", -1)
+
+    def test_search_defaults(self, make_store, store):
+        assert store.search_defaults() == {}
+        recorded = store.set_search_defaults({"method": "hybrid", "fusion": "rrf", "weights": {"bm25": 1, "sdr": 0.5}})
+        assert recorded == {"method": "hybrid", "fusion": "rrf", "weights": {"bm25": 1.0, "sdr": 0.5, "mean": 0.0}}
+        assert make_store().search_defaults() == recorded
+        with pytest.raises(InvalidInputError):
+            store.set_search_defaults({"fusion": "borda"})
+        assert store.set_search_defaults({}) == {} and make_store().search_defaults() == {}
+
+    # -- statistics and reference ------------------------------------------------------------------------------
+    def test_stats_lifecycle(self, make_store, store):
+        items = make_docs(3, seed=12)
+        ids = [d.id for d, _ in items]
+        store.put(items)
+        info = store.stats_info()
+        assert info.stale and info.docs_without_stats == 3
+        stats = stats_for(store, ids)
+        info = store.write_stats(stats, mode="sampled", sample_size=100, seed=7)
+        assert (info.version, info.stale, info.docs_without_stats) == (1, False, 0)
+        assert (info.mode, info.sample_size, info.seed) == ("sampled", 100, 7) and info.computed_at
+        got = store.get("d001").stats
+        np.testing.assert_array_equal(got.mu, stats["d001"].mu)
+        np.testing.assert_array_equal(got.sigma, stats["d001"].sigma)
+
+        store.put([with_vectors(items[1], unit(np.random.default_rng(3), items[1][1].n_sentences))])
+        info = store.stats_info()
+        assert info.stale and info.docs_without_stats == 1 and info.version == 1
+        assert store.get("d001").stats is None and store.get("d000").stats is not None  # replaced: no old stats
+
+        info = store.write_stats(stats_for(store, ids[:2]), mode="exact", sample_size=None, seed=None)
+        assert info.version == 2 and info.stale and info.docs_without_stats == 0  # d002 has version-1 stats
+        info = store.write_stats(stats_for(store, ids, 1.0), mode="exact", sample_size=None, seed=None)
+        assert (info.version, info.stale, info.mode) == (3, False, "exact")
+
+        with pytest.raises(InvalidInputError, match="paragraphs"):
+            store.write_stats({"d000": NormStats(np.zeros(5), np.ones(5))}, mode="exact", sample_size=None, seed=None)
+        assert store.stats_info().version == 3  # the failed refresh changed nothing
+        store.delete(["d002"])
+        assert store.stats_info().stale
+        info = store.write_stats({**stats_for(store, ids[:2]), "gone": NormStats(np.zeros(1), np.ones(1))},
+                                 mode="exact", sample_size=None, seed=None)
+        assert info.stale  # an id vanished between computing and writing
+        assert make_store().stats_info().version == 4
+
+    def test_reference_round_trip(self, make_store, store):
+        items = make_docs(5, seed=13)
+        store.put(items)
+        corpus = CorpusVectors.from_docs([d.id for d, _ in items], [v for _, v in items])
+        ref = reference_sample(corpus, [1, 2, 7], seed=42)
+        store.set_reference(ref)
+        store.delete(list(ref.doc_ids))  # the sample keeps its own copy of the vectors
+        got = make_store().reference()
+        assert got.doc_ids == ("d000", "d001", "d003")
+        np.testing.assert_array_equal(got.paragraph_index, [1, 0, 1])
+        assert_reference_equal(got, ref)
+        newer = reference_sample(corpus, [9, 4], seed=43)  # a new sample replaces the old one entirely
+        store.set_reference(newer)
+        assert_reference_equal(store.reference(), newer)
+
+    def test_query_state_reads_everything_a_query_needs(self, make_store, store):
+        state = store.query_state()  # a store with a model and nothing else
+        assert (state.meta, state.search_defaults, state.reference) == (META, {}, None)
+        assert state.stats == store.stats_info()
+        assert not state.reference_current and state.reference_changed  # absent, not "current"
+        items = make_docs(5, seed=14)
+        store.put(items)
+        corpus = CorpusVectors.from_docs([d.id for d, _ in items], [v for _, v in items])
+        ref = reference_sample(corpus, [0, 3, 8], seed=5)
+        store.set_reference(ref)
+        store.write_stats(stats_for(store, [d.id for d, _ in items]), mode="sampled", sample_size=3, seed=5)
+        defaults = store.set_search_defaults({"method": "hybrid"})
+        state = make_store().query_state()  # another handle: what was recorded, not a cache
+        assert (state.meta, state.search_defaults) == (META, defaults)
+        assert state.stats == store.stats_info() and (state.stats.version, state.stats.stale) == (1, False)
+        assert_reference_equal(state.reference, ref)
+        assert not state.reference_current and state.reference_changed
+        cached = store.query_state(reference_version=state.stats.version)  # the caller's copy is current
+        assert cached.reference is None and cached.reference_current and not cached.reference_changed
+        assert (cached.meta, cached.search_defaults, cached.stats) == (META, defaults, state.stats)
+        older = store.query_state(reference_version=state.stats.version - 1)
+        assert_reference_equal(older.reference, ref)
+        assert not older.reference_current
+        store.put(make_docs(1, seed=15, prefix="n"))  # a write marks the statistics stale, same version
+        stale = store.query_state(reference_version=state.stats.version)
+        assert stale.stats.stale and stale.stats.docs_without_stats == 1 and stale.reference_current
+        assert stale.stats == store.stats_info()
+        with pytest.raises(InvalidInputError):
+            store.set_search_defaults({"fusion": "borda"})
+        assert store.query_state().search_defaults == defaults  # a refused change changed nothing
+        for version in (None, state.stats.version):  # the interface's default (built from the single reads) agrees
+            base = DocumentStore.query_state(store, reference_version=version)
+            own = store.query_state(reference_version=version)
+            assert (base.meta, base.search_defaults, base.stats, base.reference_current) == \
+                (own.meta, own.search_defaults, own.stats, own.reference_current)
+            assert (base.reference is None) == (own.reference is None)
+
+    # -- capabilities ---------------------------------------------------------------------------------------------
+    def test_capabilities_are_declared_and_keep_their_promise(self, store):
+        caps = store.capabilities
+        assert isinstance(caps, StoreCapabilities)
+        for flag, method in {"metadata_lookup": "metadata_of", "lexical_refresh": "refresh_lexical",
+                             "cheap_centroids": "paragraph_centroids"}.items():
+            overridden = getattr(type(store), method) is not getattr(DocumentStore, method)
+            assert getattr(caps, flag) == overridden, f"{flag} is declared {getattr(caps, flag)} but {method} is " \
+                f"{'its own' if overridden else 'the interface default'}"
+        items = make_docs(4, seed=18)
+        store.put(items)
+        rng = np.random.default_rng(19)
+        tagged = parse_record({"id": "t1", "paragraphs": ["One tagged sentence. Another one."], "lang": "de",
+                               "year": 2020, "tags": ["a", "b"]}, settings=AS_GIVEN)
+        store.put([(tagged, DocVectors(unit(rng, 2), [0, 2]))])
+        wanted = ["t1", "nope", "d002"]
+        expected = {"t1": {"lang": "de", "year": 2020, "tags": ["a", "b"]}, "d002": {"lang": "en"}}
+        assert store.metadata_of(wanted) == expected  # bulk or the default: same answer, missing ids left out
+        assert DocumentStore.metadata_of(store, wanted) == expected
+        assert store.metadata_of([]) == {}
+        if caps.lexical_refresh:
+            assert store.refresh_lexical() == 5
+        else:
+            with pytest.raises(StoreError, match="lexical_refresh"):
+                store.refresh_lexical()
+        ids = [d.id for d, _ in items]
+        for own, default in zip(store.paragraph_centroids(ids), DocumentStore.paragraph_centroids(store, ids)):
+            np.testing.assert_allclose(own, default, atol=1e-6)
