@@ -1,17 +1,18 @@
-"""Benchmark the HTTP service against direct in-process calls, on the same store and ids.
+"""Throughput and latency of the HTTP service under concurrent clients, side by side for server
+configurations, by id and by text.
 
-Builds (or reuses) an embedded store of the IRLeD corpus with ``sdr index`` (about 3 minutes
-when ``~/.cache/sdr-search`` already holds the vectors), starts ``sdr serve`` on a free loopback
-port, and sends by-id more-like-this requests for random documents from C concurrent clients
-(default 8 and 32; a bounded number of requests per level). Then runs the same requests through
-``MoreLikeThis.more_like_this`` in this process with the same concurrency (threads sharing one
-engine). Prints, per level: throughput (req/s), latency p50/p99 (ms), errors by status.
+Starts ``sdr serve`` on a free loopback port over an embedded store (``--store``; built from the
+IRLeD corpus when missing, about 3 minutes with a warm embedding cache) once per configuration
+(``--config NAME:VAR=VALUE,...``; default: the current defaults next to the defaults before issue
+24, ``SDR_SERVICE_MAX_CONCURRENCY=4`` with a 2 s queue timeout and every request using every core).
+For each kind of request (``--kinds id text``: an indexed document by id; the text of a stored
+document sent as new text, so it is segmented and encoded) and each level of concurrent clients
+(``--levels``, default 1 2 4 8 16), clients send requests back to back. Prints per row: successful
+requests per second, p50/p99 of the successful ones (ms), and errors by status; then the issue's
+targets per configuration and kind: ok req/s at 8 clients / at 1 client (>= 1), p99 at 8 clients /
+p50 at 1 client (<= 8), and whether any 429 came below the queue bound.
 
-The server runs with ``SDR_SERVICE_MAX_QUEUE`` and ``SDR_SERVICE_QUEUE_TIMEOUT_S`` raised so that
-every request is served (``--default-limits`` keeps the defaults: then part of the 32-client load
-is answered 429, counted as errors).
-
-    python bench/service.py [--store DIR] [--requests 200] [--levels 8 32] [--size 10]
+    python bench/service.py --store /var/tmp/sdr-bench/tiled-wiki [--levels 1 2 4 8 16] [--requests-id 100]
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -74,16 +74,6 @@ def build_store(path: Path) -> None:
     print(f"indexed in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
 
 
-def start_server(store: Path, port: int, log: Path, default_limits: bool) -> subprocess.Popen:
-    env = dict(os.environ)
-    env.pop("SDR_SERVICE_API_KEY", None)
-    if not default_limits:
-        env.update({"SDR_SERVICE_MAX_QUEUE": "1000", "SDR_SERVICE_QUEUE_TIMEOUT_S": "600"})
-    return subprocess.Popen(
-        [sys.executable, "-m", "sdr_search", "--log-level", "WARNING", "serve", "--store", str(store), "--port", str(port)],
-        cwd=REPO, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
-    )
-
 
 def wait_healthy(base: str, proc: subprocess.Popen, log: Path, timeout: float = 300) -> None:
     import httpx
@@ -101,12 +91,12 @@ def wait_healthy(base: str, proc: subprocess.Popen, log: Path, timeout: float = 
     raise SystemExit(f"sdr serve not healthy after {timeout} s")
 
 
-async def http_level(base: str, ids: list[str], clients: int, size: int) -> dict:
+async def http_level(base: str, bodies: list[dict], clients: int) -> dict:
     import httpx
 
-    queue: asyncio.Queue[str] = asyncio.Queue()
-    for doc_id in ids:
-        queue.put_nowait(doc_id)
+    queue: asyncio.Queue[dict] = asyncio.Queue()
+    for body in bodies:
+        queue.put_nowait(body)
     latencies: list[float] = []
     errors: Counter = Counter()
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
@@ -115,12 +105,12 @@ async def http_level(base: str, ids: list[str], clients: int, size: int) -> dict
         async def worker() -> None:
             while True:
                 try:
-                    doc_id = queue.get_nowait()
+                    body = queue.get_nowait()
                 except asyncio.QueueEmpty:
                     return
                 t0 = time.perf_counter()
                 try:
-                    r = await client.post("/v1/indices/default/more_like_this", json={"id": doc_id, "size": size})
+                    r = await client.post("/v1/indices/default/more_like_this", json=body)
                 except httpx.HTTPError as e:
                     errors[type(e).__name__] += 1
                     continue
@@ -132,88 +122,110 @@ async def http_level(base: str, ids: list[str], clients: int, size: int) -> dict
         t0 = time.perf_counter()
         await asyncio.gather(*[worker() for _ in range(clients)])
         wall = time.perf_counter() - t0
-    return summary("http", clients, latencies, errors, wall)
+    row = summary("http", clients, latencies, errors, wall)
+    row["ok_rps"] = round(len(latencies) / wall, 2) if wall > 0 else None
+    return row
 
 
-def inprocess_level(engine, ids: list[str], clients: int, size: int) -> dict:
-    from sdr_search.reranker.engine import Query
+OLD_DEFAULTS = "before:SDR_SERVICE_MAX_CONCURRENCY=4,SDR_SERVICE_THREADS_PER_REQUEST=%d,SDR_SERVICE_QUEUE_TIMEOUT_S=2"
 
-    latencies: list[float] = []
-    errors: Counter = Counter()
 
-    def one(doc_id: str) -> None:
-        t0 = time.perf_counter()
-        try:
-            engine.run(Query(id=doc_id, size=size))
-        except Exception as e:  # counted and reported, like an HTTP error
-            errors[type(e).__name__] += 1
-            return
-        latencies.append(time.perf_counter() - t0)
-
-    t0 = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=clients) as pool:
-        list(pool.map(one, ids))
-    wall = time.perf_counter() - t0
-    return summary("in-process", clients, latencies, errors, wall)
+def parse_config(text: str) -> tuple[str, dict[str, str]]:
+    name, _, assignments = text.partition(":")
+    env = dict(a.split("=", 1) for a in assignments.split(",") if a)
+    return name, env
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--store", type=Path, help="embedded store of the IRLeD corpus (built here when missing; default: a temp dir)")
-    ap.add_argument("--requests", type=int, default=200, help="requests per concurrency level (default 200)")
-    ap.add_argument("--levels", type=int, nargs="+", default=[8, 32], help="concurrent clients (default 8 32)")
+    ap.add_argument("--store", type=Path, help="embedded store (built from IRLeD when missing; default: a temp dir)")
+    ap.add_argument("--levels", type=int, nargs="+", default=[1, 2, 4, 8, 16], help="concurrent clients")
+    ap.add_argument("--kinds", nargs="+", default=["id", "text"], choices=["id", "text"])
+    ap.add_argument("--requests-id", type=int, default=100, help="by-id requests per level (default 100)")
+    ap.add_argument("--requests-text", type=int, default=30, help="by-text requests per level (default 30)")
+    ap.add_argument("--max-text-sentences", type=int, default=250, help="by-text sources: stored documents up to this size")
     ap.add_argument("--size", type=int, default=10, help="hits per request (default 10)")
+    ap.add_argument("--config", action="append", metavar="NAME:VAR=VALUE,...",
+                    help="a server configuration (repeatable); default: 'now:' (defaults) and the defaults before issue 24")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--default-limits", action="store_true", help="keep the server's default queue limits (429s count as errors)")
     args = ap.parse_args()
 
+    from sdr_search.indexer.embedded import EmbeddedStore
+    from sdr_search.reranker.compute import available_cores
+
+    cores = available_cores()
+    configs = [parse_config(c) for c in (args.config or ["now:", OLD_DEFAULTS % cores])]
     tmp = tempfile.TemporaryDirectory(prefix="sdr-bench-service-")
     store_path = args.store or Path(tmp.name) / "irled"
     build_store(store_path)
 
-    from sdr_search.indexer.embedded import EmbeddedStore
-    from sdr_search.reranker.engine import MoreLikeThis
-
+    rng = random.Random(args.seed)
     with EmbeddedStore(store_path, read_only=True) as store:
         all_ids = list(store.iter_ids())
-    rng = random.Random(args.seed)
-    warmup = rng.sample(all_ids, 5)
-    batches = {c: [rng.choice(all_ids) for _ in range(args.requests)] for c in args.levels}
-
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    log = Path(tmp.name) / "server.log"
-    proc = start_server(store_path, port, log, args.default_limits)
-    rows = []
-    try:
-        wait_healthy(base, proc, log)
-        asyncio.run(http_level(base, warmup, 1, args.size))  # loads FAISS and warms caches
-        for c in args.levels:
-            rows.append(asyncio.run(http_level(base, batches[c], c, args.size)))
-            print(json.dumps(rows[-1]), file=sys.stderr)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-    with EmbeddedStore(store_path, read_only=True) as store:
-        engine = MoreLikeThis(store=store)
-        inprocess_level(engine, warmup, 1, args.size)
-        for c in args.levels:
-            rows.append(inprocess_level(engine, batches[c], c, args.size))
-            print(json.dumps(rows[-1]), file=sys.stderr)
         counts = store.counts()
+        texts = []
+        for doc_id in rng.sample(all_ids, min(len(all_ids), 400)):
+            doc = store.get(doc_id).document
+            if doc.n_sentences <= args.max_text_sentences:
+                texts.append("\n\n".join(" ".join(p) for p in doc.paragraphs))
+            if len(texts) >= args.requests_text:
+                break
+    bodies = {
+        "id": {c: [{"id": rng.choice(all_ids), "size": args.size} for _ in range(args.requests_id)] for c in args.levels},
+        "text": {c: [{"text": rng.choice(texts), "size": args.size} for _ in range(args.requests_text)] for c in args.levels},
+    }
+    warmup = [{"id": i, "size": args.size} for i in all_ids[:3]] + [{"text": t, "size": args.size} for t in texts[:2]]
 
-    print(f"IRLeD store: {counts['documents']} documents, {counts['sentences']} sentences; by-id requests, "
-          f"size {args.size}, {args.requests} per level")
-    print(f"{'mode':<11} {'clients':>7} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'ok':>5}  errors")
+    rows = []
+    for name, env_extra in configs:
+        port = free_port()
+        base = f"http://127.0.0.1:{port}"
+        log = Path(tmp.name) / f"server-{name}.log"
+        env = dict(os.environ)
+        env.pop("SDR_SERVICE_API_KEY", None)
+        env.update(env_extra)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sdr_search", "--log-level", "WARNING", "serve", "--store", str(store_path),
+             "--port", str(port)], cwd=REPO, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+        )
+        try:
+            wait_healthy(base, proc, log)
+            asyncio.run(http_level(base, warmup, 1))  # loads FAISS and the encoder, warms caches
+            for kind in args.kinds:
+                for c in args.levels:
+                    row = asyncio.run(http_level(base, bodies[kind][c], c))
+                    row.update(config=name, kind=kind)
+                    rows.append(row)
+                    print(json.dumps(row), file=sys.stderr)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    print(f"store {store_path}: {counts['documents']} documents, {counts['sentences']} sentences; {cores} cores; "
+          f"size {args.size}; by id {args.requests_id}, by text {args.requests_text} requests per level")
+    for name, env_extra in configs:
+        print(f"config {name}: {env_extra or 'defaults'}")
+    print(f"{'config':<8} {'kind':<5} {'clients':>7} {'ok req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'ok':>5}  errors")
     for r in rows:
-        print(f"{r['mode']:<11} {r['clients']:>7} {r['throughput_rps']:>8} {r['p50_ms']:>8} {r['p99_ms']:>8} "
+        print(f"{r['config']:<8} {r['kind']:<5} {r['clients']:>7} {r['ok_rps']:>9} {r['p50_ms']:>8} {r['p99_ms']:>8} "
               f"{r['ok']:>5}  {r['errors'] or '-'}")
-    print(json.dumps({"bench": "service", "store": counts, "rows": rows}))
+    print("targets (issue 24): ok req/s at 8 clients >= at 1 client; p99 at 8 clients <= 8 x p50 at 1 client; "
+          "429 only beyond the queue bound (16 waiting + the running ones)")
+    for name, _ in configs:
+        for kind in args.kinds:
+            by = {r["clients"]: r for r in rows if r["config"] == name and r["kind"] == kind}
+            if 1 in by and 8 in by:
+                rate = by[8]["ok_rps"] / by[1]["ok_rps"] if by[1]["ok_rps"] else float("nan")
+                tail = by[8]["p99_ms"] / by[1]["p50_ms"] if by[1]["p50_ms"] else float("nan")
+                early = sum(r["errors"].get("429", 0) for c, r in by.items() if c <= 16)
+                print(f"{name:<8} {kind:<5} rate 8/1 = {rate:.2f} ({'met' if rate >= 1 else 'MISSED'}); "
+                      f"p99(8)/p50(1) = {tail:.1f} ({'met' if tail <= 8 else 'MISSED'}); "
+                      f"429s at <= 16 clients: {early} ({'met' if early == 0 else 'MISSED'})")
+    print(json.dumps({"bench": "service", "store": counts, "cores": cores, "rows": rows}))
     tmp.cleanup()
     return 0
 

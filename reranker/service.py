@@ -11,9 +11,11 @@ Routes (the OpenAPI spec is served at ``/openapi.json`` and committed as ``opena
 Nothing is loaded or connected at import or in :func:`create_app`: stores open on first use and
 the encoder loads on the first new-text request (or the first ``/health``). CPU work (sentence
 splitting, encoding, the k-NN stage and the exact rerank) runs in worker threads so the event
-loop stays responsive; encoder calls are serialised by one lock (a torch model is not safe to call
-from several threads at once). At most ``max_concurrency`` more-like-this requests compute at
-once, at most ``max_queue`` wait (each at most ``queue_timeout_s``); any more answer 429 at once.
+loop stays responsive. At most ``max_concurrency`` (default: the CPU cores) more-like-this requests
+compute at once, each with ``threads_per_request`` BLAS/FAISS threads (threads x requests <= cores,
+:mod:`.compute`); at most ``max_queue`` wait (each at most ``queue_timeout_s``); any more answer 429
+at once. The encoder runs one call at a time, with the sentences of every new-text request waiting
+for it batched into that call (:class:`~.compute.BatchingEncoder`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import hmac
 import logging
 import threading
 from contextlib import asynccontextmanager
-from typing import Annotated, Any, Callable, Mapping, Sequence, Union
+from typing import Annotated, Any, Callable, Mapping, Union
 
 import anyio
 from fastapi import APIRouter, Depends, FastAPI, Path, Request, Security
@@ -34,13 +36,14 @@ from sdr_search.indexer.store import DocumentStore
 from sdr_search.core.errors import IndexNotFoundError, SDRError
 
 from . import api_models as m
+from .compute import BatchingEncoder, ThreadBudget
 from .engine import MLTResult, MLTSettings, MoreLikeThis
 from .errors import AuthenticationError, error_body, install_error_handlers
 from .limits import BodyLimitMiddleware, ConcurrencyLimiter
 from .metrics import CONTENT_TYPE_LATEST, MetricsMiddleware, ServiceMetrics
 from .settings import ServiceSettings
 
-__all__ = ["create_app", "StoreFactory", "LockedEncoder", "API_KEY_HEADER"]
+__all__ = ["create_app", "StoreFactory", "API_KEY_HEADER"]
 
 logger = logging.getLogger(__name__)
 
@@ -63,30 +66,6 @@ def _responses(*codes: int) -> dict[int | str, dict[str, Any]]:
     return {c: {"model": m.ErrorResponse, "description": _ERRORS[c]} for c in codes}
 
 
-class LockedEncoder:
-    """A :class:`~sdr_search.core.encoder.SentenceEncoder` whose loading and encoding are serialised by one
-    lock; every other attribute is the wrapped encoder's."""
-
-    def __init__(self, encoder: Any) -> None:
-        self._encoder = encoder
-        self._lock = threading.Lock()
-
-    def encode(self, sentences: Sequence[str], **kwargs: Any):
-        with self._lock:
-            return self._encoder.encode(sentences, **kwargs)
-
-    def ensure_loaded(self) -> str:
-        """Resolve the model directory and load the model (once); returns the model id."""
-        with self._lock:
-            _ = self._encoder.model_dir
-            _ = self._encoder.dim
-            _ = self._encoder.cache_tag
-        return str(self._encoder.model_id)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._encoder, name)
-
-
 class _Index:
     def __init__(self, name: str, store: DocumentStore, engine: MoreLikeThis) -> None:
         self.name = name
@@ -98,7 +77,7 @@ class _Indices:
     """Index name -> store and engine. A mapping is served as given (the caller owns and closes its
     stores); a factory opens stores on demand, keeps only those that answer, and closes them."""
 
-    def __init__(self, stores: Union[Mapping[str, DocumentStore], StoreFactory], encoder: LockedEncoder | None,
+    def __init__(self, stores: Union[Mapping[str, DocumentStore], StoreFactory], encoder: BatchingEncoder | None,
                  mlt_settings: MLTSettings) -> None:
         self._factory: StoreFactory | None = None if isinstance(stores, Mapping) else stores
         self._mlt = mlt_settings
@@ -154,20 +133,22 @@ class _Indices:
 class _Service:
     """What the routes share: settings, indices, encoder, limiter, metrics."""
 
-    def __init__(self, *, indices: _Indices, encoder: LockedEncoder | None, settings: ServiceSettings,
+    def __init__(self, *, indices: _Indices, encoder: BatchingEncoder | None, settings: ServiceSettings,
                  metrics: ServiceMetrics) -> None:
         self.indices = indices
         self.encoder = encoder
         self.settings = settings
         self.metrics = metrics
         self.limiter = ConcurrencyLimiter(
-            settings.max_concurrency, max_queue=settings.max_queue, timeout_s=settings.queue_timeout_s
+            settings.concurrency(), max_queue=settings.max_queue, timeout_s=settings.queue_timeout_s
         )
+        self.budget = ThreadBudget(settings.threads())
         key = settings.api_key.get_secret_value() if settings.api_key is not None else None
         self.api_key: bytes | None = key.encode("utf-8") if key else None
 
     # -- more like this (runs in a worker thread) ----------------------------------------------
     def more_like_this(self, index_name: str, req: m.MoreLikeThisRequest) -> MLTResult:
+        self.budget.apply()
         return self.indices.get(index_name).engine.run(m.query_from_request(req))
 
     def get_document(self, index_name: str, doc_id: str) -> m.DocumentResponse:
@@ -289,7 +270,7 @@ def create_app(
     the caller (close them after the server stops); stores opened by a factory are closed at shutdown.
     """
     settings = settings or ServiceSettings()
-    locked = LockedEncoder(encoder) if encoder is not None else None
+    locked = BatchingEncoder(encoder, max_batch_tokens=settings.encode_batch_tokens) if encoder is not None else None
     indices = _Indices(stores, locked, mlt_settings or MLTSettings())
     metrics = ServiceMetrics()
 

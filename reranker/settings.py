@@ -31,19 +31,46 @@ class ServiceSettings(BaseSettings):
         "and again while it is read (413 beyond). Leaves room for a 5 MB document (SDR_MAX_DOCUMENT_BYTES) "
         "in JSON.",
     )
-    max_concurrency: int = Field(
-        4, gt=0,
-        description="More-like-this requests computed at once. CPU-bound work gains nothing beyond the "
-        "number of cores; a higher value only raises latency under load.",
+    max_concurrency: int | None = Field(
+        None, gt=0,
+        description="More-like-this requests computed at once; unset: the number of CPU cores this process may "
+        "use. CPU-bound work gains nothing beyond the cores: with 4 on 2 cores 59-69 % of 8 clients' requests "
+        "were refused and the rest took 6-7 s (issue 24); see docs/results/service.md.",
+    )
+    threads_per_request: int | None = Field(
+        None, gt=0,
+        description="BLAS and FAISS (OpenMP) threads each request may use; unset: cores // max_concurrency (at "
+        "least 1), so that threads x concurrent requests <= cores. The encoder is shared (one batch at a time) "
+        "and keeps torch's own thread count.",
     )
     max_queue: int = Field(
         16, ge=0,
         description="More-like-this requests allowed to wait for a free slot; one more answers 429 at once.",
     )
     queue_timeout_s: float = Field(
-        2.0, ge=0,
-        description="Longest wait for a free slot before answering 429 (the queue never grows without bound).",
+        30.0, ge=0,
+        description="Longest wait for a free slot before answering 429. Long enough that a full queue drains "
+        "under normal load (429 means the queue bound was reached, not a slow moment); 0 refuses at once when "
+        "every slot is busy.",
     )
+    encode_batch_tokens: int = Field(
+        16_384, gt=0,
+        description="Concurrent new-text requests are encoded together in one encoder call up to this many "
+        "(estimated) tokens; a larger source is encoded alone.",
+    )
+
+    def concurrency(self) -> int:
+        """The effective ``max_concurrency``."""
+        from .compute import available_cores
+
+        return self.max_concurrency or available_cores()
+
+    def threads(self) -> int:
+        """The effective ``threads_per_request``."""
+        from .compute import available_cores
+
+        return self.threads_per_request or max(1, available_cores() // self.concurrency())
+
     health_timeout_s: float = Field(
         5.0, gt=0, description="Seconds a store may take to answer the /health check before it counts as down."
     )
