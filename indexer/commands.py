@@ -6,6 +6,7 @@ import json
 import logging
 import sys
 import time
+from pathlib import Path
 
 logger = logging.getLogger("sdr")
 
@@ -39,13 +40,29 @@ def store_segmentation(args, recorded):
                                  explicit={k: getattr(args, k, None) for k in _SEGMENTATION_FLAGS})
 
 
+def _new_directories(path) -> Path | None:
+    """The outermost of ``path`` and its parents that does not exist yet (None if ``path`` exists)."""
+    path = Path(path).absolute()
+    if path.exists():
+        return None
+    top = path
+    while not top.parent.exists():
+        top = top.parent
+    return top
+
+
 def cmd_index(args) -> int:
+    """``sdr index``. The inputs and the model are checked before the store is created
+    (:func:`sdr_search.indexer.ingest.index_paths`); should the run still fail before it wrote any
+    document, an embedded store directory it created is removed again."""
     from sdr_search.cli_args import cache_from_args, encoder_settings, segmentation_settings
     from sdr_search.core.encoder import SentenceEncoder
 
     from .ingest import index_paths
 
     encoder = SentenceEncoder(settings=encoder_settings(args))
+    embedded = not getattr(args, "opensearch", None)
+    created = _new_directories(args.store) if embedded and args.store else None
     cache = cache_from_args(args)
     try:
         with open_store(args, create=True) as store:
@@ -55,6 +72,10 @@ def cmd_index(args) -> int:
                 progress=not args.no_progress, stats=not args.no_stats, sample=args.sample, seed=args.seed,
                 label=f"store {store_label(args)}",
             )
+    except BaseException:
+        if created is not None:
+            _remove_failed_start(Path(args.store), created)
+        raise
     finally:
         if cache is not None:
             cache.close()
@@ -62,8 +83,29 @@ def cmd_index(args) -> int:
     return 1 if out["failed"] else 0
 
 
+def _remove_failed_start(store_dir: Path, created: Path) -> None:
+    """Remove the store this run created when it holds no document, and the parent directories
+    the run created with it (``created``: the outermost), when they are empty."""
+    from .embedded.store import remove_unused_store
+
+    try:
+        if not remove_unused_store(store_dir):
+            return
+        logger.info("removed %s: this run created it and wrote no document", store_dir)
+        here = store_dir.absolute().parent
+        top = created.absolute()
+        while here != top.parent and top in (here, *here.parents) and here.is_dir() and not any(here.iterdir()):
+            here.rmdir()
+            here = here.parent
+    except OSError as e:  # cleaning up must not hide the error that stopped the run
+        logger.warning("could not remove %s left by the failed run: %s", store_dir, e)
+
+
 def cmd_stats(args) -> int:
-    from .stats_job import refresh_stats
+    """``sdr stats``: refresh the statistics; prints the new state as JSON. A store of one document
+    has none (they are taken over the other documents): exit 0 all the same, with
+    ``"unavailable"`` saying why (:data:`sdr_search.indexer.stats_job.ONE_DOCUMENT`)."""
+    from .stats_job import refresh_stats, unavailable_reason
 
     t0 = time.perf_counter()
     with open_store(args) as store:
@@ -71,7 +113,8 @@ def cmd_stats(args) -> int:
             store, exact=args.sample is None, sample_size=args.sample or args.reference_size, seed=args.seed,
             progress=not args.no_progress,
         )
-    out = {**info.to_dict(), "seconds": round(time.perf_counter() - t0, 1)}
+        reason = unavailable_reason(store.counts()["documents"])
+    out = {**info.to_dict(), **({"unavailable": reason} if reason else {}), "seconds": round(time.perf_counter() - t0, 1)}
     sys.stdout.write(json.dumps(out) + "\n")
     return 0
 
@@ -85,6 +128,8 @@ def _segmentation_line(recorded) -> str:
 
 
 def cmd_info(args) -> int:
+    from .stats_job import unavailable_reason
+
     with open_store(args) as store:
         meta = store.meta()
         info = {
@@ -93,6 +138,9 @@ def cmd_info(args) -> int:
             "meta": meta.to_dict() if meta else None,
             "stats": store.stats_info().to_dict(),
         }
+    reason = unavailable_reason(info["documents"])
+    if reason:
+        info["stats"]["unavailable"] = reason
     if args.json:
         sys.stdout.write(json.dumps(info) + "\n")
     else:
@@ -104,9 +152,10 @@ def cmd_info(args) -> int:
             f"sentences:  {info['sentences']}",
             f"model:      {meta.model_id if meta else '-'} (dim {meta.dim if meta else '-'})",
             f"segmentation: {_segmentation_line(meta.segmentation) if meta else '-'}",
-            f"stats:      version {st['version']}, {st['mode'] or 'none'}"
-            + (f" (R={st['sample_size']})" if st["mode"] == "sampled" else "")
-            + (", STALE (run `sdr stats`)" if st["stale"] else ", up to date"),
+            (f"stats:      unavailable ({reason})" if reason else
+             f"stats:      version {st['version']}, {st['mode'] or 'none'}"
+             + (f" (R={st['sample_size']})" if st["mode"] == "sampled" else "")
+             + (", STALE (run `sdr stats`)" if st["stale"] else ", up to date")),
         ]
         sys.stdout.write("\n".join(lines) + "\n")
     return 0

@@ -4,6 +4,11 @@ Segmentation follows the store's record (a new store records ``segmentation``); 
 read, encoded and written by :func:`sdr_search.indexer.pipeline.index_documents`; the statistics
 are refreshed when documents changed; a store with a lexical index builds it now rather than at the
 first query. Returns the summary ``sdr index`` prints.
+
+The input paths and the model are checked before the store is first touched, so a mistyped path
+or ``--model`` fails without creating an empty store. Sentences cut at the encoder's token cap are
+reported once per run (one warning; ``truncated_sentences`` and ``truncated_chars`` in the
+summary), and a store of one document says that it has no statistics (``stats.unavailable``).
 """
 
 from __future__ import annotations
@@ -13,15 +18,15 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from sdr_search.core.documents import ReadReport, read_documents
-from sdr_search.core.encoder import SentenceEncoder
+from sdr_search.core.documents import ReadReport, check_input_paths, read_documents
+from sdr_search.core.encoder import SentenceEncoder, truncation_of
 from sdr_search.core.errors import ModelMismatchError
 from sdr_search.core.sentences import default_splitter
 from sdr_search.core.settings import SegmentationSettings
 
 from .pipeline import index_documents
 from .provenance import segmentation_mismatch, segmentation_record
-from .stats_job import refresh_stats
+from .stats_job import refresh_stats, unavailable_reason
 from .store import DocumentStore
 
 __all__ = ["index_paths", "recorded_segmentation"]
@@ -54,6 +59,8 @@ def index_paths(
     progress: bool = False, stats: bool = True, sample: int = 5000, seed: int = 0, label: str = "the store",
 ) -> dict[str, Any]:
     t0 = time.perf_counter()
+    paths = check_input_paths(list(paths))  # before the store is created: a mistyped path leaves nothing behind
+    int(encoder.dim)  # loads the model: a missing or broken --model fails here too
     report = ReadReport()
     meta = store.meta()
     recorded = meta.segmentation if meta is not None else None
@@ -62,18 +69,28 @@ def index_paths(
     mismatch = segmentation_mismatch(recorded, record)
     if mismatch:
         raise ModelMismatchError(f"{label} {mismatch}; index with the same segmentation flags")
-    docs = read_documents(list(paths), settings=seg, report=report, strict=strict)
+    docs = read_documents(paths, settings=seg, report=report, strict=strict)
+    before = truncation_of(encoder)
     summary = index_documents(store, docs, encoder, cache=cache, progress=progress, segmentation=record)
     summary.skipped = report.n_skipped
+    cut = truncation_of(encoder) - before
+    message = cut.message(encoder.settings.max_tokens) if cut.truncated else None
+    if message:
+        logger.warning("%s", message)
     refreshed = None
     if stats and (summary.indexed or store.stats_info().stale):
         refreshed = refresh_stats(store, exact=False, sample_size=sample, seed=seed, progress=progress)
     lexical_docs = store.refresh_lexical() if store.capabilities.lexical_refresh else None
-    out = {**summary.to_dict(), "store": store.counts(), "seconds": round(time.perf_counter() - t0, 1)}
+    counts = store.counts()
+    out = {**summary.to_dict(), **cut.to_dict(), "store": counts, "seconds": round(time.perf_counter() - t0, 1)}
     if lexical_docs is not None:
         out["lexical_documents"] = lexical_docs
     if refreshed is not None:
         out["stats"] = refreshed.to_dict()
+        reason = unavailable_reason(counts.get("documents", 0))
+        if reason:
+            out["stats"]["unavailable"] = reason
     if summary.failures:
         out["failures"] = [{"id": i, "error": e} for i, e in summary.failures[:50]]
     return out
+

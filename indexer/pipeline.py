@@ -14,7 +14,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 from sdr_search.core.cache import EmbeddingCache, document_key
 from sdr_search.core.documents import Document
 from sdr_search.core.embed import embed_documents
-from sdr_search.core.encoder import SentenceEncoder
+from sdr_search.core.encoder import SentenceEncoder, TruncationCount, truncation_of
 from sdr_search.core.errors import BulkWriteError, SDRError
 from sdr_search.core.vectors import DocVectors
 
@@ -67,11 +67,13 @@ def isolate_sdr_errors(exc: Exception) -> None:
 @dataclass
 class WriteReport:
     """What :func:`write_documents` did: the documents written (in the order given), those that
-    failed with their reason, and the sentences encoded."""
+    failed with their reason, the sentences encoded, and how many of those the encoder cut at its
+    token cap (``truncation``: to report once per run, e.g. by summing the reports)."""
 
     written: list[Document] = field(default_factory=list)
     failed: list[tuple[Document, str]] = field(default_factory=list)
     encoded_sentences: int = 0
+    truncation: TruncationCount = field(default_factory=TruncationCount)
 
 
 def write_documents(
@@ -96,7 +98,11 @@ def write_documents(
     what was written before.
     """
     report = report if report is not None else WriteReport()
-    _put(store, _encode(list(docs), encoder, cache, check_error, report), check_error, report)
+    before = truncation_of(encoder)
+    try:
+        _put(store, _encode(list(docs), encoder, cache, check_error, report), check_error, report)
+    finally:
+        report.truncation = report.truncation + (truncation_of(encoder) - before)
     return report
 
 

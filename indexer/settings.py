@@ -54,6 +54,17 @@ class EmbeddedStoreSettings(BaseSettings):
             "its own dtype whatever this says."
         ),
     )
+    filter_exact_rows: int = Field(
+        100_000,
+        ge=0,
+        description=(
+            "A filtered k-NN search (a query with a metadata filter) whose matching documents hold at most this "
+            "many sentences is exact (brute force over those rows); above it, the HNSW graph is searched with "
+            "the other documents' rows masked out and 1 / selectivity times as many hits fetched. Brute force "
+            "costs about source sentences x matching sentences; the masked graph search wastes most of its hits "
+            "when the filter is rare."
+        ),
+    )
     knn_oversample: int = Field(
         4,
         ge=1,
@@ -94,5 +105,25 @@ class EmbeddedStoreSettings(BaseSettings):
         description=(
             "Save the FAISS index after this many new sentence rows (and on close). Smaller means "
             "less catch-up work after a crash, but more time spent writing the index file."
+        ),
+    )
+    lexical_merge_fraction: float = Field(
+        0.05,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "The lexical (BM25) index keeps the documents put since its base segment was built in a "
+            "delta segment and masks deleted ones; once the delta and the masked documents together "
+            "exceed this fraction of the base's documents (or lexical_merge_min_docs, whichever is "
+            "larger), the next search merges them into a new base (no text is tokenised again) and "
+            "saves it. Scores are exact either way; a larger delta makes searches after writes slower."
+        ),
+    )
+    lexical_merge_min_docs: int = Field(
+        500,
+        ge=0,
+        description=(
+            "Lower bound of the lexical index's merge threshold (see lexical_merge_fraction), so "
+            "that a small store does not merge on every write."
         ),
     )

@@ -185,8 +185,9 @@ class StoreCapabilities:
     method it concerns; without the flag that method has the interface's documented default or
     raises :class:`~sdr_search.core.errors.StoreError`."""
 
-    # metadata_of() reads many documents' metadata in bulk, without their vectors
-    # (without it: the default reads each document with get(), vectors included)
+    # metadata_of() and documents_of() read many documents' metadata (documents_of: the whole
+    # document) in bulk, without their vectors (without it: the defaults read each document with
+    # get(), vectors included)
     metadata_lookup: bool = False
     # refresh_lexical() builds a local lexical index ahead of the first lexical search
     # (without it: the store has nothing to build and refresh_lexical() raises)
@@ -195,6 +196,10 @@ class StoreCapabilities:
     # (without it: the default computes them from fetch_documents(), so a caller that needs the
     # vectors too should fetch once and compute the centroids itself)
     cheap_centroids: bool = False
+    # sentence_knn(..., allowed_ids=) searches only those documents and ids_matching(filter) lists
+    # the documents a metadata filter matches (a filter applied inside the candidate stage; without
+    # it the engine over-fetches candidates and filters them)
+    filtered_knn: bool = False
 
     def to_dict(self) -> dict[str, bool]:
         return dict(self.__dict__)
@@ -248,13 +253,25 @@ class DocumentStore(ABC):
 
     # -- retrieval -----------------------------------------------------------------------------
     @abstractmethod
-    def sentence_knn(self, vectors: np.ndarray, k: int, *, exclude_ids: Sequence[str] = ()) -> SentenceHits:
+    def sentence_knn(
+        self, vectors: np.ndarray, k: int, *, exclude_ids: Sequence[str] = (), allowed_ids: Sequence[str] | None = None,
+    ) -> SentenceHits:
         """Nested k-NN: for each row of ``vectors`` the top-``k`` documents by best sentence.
 
         A backend may return more than ``k`` when documents tie at the k-th place (the embedded
         store keeps every tied document among its hits), and fewer when a row's nearest sentences
         crowd into fewer documents than ``k`` (the embedded store's single search by default,
-        ``SDR_STORE_KNN_ROUNDS``)."""
+        ``SDR_STORE_KNN_ROUNDS``). ``allowed_ids`` (only for a store that declares
+        ``capabilities.filtered_knn``) restricts the search to those documents."""
+
+    def ids_matching(self, flt: Mapping[str, Any]) -> list[str]:
+        """The ids of every document whose metadata matches the equality filter ``flt``
+        (:func:`sdr_search.core.filters.matches`). Only for a store that declares
+        ``capabilities.filtered_knn``."""
+        from sdr_search.core.errors import StoreError
+
+        raise StoreError(f"{type(self).__name__} cannot filter inside the candidate stage "
+                         "(capabilities.filtered_knn is false)")
 
     @abstractmethod
     def lexical_search(
@@ -293,6 +310,21 @@ class DocumentStore(ABC):
         for doc_id in ids:
             try:
                 out[str(doc_id)] = self.get(str(doc_id)).document.metadata
+            except DocumentNotFoundError:
+                continue
+        return out
+
+    def documents_of(self, ids: Sequence[str]) -> dict[str, Document]:
+        """The documents (title, metadata, paragraphs; no vectors) of those ``ids`` that exist (a
+        missing id is left out), in the order asked, for presenting results (titles, snippets).
+        This default reads each document with :meth:`get` (vectors included); a store that reads
+        them alone, in bulk, declares ``capabilities.metadata_lookup``."""
+        from sdr_search.core.errors import DocumentNotFoundError
+
+        out: dict[str, Document] = {}
+        for doc_id in dict.fromkeys(str(i) for i in ids):
+            try:
+                out[doc_id] = self.get(doc_id).document
             except DocumentNotFoundError:
                 continue
         return out

@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from sdr_search.core.documents import Document
+from sdr_search.core.documents import Document, check_id
 from sdr_search.core.errors import DuplicateIdError, InvalidDocumentError, InvalidInputError, ModelMismatchError
 from sdr_search.core.vectors import DocVectors
 
@@ -31,6 +31,7 @@ def check_put_item(doc: Document, vectors: DocVectors, meta: IndexMeta, *, where
     sentences per document (None: none)."""
     if not isinstance(doc, Document) or not isinstance(vectors, DocVectors):
         raise InvalidInputError("put() takes (Document, DocVectors) pairs")
+    check_id(doc.id)  # the one id rule, also for a Document built without parse_record
     if vectors.dim != int(meta.dim):
         raise ModelMismatchError(
             f"document {doc.id!r}: vectors have dimension {vectors.dim}, but {where} holds "

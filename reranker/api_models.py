@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
+
+from sdr_search.core.documents import ID_PATTERN, ID_RULE, MAX_ID_LENGTH, check_id
 
 __all__ = [
     "MAX_SIZE",
@@ -21,6 +23,7 @@ __all__ = [
     "Weights",
     "MoreLikeThisRequest",
     "SentencePair",
+    "Snippet",
     "ParagraphPair",
     "Explanation",
     "SignalScore",
@@ -37,6 +40,7 @@ __all__ = [
     "ErrorResponse",
     "query_from_request",
     "response_from",
+    "stored_text",
 ]
 
 MAX_SIZE = 100
@@ -62,6 +66,11 @@ def _not_blank(value: str) -> str:
 NonBlank = Annotated[
     str, AfterValidator(_not_blank), WithJsonSchema({"type": "string", "minLength": 1, "pattern": NOT_BLANK_PATTERN})
 ]
+# The one id rule of the indexer and the server (sdr_search.core.documents.check_id): an integer is
+# the same id as its decimal string; surrounding white space and control characters are refused.
+RequestId = Annotated[str, BeforeValidator(check_id), WithJsonSchema({"anyOf": [
+    {"type": "string", "minLength": 1, "maxLength": MAX_ID_LENGTH, "pattern": ID_PATTERN},
+    {"type": "integer"}], "description": ID_RULE})]
 Scalar = Union[str, int, float, bool]
 
 
@@ -137,8 +146,8 @@ class MoreLikeThisRequest(BaseModel):
         json_schema_extra=lambda schema, cls: _request_schema(schema),
     )
 
-    id: str = Field(  # type: ignore[assignment]
-        None, min_length=1, max_length=512, description="An indexed document (left out of its own results)."
+    id: RequestId = Field(  # type: ignore[assignment]
+        None, description="An indexed document (left out of its own results)."
     )
     text: NonBlank = Field(  # type: ignore[assignment]
         None,
@@ -210,10 +219,32 @@ class MoreLikeThisRequest(BaseModel):
         return {"sections": [s.model_dump(exclude_none=True) for s in self.sections]}
 
 
+_OFFSETS = (
+    "Character offsets (Python string positions, i.e. Unicode code points; end exclusive) of the sentence: the "
+    "candidate's into its stored text (`text` of GET /v1/indices/{index}/documents/{id}); the source's into the "
+    "text `source_offsets` names."
+)
+
+
 class SentencePair(BaseModel):
-    source_sentence: str
-    candidate_sentence: str
-    cosine: float
+    source_sentence: str = Field(..., description="A whole source sentence.")
+    candidate_sentence: str = Field(..., description="The candidate sentence most similar to it (whole).")
+    cosine: float = Field(..., description="Cosine similarity of the two sentence vectors.")
+    source_start: int | None = Field(
+        None, description="Where the source sentence starts. " + _OFFSETS + " Absent when a new-text source's "
+        "sentence is not found verbatim (up to white space) in the request's text."
+    )
+    source_end: int | None = Field(None, description="Where the source sentence ends (exclusive).")
+    candidate_start: int | None = Field(None, description="Where the candidate sentence starts in its stored text.")
+    candidate_end: int | None = Field(None, description="Where the candidate sentence ends (exclusive).")
+
+
+class Snippet(SentencePair):
+    """The hit's best sentence pair: the best sentence pair of its best paragraph pair (the first
+    sentence pair of the explanation)."""
+
+    source_paragraph: int = Field(..., description="Position of the source paragraph.")
+    candidate_paragraph: int = Field(..., description="Position of the candidate paragraph.")
 
 
 class ParagraphPair(BaseModel):
@@ -253,8 +284,10 @@ class Fusion(BaseModel):
 
 class Hit(BaseModel):
     id: str
-    score: float
-    title: str | None = Field(None, description="Set with explain.")
+    score: float = Field(..., description="Method sdr: the SDR score S(s, c); hybrid: the fused score.")
+    title: str | None = Field(None, description="The document's title (absent when it has none).")
+    metadata: dict[str, Any] | None = Field(None, description="The document's metadata as stored.")
+    snippet: Snippet | None = Field(None, description="The best-matching source/candidate sentence pair.")
     explanation: Explanation | None = None
 
 
@@ -272,6 +305,11 @@ class MoreLikeThisResponse(BaseModel):
     hits: list[Hit]
     candidates: int = Field(..., description="Documents reranked exactly (after the filter, when one is given).")
     stats: StatsState
+    source_offsets: Literal["stored", "request"] = Field(
+        ..., description="What `source_start`/`source_end` index: 'stored', the source document's stored text (an "
+        "indexed source, by `id`); 'request', the request's own text: `text` as sent, or `paragraphs` (every "
+        "section's `paragraphs`, in order) joined by a blank line (\"\\n\\n\"; section titles not included)."
+    )
     timings_ms: dict[str, float]
 
 
@@ -280,6 +318,23 @@ class DocumentResponse(BaseModel):
     title: str | None = None
     metadata: dict[str, Any]
     paragraphs: list[list[str]] = Field(..., description="SDR paragraphs, each a list of sentences.")
+    text: str = Field(
+        None,  # type: ignore[assignment]
+        description="The stored text, which the character offsets of results index: the title, then each "
+        "paragraph's sentences joined by one space, blocks separated by a blank line (\"\\n\\n\").",
+    )
+
+    @model_validator(mode="after")
+    def _stored_text(self) -> "DocumentResponse":
+        if self.text is None:
+            self.text = stored_text(self.title, self.paragraphs)
+        return self
+
+
+def stored_text(title: str | None, paragraphs: list[list[str]]) -> str:
+    """A document's stored text (:attr:`sdr_search.core.documents.Document.text`) from its title
+    and paragraphs."""
+    return "\n\n".join(([title] if title else []) + [" ".join(p) for p in paragraphs])
 
 
 class IndexHealth(BaseModel):
@@ -334,9 +389,12 @@ def response_from(result, index: str) -> MoreLikeThisResponse:
         method=result.method,
         hybrid=Fusion.model_validate(result.hybrid) if result.hybrid is not None else None,
         hits=[Hit(id=h.id, score=h.score, title=h.title,
+                  metadata=dict(h.metadata) if h.metadata is not None else None,
+                  snippet=Snippet.model_validate(h.snippet) if h.snippet is not None else None,
                   explanation=Explanation.model_validate(h.explanation) if h.explanation is not None else None)
               for h in result.hits],
         candidates=result.candidates,
         stats=StatsState(origin=result.stats_origin, stale=result.stats_stale),
+        source_offsets=result.source_offsets,
         timings_ms=result.timings_ms,
     )

@@ -12,7 +12,7 @@ from sdr_search.core.fusion import format_weights, parse_weights
 
 logger = logging.getLogger("sdr")
 
-__all__ = ["cmd_mlt", "cmd_eval_store", "record_from_file", "fusion_args"]
+__all__ = ["cmd_mlt", "cmd_eval_store", "record_from_file", "fusion_args", "format_result", "EXPLAIN_LEGEND"]
 
 
 def record_from_file(path: Path) -> dict:
@@ -85,7 +85,6 @@ def index_name(args) -> str:
 def cmd_mlt(args) -> int:
     from sdr_search.indexer.commands import open_store
 
-    from .api_models import response_from
     from .engine import MLTSettings, MoreLikeThis, Query
 
     settings = MLTSettings(**({"candidates": args.candidates} if args.candidates else {}))
@@ -101,12 +100,65 @@ def cmd_mlt(args) -> int:
         encoder = encoder_for_store(args, store) if args.id is None else None
         result = MoreLikeThis(store=store, encoder=encoder, settings=settings).run(query)
     if args.json:
+        from .api_models import response_from  # the HTTP schema (pydantic models): only for --json
+
         body = response_from(result, index_name(args)).model_dump(mode="json", exclude_none=True, by_alias=True)
         sys.stdout.write(json.dumps(body) + "\n")
         return 0
+    sys.stdout.write(format_result(result, explain=args.explain) + "\n")
+    return 0
+
+
+EXPLAIN_LEGEND = (
+    "How to read this: score ranks the hits; with --method sdr it is S(s, c), the mean over the source's "
+    "paragraphs of each one's best normalised score against the hit, with hybrid the fused score. A signal line "
+    "(hybrid) gives each signal as raw -> normalised xweight: bm25 is the BM25 score of the whole source text "
+    "against the hit, sdr (the signal) is S(s, c), mean is the cosine of the two documents' mean sentence vectors; each is "
+    "normalised over this query's candidates (zscore: standard deviations from their mean; minmax: 0 to 1; rrf: "
+    "1 / (rank constant + rank)) and the score is the weighted mean of the normalised values (rrf: their weighted "
+    "sum). paragraph i ~ j: the hit's paragraph j is the best match of source paragraph i (positions from 0); raw "
+    "is P_ij, the mean over the sentences of i of each one's best cosine with a sentence of j; normalised is N_ij "
+    "= (P_ij - mu_i) / sigma_i, how many standard deviations P_ij lies above what paragraph i typically scores "
+    "against the corpus (mu_i, sigma_i: its normalisation statistics); S(s, c) is the mean of the best N_ij of "
+    "every source paragraph (the three highest are shown). Under each paragraph pair come its best sentence "
+    "pairs: the cosine, a source sentence, then after ~ its most similar sentence in paragraph j; [start:end] are "
+    "character offsets, the hit's into its stored text (title and paragraphs, sentences joined by a space, "
+    "paragraphs by a blank line), the source's into its own stored text, or into the query text as given "
+    "(--text, --file)."
+)
+"""The legend ``sdr mlt --explain`` prints (also in README.md and docs/guide.md)."""
+
+_SNIPPET_CHARS = 110
+
+
+def _short(text: str, limit: int = _SNIPPET_CHARS) -> str:
+    """``text`` on one line, cut at a word boundary to at most ``limit`` characters (with an ellipsis)."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    return (cut.rsplit(" ", 1)[0] if " " in cut[limit // 2 :] else cut) + "\u2026"
+
+
+def _span(d: dict, side: str) -> str:
+    start, end = d.get(f"{side}_start"), d.get(f"{side}_end")
+    return f"[{start}:{end}]" if start is not None else "[?]"
+
+
+def format_result(result, *, explain: bool = False, width: int = 100) -> str:
+    """The text ``sdr mlt`` prints: one row per hit (rank, score, id, title, metadata) with its
+    snippet on the next line, or with ``explain`` the signals, paragraph pairs and whole sentence
+    pairs with character offsets, then the legend; last, one summary line."""
+    import textwrap
+
     lines = [f"{'rank':>4}  {'score':>8}  id"]
     for r, h in enumerate(result.hits, 1):
-        lines.append(f"{r:>4}  {h.score:8.4f}  {h.id}" + (f"  ({h.title})" if h.title else ""))
+        row = f"{r:>4}  {h.score:8.4f}  {h.id}" + (f"  {h.title}" if h.title else "")
+        if h.metadata:
+            row += "  " + _short(json.dumps(dict(h.metadata), ensure_ascii=False, default=str), 80)
+        lines.append(row)
+        if h.snippet and not h.explanation:
+            lines.append(f"{'':16}{h.snippet['cosine']:.3f}  {_short(h.snippet['candidate_sentence'])}")
         if h.explanation and h.signals:
             lines.append("        " + "  ".join(
                 f"{name} {v['raw']:.3f}" + (f" -> {v['normalised']:.3f} x{v['weight']:g}" if "normalised" in v else "")
@@ -119,14 +171,17 @@ def cmd_mlt(args) -> int:
                     f"normalised {p['normalised_score']:.3f} (raw {p['paragraph_score']:.3f})"
                 )
                 for sp in p["sentence_pairs"]:
-                    lines.append(f"          {sp['cosine']:.3f}  {sp['source_sentence'][:70]!r}")
-                    lines.append(f"                 ~ {sp['candidate_sentence'][:70]!r}")
+                    lines += textwrap.wrap(f"{sp['cosine']:.3f}  {_span(sp, 'source')} {sp['source_sentence']}",
+                                           width, initial_indent=" " * 10, subsequent_indent=" " * 24)
+                    lines += textwrap.wrap(f"~ {_span(sp, 'candidate')} {sp['candidate_sentence']}",
+                                           width, initial_indent=" " * 17, subsequent_indent=" " * 24)
+    if explain:
+        lines += ["", *textwrap.wrap(EXPLAIN_LEGEND, width), ""]
     stale = " (stats stale: run `sdr stats`)" if result.stats_stale else ""
     how = "reranked exactly" if result.hybrid is None else (
         f"fused ({result.hybrid['fusion']}, weights {format_weights(result.hybrid['weights'])})")
     lines.append(f"{result.candidates} candidates {how}; stats from {result.stats_origin}{stale}")
-    sys.stdout.write("\n".join(lines) + "\n")
-    return 0
+    return "\n".join(lines)
 
 
 def cmd_eval_store(args) -> int:
@@ -165,7 +220,7 @@ def cmd_eval_store(args) -> int:
 
             bar = tqdm(total=len(pairs), unit="query", desc="two-stage ranking")
         for doc, vecs in pairs:
-            result = engine.run(Query(document=doc, vectors=vecs, size=settings.candidates, **fusion))
+            result = engine.run(Query(document=doc, vectors=vecs, size=settings.candidates, details=False, **fusion))
             runs[doc.id] = [(h.id, h.score) for h in result.hits]
             if bar is not None:
                 bar.update(1)

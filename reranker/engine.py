@@ -22,14 +22,27 @@ inside it:
 7. score: exact SDR (:func:`sdr_search.core.scoring.score_documents`) with the source's statistics,
    which never depend on the candidates; hybrid: BM25, SDR and the mean-vector cosine fused per
    query (:func:`sdr_search.core.fusion.fuse`: z-score or min-max and a weighted mean, or RRF);
-8. explain (optional): the best paragraph pairs and their best sentence pairs per hit.
+8. present the returned hits only (at most ``size``): title and metadata read in one bulk call
+   without vectors (:meth:`DocumentStore.documents_of`), and a snippet, the hit's best sentence
+   pair (the best sentence pair of its best paragraph pair), from the vectors the rerank already
+   fetched; explain (optional): the best paragraph pairs and their best sentence pairs per hit.
+
+Character offsets (``source_start``/``source_end``, ``candidate_start``/``candidate_end``) index a
+document's *stored text*, :attr:`Document.text` (:func:`sentence_spans`): the title, then each
+SDR paragraph's sentences joined by one space, blocks separated by a blank line (``"\n\n"``), in
+Python string positions (code points). The source's offsets index its stored text when it is an
+indexed (or pre-encoded) document, and the request's own text when it is new text
+(:func:`request_text`, :func:`aligned_spans`): ``text`` as sent, or the ``paragraphs`` (every
+section's paragraphs) joined by a blank line. :attr:`MLTResult.source_offsets` says which.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, Sequence
 
@@ -40,7 +53,13 @@ from pydantic_settings import SettingsConfigDict
 from sdr_search.core.documents import Document, source_document
 from sdr_search.core.embed import doc_vectors
 from sdr_search.core.encoder import SentenceEncoder
-from sdr_search.core.errors import InvalidInputError, ModelMismatchError, SourceTooLargeError, StatsUnavailableError
+from sdr_search.core.errors import (
+    DocumentNotFoundError,
+    InvalidInputError,
+    ModelMismatchError,
+    SourceTooLargeError,
+    StatsUnavailableError,
+)
 from sdr_search.core.fusion import METHODS, SIGNALS, HybridSpec, fuse
 from sdr_search.core.scoring import NormStats, paragraph_scores, rank, score_documents, top_of
 from sdr_search.core.settings import HybridSettings, SegmentationSettings
@@ -52,7 +71,8 @@ from sdr_search.indexer.store import DocumentStore, IndexMeta, LexicalHits, Quer
 
 from .filters import filter_candidates
 
-__all__ = ["METHODS", "MLTSettings", "Query", "Source", "Hit", "MLTResult", "MoreLikeThis", "mean_cosines"]
+__all__ = ["METHODS", "MLTSettings", "Query", "Source", "Hit", "MLTResult", "MoreLikeThis", "mean_cosines",
+           "explain_pair", "best_sentence_pair", "sentence_spans", "aligned_spans", "request_text"]
 
 logger = logging.getLogger(__name__)
 
@@ -155,6 +175,7 @@ class Query:
     weights: Mapping[str, float] | None = None
     rank_constant: int | None = None
     candidate_ids: Sequence[str] | None = None
+    details: bool = True
 
     def __post_init__(self) -> None:
         given = [k for k in ("id", "text", "paragraphs", "sections", "document") if getattr(self, k) is not None]
@@ -198,15 +219,36 @@ class Source:
     stats: NormStats
     stats_origin: str  # "stored" | "reference-sample"
     indexed_id: str | None = None  # set when the source is an indexed document (excluded from results)
+    text: str | None = None  # a new-text source: the request's text (request_text), which its offsets index
+
+    @property
+    def offsets(self) -> str:
+        """What the source's character offsets index: ``"stored"`` (its stored text,
+        :attr:`Document.text`) or ``"request"`` (the request's text, :func:`request_text`)."""
+        return "stored" if self.text is None else "request"
+
+    def spans(self) -> list[list[tuple[int, int] | None]]:
+        """Each source sentence's ``(start, end)`` in the text :attr:`offsets` names (None: a
+        sentence the request's text does not hold verbatim, up to white space)."""
+        if self.text is None:
+            return sentence_spans(self.document)  # type: ignore[return-value]
+        return aligned_spans(self.text, self.document)
 
 
 @dataclass(frozen=True)
 class Hit:
+    """One result. ``title``/``metadata``/``snippet`` are set unless the query asked for no
+    details (:attr:`Query.details`); ``snippet`` is the best sentence pair
+    (:func:`best_sentence_pair`): ``source_sentence``, ``candidate_sentence``, ``cosine``,
+    ``source_paragraph``, ``candidate_paragraph`` and the four character offsets."""
+
     id: str
     score: float
     title: str | None = None
     explanation: dict[str, Any] | None = None
     signals: dict[str, dict[str, float]] | None = None  # hybrid: raw / normalised / weight per signal
+    metadata: Mapping[str, Any] | None = None
+    snippet: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -218,6 +260,7 @@ class MLTResult:
     timings_ms: dict[str, float] = field(default_factory=dict)
     method: str = "sdr"
     hybrid: dict[str, Any] | None = None  # the fusion used (HybridSpec.to_dict()) for method hybrid
+    source_offsets: str = "stored"  # what source_start/source_end index: "stored" or "request" (Source.offsets)
 
 
 def mean_cosines(source: DocVectors, candidates: Sequence[DocVectors]) -> np.ndarray:
@@ -228,13 +271,81 @@ def mean_cosines(source: DocVectors, candidates: Sequence[DocVectors]) -> np.nda
     return (means[1:] @ means[0]).astype(np.float64)
 
 
-def explain_pair(
-    source: Source, candidate: Document, cand_vectors: DocVectors, *, top_paragraphs: int = 3, top_sentences: int = 3
-) -> dict[str, Any]:
-    """The three levels of an SDR score: document score, best paragraph pairs with their
-    normalised scores, and for each pair the best sentence pairs with their cosines."""
-    cv = CorpusVectors.from_docs([candidate.id], [cand_vectors])
-    P = paragraph_scores(source.vectors, cv)  # (n, m)
+# -- offsets into a document's text ----------------------------------------------------------------
+_TOKEN = re.compile(r"\S+")  # the complement of the splitter's white space (sdr_search.core.sentences)
+
+
+def sentence_spans(doc: Document) -> list[list[tuple[int, int]]]:
+    """``(start, end)`` of every sentence in ``doc``'s stored text, :attr:`Document.text` (the
+    title, then each paragraph's sentences joined by one space, blocks separated by ``"\\n\\n"``):
+    ``doc.text[start:end]`` is the sentence. Per paragraph, in order."""
+    spans: list[list[tuple[int, int]]] = []
+    pos = len(doc.title) + 2 if doc.title else 0
+    for paragraph in doc.paragraphs:
+        row = []
+        for k, sentence in enumerate(paragraph):
+            pos += 1 if k else 0
+            row.append((pos, pos + len(sentence)))
+            pos += len(sentence)
+        spans.append(row)
+        pos += 2
+    return spans
+
+
+def request_text(query: Query) -> str | None:
+    """The text a new-text source's offsets index: ``text`` as sent; ``paragraphs``, or every
+    section's paragraphs in order, joined by a blank line (``"\\n\\n"``; section titles are not
+    part of it). None for an indexed or pre-encoded source (their offsets index the stored text)."""
+    if query.text is not None:
+        return query.text
+    if query.paragraphs is not None:
+        return "\n\n".join(query.paragraphs)
+    if query.sections is not None:
+        return "\n\n".join(p for section in query.sections for p in section.get("paragraphs", ()))
+    return None
+
+
+def aligned_spans(text: str, doc: Document) -> list[list[tuple[int, int] | None]]:
+    """``(start, end)`` of each sentence of ``doc`` (segmented from ``text``) in ``text`` itself:
+    segmentation collapses white space and joins fragments with one space, so each sentence is
+    found in order in the white-space-collapsed text and mapped back. A sentence not found that way
+    (a splitter break without white space, then joined) is None; ``text[start:end]`` equals the
+    sentence up to white space."""
+    tokens = [(m.start(), m.end()) for m in _TOKEN.finditer(text)]
+    collapsed = " ".join(text[a:b] for a, b in tokens)
+    starts: list[int] = []  # each token's start in the collapsed text
+    pos = 0
+    for a, b in tokens:
+        starts.append(pos)
+        pos += b - a + 1
+
+    def raw(at: int) -> int:  # a position inside a token of the collapsed text -> the text's
+        t = bisect_right(starts, at) - 1
+        return tokens[t][0] + (at - starts[t])
+
+    out: list[list[tuple[int, int] | None]] = []
+    cursor = 0
+    for paragraph in doc.paragraphs:
+        row: list[tuple[int, int] | None] = []
+        for sentence in paragraph:
+            at = collapsed.find(sentence, cursor) if sentence else -1
+            if at < 0:
+                row.append(None)
+                continue
+            cursor = at + len(sentence)
+            row.append((raw(at), raw(cursor - 1) + 1))
+        out.append(row)
+    return out
+
+
+# -- explanation and snippet ------------------------------------------------------------------------
+def _best_pairs(
+    source: Source, cand_vectors: DocVectors, top_paragraphs: int, top_sentences: int, P: np.ndarray | None = None,
+) -> tuple[float, list[tuple[int, int, float, float, list[tuple[int, int, float]]]]]:
+    """The SDR score against one candidate and its best paragraph pairs ``(i, j, P_ij, N_ij,
+    [(source sentence k, candidate sentence r, cosine), ...])``, best first (positions inside the
+    paragraphs). ``P``: the paragraph scores against this candidate when already computed."""
+    P = paragraph_scores(source.vectors, CorpusVectors.from_docs([""], [cand_vectors])) if P is None else P  # (n, m)
     mu = np.asarray(source.stats.mu, dtype=np.float64)[:, None]
     sigma = np.asarray(source.stats.sigma, dtype=np.float64)[:, None]
     N = (P - mu) / sigma
@@ -242,26 +353,67 @@ def explain_pair(
     best_n = N[np.arange(N.shape[0]), best_j]
     pairs = []
     for i in np.argsort(-best_n, kind="stable")[:top_paragraphs]:
-        j = int(best_j[i])
-        S = source.vectors.paragraph(int(i)) @ cand_vectors.paragraph(j).T
+        i, j = int(i), int(best_j[i])
+        S = source.vectors.paragraph(i) @ cand_vectors.paragraph(j).T
         r = S.argmax(axis=1)
         sims = S[np.arange(S.shape[0]), r]
-        sentence_pairs = [
-            {
-                "source_sentence": source.document.paragraphs[int(i)][int(k)],
-                "candidate_sentence": candidate.paragraphs[j][int(r[k])],
-                "cosine": round(float(sims[k]), 6),
-            }
-            for k in np.argsort(-sims, kind="stable")[:top_sentences]
-        ]
-        pairs.append({
-            "source_paragraph": int(i),
-            "candidate_paragraph": j,
-            "paragraph_score": round(float(P[i, j]), 6),
-            "normalised_score": round(float(N[i, j]), 6),
-            "sentence_pairs": sentence_pairs,
-        })
-    return {"score": float(best_n.mean()), "paragraph_pairs": pairs}
+        sentences = [(int(k), int(r[k]), float(sims[k])) for k in np.argsort(-sims, kind="stable")[:top_sentences]]
+        pairs.append((i, j, float(P[i, j]), float(N[i, j]), sentences))
+    return float(best_n.mean()), pairs
+
+
+def _sentence_pair(
+    source: Source, candidate: Document, i: int, j: int, k: int, r: int, cosine: float,
+    source_spans: Sequence[Sequence[tuple[int, int] | None]] | None,
+    candidate_spans: Sequence[Sequence[tuple[int, int]]] | None,
+) -> dict[str, Any]:
+    pair: dict[str, Any] = {
+        "source_sentence": source.document.paragraphs[i][k],
+        "candidate_sentence": candidate.paragraphs[j][r],
+        "cosine": round(cosine, 6),
+    }
+    src = source_spans[i][k] if source_spans is not None else None
+    if src is not None:
+        pair["source_start"], pair["source_end"] = src
+    if candidate_spans is not None:
+        pair["candidate_start"], pair["candidate_end"] = candidate_spans[j][r]
+    return pair
+
+
+def explain_pair(
+    source: Source, candidate: Document, cand_vectors: DocVectors, *, top_paragraphs: int = 3, top_sentences: int = 3,
+    source_spans: Sequence[Sequence[tuple[int, int] | None]] | None = None, P: np.ndarray | None = None,
+) -> dict[str, Any]:
+    """The three levels of an SDR score: document score, best paragraph pairs with their
+    normalised scores, and for each pair the best sentence pairs with their cosines and character
+    offsets (the candidate's into its stored text; the source's into ``source_spans``' text, by
+    default :meth:`Source.spans`). ``P``: the paragraph scores against the candidate, when known."""
+    score, best = _best_pairs(source, cand_vectors, top_paragraphs, top_sentences, P)
+    source_spans = source.spans() if source_spans is None else source_spans
+    candidate_spans = sentence_spans(candidate)
+    pairs = [{
+        "source_paragraph": i,
+        "candidate_paragraph": j,
+        "paragraph_score": round(p, 6),
+        "normalised_score": round(n, 6),
+        "sentence_pairs": [_sentence_pair(source, candidate, i, j, k, r, c, source_spans, candidate_spans)
+                           for k, r, c in sentences],
+    } for i, j, p, n, sentences in best]
+    return {"score": score, "paragraph_pairs": pairs}
+
+
+def best_sentence_pair(
+    source: Source, candidate: Document, cand_vectors: DocVectors, *,
+    source_spans: Sequence[Sequence[tuple[int, int] | None]] | None = None, P: np.ndarray | None = None,
+) -> dict[str, Any]:
+    """The snippet of a hit: the best sentence pair of its best paragraph pair (the pair SDR
+    weighs most; the first sentence pair :func:`explain_pair` lists), with the two paragraphs'
+    positions and the character offsets :func:`explain_pair` gives. ``P`` as for :func:`explain_pair`."""
+    _, best = _best_pairs(source, cand_vectors, 1, 1, P)
+    i, j, _, _, ((k, r, cosine),) = best[0]
+    source_spans = source.spans() if source_spans is None else source_spans
+    pair = _sentence_pair(source, candidate, i, j, k, r, cosine, source_spans, sentence_spans(candidate))
+    return {**pair, "source_paragraph": i, "candidate_paragraph": j}
 
 
 class MoreLikeThis:
@@ -298,17 +450,28 @@ class MoreLikeThis:
             timings["candidates"] = _ms(time.perf_counter() - t1)
         else:
             pool_n = max(K, int(np.ceil(self.settings.prerank_factor * K)))
-            if query.filter:
+            allowed = None
+            if query.filter and self.store.capabilities.filtered_knn:  # the filter inside the k-NN search
+                allowed = self.store.ids_matching(query.filter)
+                timings["filter"] = _ms(time.perf_counter() - t1)
+            elif query.filter:  # over-fetch, then filter the candidates
                 pool_n = min(K * self.settings.filter_oversample, max(self.settings.max_filter_candidates, pool_n))
-            pool, pool_scores = self._aggregated(source, pool_n, exclude)
+            pool, pool_scores = self._aggregated(source, pool_n, exclude, allowed)
             t2 = time.perf_counter()
             timings["candidates"] = _ms(t2 - t1)
-            if spec is not None:  # one BM25 search: the lexical top and the BM25 of every vector candidate
+            lexical_ranked: list[str] = []
+            if spec is not None and allowed is not None:  # one BM25 search, scoring the matching documents
+                lexical = self.store.lexical_search(source.document.text, 0, exclude_ids=exclude, score_ids=allowed)
+                skip = set(exclude)
+                lexical_ranked = sorted((i for i, v in lexical.scored.items() if v > 0 and i not in skip),
+                                        key=lambda i: (-lexical.scored[i], i))[: 2 * K]
+                timings["lexical"] = _ms(time.perf_counter() - t2)
+            elif spec is not None:  # one BM25 search: the lexical top and the BM25 of every vector candidate
                 lexical = self.store.lexical_search(source.document.text, pool_n if query.filter else K,
                                                     exclude_ids=exclude, score_ids=pool)
+                lexical_ranked = list(lexical.ids)
                 timings["lexical"] = _ms(time.perf_counter() - t2)
-            lexical_ranked = list(lexical.ids) if lexical is not None else []
-            if query.filter:
+            if query.filter and allowed is None:
                 t3 = time.perf_counter()
                 keep = set(filter_candidates(self.store, pool, query.filter,
                                              limit=max(K, int(np.ceil(self.settings.prerank_factor * K)))))
@@ -322,12 +485,14 @@ class MoreLikeThis:
         hits = self._ranked(source, cand_ids, docs, lexical, spec, query.offset, query.size)
         t6 = time.perf_counter()
         timings["rerank"] = _ms(t6 - t5)
-        if query.explain and hits:
-            hits = self._explained(source, hits, spec)
-            timings["explain"] = _ms(time.perf_counter() - t6)
+        if hits and (query.details or query.explain):
+            fetched = dict(zip(cand_ids, docs))
+            hits = self._presented(source, hits, [fetched[h.id] for h in hits], spec, query.explain)
+            timings["explain" if query.explain else "snippets"] = _ms(time.perf_counter() - t6)
         return MLTResult(
             hits, len(cand_ids), source.stats_origin, state.stats.stale, timings,
             method="sdr" if spec is None else "hybrid", hybrid=spec.to_dict() if spec is not None else None,
+            source_offsets=source.offsets,
         )
 
     # -- settings -------------------------------------------------------------------------------
@@ -397,7 +562,8 @@ class MoreLikeThis:
             self.check_encoder(state.meta)
             vectors = doc_vectors(doc, self.encoder.encode(doc.sentences))
         self._check_size(doc)
-        return Source(doc, vectors, self._sampled_stats(vectors, None, state), "reference-sample", None)
+        text = request_text(query) if query.vectors is None else None
+        return Source(doc, vectors, self._sampled_stats(vectors, None, state), "reference-sample", None, text)
 
     def _check_size(self, doc: Document) -> None:
         if doc.n_sentences > self.settings.max_query_sentences:
@@ -439,11 +605,18 @@ class MoreLikeThis:
         exclude = None
         if own_id is not None and own_id in owners:
             exclude = int(sample.doc_index[owners.index(own_id)])
-        return stats_against_sample(vectors, sample, exclude_doc=exclude)
+        # a one-document store: the source's own paragraphs are the whole sample; no statistics
+        # exist, so its scores stay unnormalised (mu 0, sigma 1) rather than failing
+        return stats_against_sample(vectors, sample, exclude_doc=exclude, if_empty="identity" if own_id else "raise")
 
     # -- candidates ----------------------------------------------------------------------------
-    def _aggregated(self, source: Source, k: int, exclude: Sequence[str]) -> tuple[list[str], np.ndarray]:
-        hits = self.store.sentence_knn(source.vectors.vectors, self.settings.knn_k, exclude_ids=exclude)
+    def _aggregated(
+        self, source: Source, k: int, exclude: Sequence[str], allowed: Sequence[str] | None = None,
+    ) -> tuple[list[str], np.ndarray]:
+        if allowed is not None and not allowed:
+            return [], np.zeros(0, dtype=np.float64)
+        hits = self.store.sentence_knn(source.vectors.vectors, self.settings.knn_k, exclude_ids=exclude,
+                                       allowed_ids=allowed)
         ids, scores = aggregate_hits(
             hits, source.vectors.par_offsets, method=self.settings.aggregation, stats=source.stats
         )
@@ -509,17 +682,48 @@ class MoreLikeThis:
             hits.append(Hit(cand_ids[i], float(fused.scores[i]), signals=detail))
         return hits
 
-    def _explained(self, source: Source, hits: list[Hit], spec: HybridSpec | None = None) -> list[Hit]:
-        explained = []
-        for h in hits:
-            stored = self.store.get(h.id)
-            ex = explain_pair(source, stored.document, stored.vectors)
-            if spec is not None and h.signals is not None:
-                ex["hybrid"] = {"score": h.score, "fusion": spec.fusion, "signals": h.signals}
-                if spec.fusion == "rrf":
-                    ex["hybrid"]["rank_constant"] = spec.rank_constant
-            explained.append(Hit(h.id, h.score, stored.document.title, ex, h.signals))
-        return explained
+    def _presented(
+        self, source: Source, hits: list[Hit], vectors: list[DocVectors], spec: HybridSpec | None, explain: bool
+    ) -> list[Hit]:
+        """The returned hits with title, metadata and snippet (and the explanation when asked): the
+        documents read in one call without vectors; the snippet from the vectors the rerank
+        fetched (a document replaced since is read again whole, vectors included)."""
+        documents = self.store.documents_of([h.id for h in hits])
+        source_spans = source.spans()
+        # one paragraph-score product for every hit, split per hit (P for each is a column block)
+        P_all = paragraph_scores(source.vectors, CorpusVectors.from_docs([h.id for h in hits], vectors))
+        ends = np.cumsum([v.n_paragraphs for v in vectors])
+        out = []
+        for h, vecs, end in zip(hits, vectors, ends.tolist()):
+            P: np.ndarray | None = P_all[:, end - vecs.n_paragraphs : end]
+            doc = documents.get(h.id)
+            if doc is not None and _paragraph_sizes(doc) != tuple(np.diff(vecs.par_offsets).tolist()):
+                try:
+                    stored = self.store.get(h.id)
+                    doc, vecs, P = stored.document, stored.vectors, None
+                except DocumentNotFoundError:
+                    doc = None
+            if doc is None:  # deleted since it was scored: the hit stays, without details
+                out.append(Hit(h.id, h.score, signals=h.signals))
+                continue
+            ex = None
+            if explain:
+                ex = explain_pair(source, doc, vecs, source_spans=source_spans, P=P)
+                first = ex["paragraph_pairs"][0]
+                snippet = {**first["sentence_pairs"][0], "source_paragraph": first["source_paragraph"],
+                           "candidate_paragraph": first["candidate_paragraph"]}
+                if spec is not None and h.signals is not None:
+                    ex["hybrid"] = {"score": h.score, "fusion": spec.fusion, "signals": h.signals}
+                    if spec.fusion == "rrf":
+                        ex["hybrid"]["rank_constant"] = spec.rank_constant
+            else:
+                snippet = best_sentence_pair(source, doc, vecs, source_spans=source_spans, P=P)
+            out.append(Hit(h.id, h.score, doc.title, ex, h.signals, metadata=dict(doc.metadata), snippet=snippet))
+        return out
+
+
+def _paragraph_sizes(doc: Document) -> tuple[int, ...]:
+    return tuple(len(p) for p in doc.paragraphs)
 
 
 def _ms(seconds: float) -> float:

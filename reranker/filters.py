@@ -16,34 +16,13 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from sdr_search.core.filters import matches
 from sdr_search.indexer.store import DocumentStore
 
 __all__ = ["matches", "filter_candidates"]
 
 BULK_CHUNK = 500  # ids per metadata look-up on a store with bulk metadata (one round trip each)
 SINGLE_CHUNK = 64  # ids per look-up on a store that reads each document with get()
-
-
-def _equal(stored: Any, wanted: Any) -> bool:
-    if isinstance(stored, bool) or isinstance(wanted, bool):
-        return type(stored) is type(wanted) and stored == wanted
-    if isinstance(stored, (int, float)) and isinstance(wanted, (int, float)):
-        return stored == wanted
-    return type(stored) is type(wanted) and stored == wanted
-
-
-def _value_matches(stored: Any, wanted: Any) -> bool:
-    wanted_items = wanted if isinstance(wanted, list) else [wanted]
-    stored_items = stored if isinstance(stored, list) else [stored]
-    return any(_equal(s, w) for s in stored_items for w in wanted_items)
-
-
-def matches(metadata: Mapping[str, Any], flt: Mapping[str, Any]) -> bool:
-    """Whether ``metadata`` satisfies every field of ``flt`` (see the module docstring)."""
-    for field, wanted in flt.items():
-        if field not in metadata or not _value_matches(metadata[field], wanted):
-            return False
-    return True
 
 
 def filter_candidates(

@@ -5,6 +5,10 @@ Routes (the OpenAPI spec is served at ``/openapi.json`` and committed as ``opena
 
     POST /v1/indices/{index}/more_like_this      two-stage SDR more-like-this (by id or new text)
     GET  /v1/indices/{index}/documents/{id}      a stored document (no vectors)
+    PUT  /v1/indices/{index}/documents/{id}      add or replace a document (encoded now)
+    DELETE /v1/indices/{index}/documents/{id}    delete a document
+    POST /v1/indices/{index}/_bulk               NDJSON: documents to write, ids to delete
+    POST /v1/indices/{index}/_refresh_stats      refresh the statistics now (writes make them stale)
     GET  /health                                 every store answers and the encoder loads (else 503)
     GET  /metrics                                Prometheus text format
 
@@ -33,9 +37,13 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.security import APIKeyHeader
 
 from sdr_search.indexer.store import DocumentStore
+from pydantic import BeforeValidator
+
+from sdr_search.core.documents import ID_PATTERN, ID_RULE, MAX_ID_LENGTH, check_id
 from sdr_search.core.errors import IndexNotFoundError, SDRError
 
 from . import api_models as m
+from . import writes
 from .compute import BatchingEncoder, ThreadBudget
 from .engine import MLTResult, MLTSettings, MoreLikeThis
 from .errors import AuthenticationError, error_body, install_error_handlers
@@ -143,6 +151,7 @@ class _Service:
             settings.concurrency(), max_queue=settings.max_queue, timeout_s=settings.queue_timeout_s
         )
         self.budget = ThreadBudget(settings.threads())
+        self.refresher = writes.StatsRefresher(delay_s=settings.stats_refresh_delay_s)
         key = settings.api_key.get_secret_value() if settings.api_key is not None else None
         self.api_key: bytes | None = key.encode("utf-8") if key else None
 
@@ -150,6 +159,38 @@ class _Service:
     def more_like_this(self, index_name: str, req: m.MoreLikeThisRequest) -> MLTResult:
         self.budget.apply()
         return self.indices.get(index_name).engine.run(m.query_from_request(req))
+
+    # -- writes (run in a worker thread) ----------------------------------------------------------
+    def put_document(self, index_name: str, doc_id: str, body: writes.DocumentBody) -> writes.WriteResponse:
+        self.budget.apply()
+        index = self.indices.get(index_name)
+        result, sentences = writes.put_document(index.store, index.engine, self.encoder, doc_id, body)
+        self.refresher.written(index_name, index.store)
+        return writes.WriteResponse(index=index_name, id=doc_id, result=result, sentences=sentences,
+                                    stats_stale=index.store.stats_info().stale)
+
+    def delete_document(self, index_name: str, doc_id: str) -> writes.WriteResponse:
+        index = self.indices.get(index_name)
+        writes.delete_document(index.store, doc_id)
+        self.refresher.written(index_name, index.store)
+        return writes.WriteResponse(index=index_name, id=doc_id, result="deleted",
+                                    stats_stale=index.store.stats_info().stale)
+
+    def bulk(self, index_name: str, raw: bytes) -> writes.BulkResponse:
+        self.budget.apply()
+        actions = writes.parse_ndjson(raw, max_documents=self.settings.max_bulk_documents)
+        index = self.indices.get(index_name)
+        out = writes.bulk(index.store, index.engine, self.encoder, actions)
+        if out["written"] or out["deleted"]:
+            self.refresher.written(index_name, index.store)
+        return writes.BulkResponse(index=index_name, stats_stale=index.store.stats_info().stale, **out)
+
+    def refresh_stats(self, index_name: str) -> writes.StatsResponse:
+        self.budget.apply()
+        index = self.indices.get(index_name)
+        info = self.refresher.refresh_now(index_name, index.store)
+        return writes.StatsResponse(index=index_name, version=info.version, stale=info.stale,
+                                    documents=int(index.store.counts().get("documents", 0)))
 
     def get_document(self, index_name: str, doc_id: str) -> m.DocumentResponse:
         index = self.indices.get(index_name)
@@ -215,8 +256,9 @@ async def _require_api_key(request: Request, key: Annotated[str | None, Security
 IndexName = Annotated[
     str, Path(pattern=m.INDEX_PATTERN, description="Index name (an embedded store is served as `default`).")
 ]
-DocId = Annotated[  # stored ids are stripped and never blank (sdr_search.core.documents.parse_record)
-    str, Path(min_length=1, max_length=512, pattern=m.NOT_BLANK_PATTERN, description="Document id.")
+DocId = Annotated[  # the one id rule of the indexer and the server (sdr_search.core.documents.check_id)
+    str, Path(min_length=1, max_length=MAX_ID_LENGTH, pattern=ID_PATTERN, description="Document id: " + ID_RULE),
+    BeforeValidator(check_id),
 ]
 
 
@@ -253,6 +295,64 @@ def _build_router() -> APIRouter:
     async def get_document(index: IndexName, doc_id: DocId, request: Request) -> m.DocumentResponse:
         return await run_in_threadpool(_service(request).get_document, index, doc_id)
 
+    @v1.put(
+        "/indices/{index}/documents/{doc_id:path}",
+        response_model=writes.WriteResponse,
+        response_model_exclude_none=True,
+        responses=_responses(401, 404, 409, 413, 422, 429, 500, 503),
+        summary="Add or replace a document (encoded now, visible to the next query)",
+        operation_id="putDocument",
+        description="Segmented as the index's documents were and encoded by the server's model. The index's "
+        "statistics become stale and are refreshed in the background (SDR_SERVICE_STATS_REFRESH_DELAY_S).",
+    )
+    async def put_document(index: IndexName, doc_id: DocId, body: writes.DocumentBody, request: Request):
+        svc = _service(request)
+        async with svc.limiter.slot():
+            return await run_in_threadpool(svc.put_document, index, doc_id, body)
+
+    @v1.delete(
+        "/indices/{index}/documents/{doc_id:path}",
+        response_model=writes.WriteResponse,
+        response_model_exclude_none=True,
+        responses=_responses(401, 404, 422, 429, 500, 503),
+        summary="Delete a document",
+        operation_id="deleteDocument",
+    )
+    async def delete_document(index: IndexName, doc_id: DocId, request: Request):
+        svc = _service(request)
+        async with svc.limiter.slot():
+            return await run_in_threadpool(svc.delete_document, index, doc_id)
+
+    @v1.post(
+        "/indices/{index}/_bulk",
+        response_model=writes.BulkResponse,
+        responses=_responses(401, 404, 409, 413, 422, 429, 500, 503),
+        summary="Add, replace and delete documents in one request (NDJSON)",
+        operation_id="bulk",
+        description="One JSON object per line: a document record (`id` and one of `text`, `paragraphs`, "
+        "`sections`; optional `title`, `metadata`) to add or replace, or `{\"delete\": \"<id>\"}`. At most "
+        "SDR_SERVICE_MAX_BULK_DOCUMENTS lines; an invalid document is reported with its line, the others are "
+        "applied.",
+        openapi_extra={"requestBody": {"required": True, "content": {"application/x-ndjson": {"schema": {"type": "string"}}}}},
+    )
+    async def bulk(index: IndexName, request: Request):
+        svc = _service(request)
+        raw = await request.body()
+        async with svc.limiter.slot():
+            return await run_in_threadpool(svc.bulk, index, raw)
+
+    @v1.post(
+        "/indices/{index}/_refresh_stats",
+        response_model=writes.StatsResponse,
+        responses=_responses(401, 404, 429, 500, 503),
+        summary="Refresh the index's normalisation statistics now (when stale)",
+        operation_id="refreshStats",
+    )
+    async def refresh_stats(index: IndexName, request: Request):
+        svc = _service(request)
+        async with svc.limiter.slot():
+            return await run_in_threadpool(svc.refresh_stats, index)
+
     return v1
 
 
@@ -279,6 +379,7 @@ def create_app(
         try:
             yield
         finally:
+            app.state.sdr.refresher.cancel()
             indices.close_owned()
 
     app = FastAPI(

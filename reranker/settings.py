@@ -71,6 +71,15 @@ class ServiceSettings(BaseSettings):
 
         return self.threads_per_request or max(1, available_cores() // self.concurrency())
 
+    max_bulk_documents: int = Field(
+        1000, gt=0, description="Most actions (documents to write, ids to delete) in one bulk request (422 beyond).",
+    )
+    stats_refresh_delay_s: float = Field(
+        30.0, ge=0,
+        description="After a write over HTTP, the index's statistics are refreshed in the background once no write "
+        "came for this many seconds (sampled, as `sdr index` does; one refresh at a time per index). 0: only on "
+        "demand (POST /v1/indices/{index}/_refresh_stats) or with `sdr stats`.",
+    )
     health_timeout_s: float = Field(
         5.0, gt=0, description="Seconds a store may take to answer the /health check before it counts as down."
     )

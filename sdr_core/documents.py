@@ -1,6 +1,6 @@
 """Documents: the three input shapes, readers for files and Python objects, and validation.
 
-A record is a mapping with an ``id`` (string or integer), optional ``title`` and ``metadata``, and
+A record is a mapping with an ``id`` (see "Ids" below), optional ``title`` and ``metadata``, and
 exactly one body:
 
 - ``text``: raw text; paragraphs are separated by blank lines, or by line breaks when the text
@@ -12,10 +12,21 @@ Other top-level keys are kept in ``metadata``. Which unit is an SDR paragraph (a
 a whole section) is :attr:`SegmentationSettings.paragraph_unit`; consecutive short paragraphs are
 then merged (``min_paragraph_sentences``, counting the splitter's sentences) and, inside each unit,
 sentence fragments joined to a neighbour (``min_sentence_chars``; :mod:`sdr_search.core.segments`).
-Empty paragraphs are dropped; a document with no sentence is rejected.
+Empty paragraphs are dropped; a document with no sentence is rejected. A sentence longer than
+``max_sentence_chars`` (a text with no sentence punctuation, or thousands of fragments joined) is
+cut, at spaces, into pieces of about equal length, each a sentence of its own; ``max_sentences``
+is checked after that.
 
-Readers never drop anything silently: each skipped item is logged with its place and reason and
-counted in a :class:`ReadReport`; with ``strict=True`` the first problem raises instead.
+Ids (one rule, :func:`check_id`, for every reader and for the HTTP service): a string of 1 to
+:data:`MAX_ID_LENGTH` (512) characters with no white space at either end (refused, never stripped:
+the id stored is the id given) and no control character (Unicode Cc, e.g. a newline or a tab), no
+U+2028/U+2029 line separator and no lone surrogate anywhere. An integer is accepted and becomes its
+decimal string (``42`` and ``"42"`` are the same id, so they are duplicates); booleans, floats and
+other types are refused.
+
+Readers never drop anything silently: each skipped item is counted in a :class:`ReadReport`; the
+first few per file are logged with their place and reason, the rest in one summary line at the end
+of the file. With ``strict=True`` the first problem raises instead.
 """
 
 from __future__ import annotations
@@ -23,7 +34,10 @@ from __future__ import annotations
 import gzip
 import json
 import logging
+import os
 import re
+import unicodedata
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
@@ -33,12 +47,19 @@ from .errors import (
     DuplicateIdError,
     InputReadError,
     InvalidDocumentError,
+    InvalidIdError,
 )
 from .segments import join_short_sentences, merge_short_paragraphs
 from .sentences import SentenceSplitter, default_splitter
 from .settings import SegmentationSettings
 
 __all__ = [
+    "MAX_ID_LENGTH",
+    "ID_PATTERN",
+    "ID_RULE",
+    "check_id",
+    "check_input_paths",
+    "split_long_sentence",
     "Document",
     "ReadReport",
     "parse_record",
@@ -53,6 +74,114 @@ logger = logging.getLogger(__name__)
 _BODY_KEYS = ("text", "paragraphs", "sections")
 _RESERVED = {"id", "title", "metadata", *_BODY_KEYS}
 _BLANK_LINE = re.compile(r"\n[ \t\r\f\v]*\n")
+_INPUT_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".ndjson")
+
+MAX_ID_LENGTH = 512
+"""Longest document id, in characters (code points), for every store, reader and HTTP route."""
+
+# Characters refused at either end of an id: Python's white space (str.isspace: what str.strip
+# would remove) plus U+FEFF, and the control characters; inside an id: the control characters
+# (Unicode Cc) and the line/paragraph separators.
+_EDGE = "\\x00-\\x20\\x7f-\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000\\ufeff"
+_INNER = "\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029"
+ID_PATTERN = f"^[^{_EDGE}](?:[^{_INNER}]*[^{_EDGE}])?$"
+"""The id rule as a regular expression (no look-around, no ``\\s``: the same in Python ``re``,
+ECMA-262 (JSON Schema) and Rust ``regex`` (pydantic-core)), for schemas. :func:`check_id` is the
+rule itself (it also refuses lone surrogates and counts the length): validate with it."""
+
+ID_RULE = (
+    f"1 to {MAX_ID_LENGTH} characters, no white space at either end (not stripped), no control "
+    "character (e.g. newline, tab) or line separator; an integer is read as its decimal string"
+)
+"""The id rule in words (error messages, API descriptions)."""
+
+_ID_RE = re.compile(ID_PATTERN)
+_MAX_ID_BITS = int(MAX_ID_LENGTH * 3.3219280948873626) + 2  # an int with more bits has > 512 digits
+
+
+def _shown(value: str, n: int = 40) -> str:
+    return repr(value if len(value) <= n else value[:n] + "...")
+
+
+def check_id(value: Any) -> str:
+    """The document id ``value`` stands for, checked against the one id rule (module docstring,
+    :data:`ID_RULE`): a string comes back unchanged, an integer as its decimal string.
+
+    Raises :class:`InvalidIdError` (an :class:`InvalidInputError`, so a ``ValueError``: usable as
+    a pydantic validator) saying what is wrong. Never strips or otherwise changes an id.
+    """
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise InvalidIdError(f"an id must be a string or an integer, not {type(value).__name__}")
+    if isinstance(value, int):
+        if abs(value).bit_length() > _MAX_ID_BITS:
+            raise InvalidIdError(f"id is an integer of more than {MAX_ID_LENGTH} digits (the limit)")
+        value = str(value)
+        if len(value) > MAX_ID_LENGTH:
+            raise InvalidIdError(f"id is {len(value)} characters long, over the limit of {MAX_ID_LENGTH}")
+        return value
+    value = str(value)  # a str subclass (numpy.str_) becomes a plain str
+    if not value:
+        raise InvalidIdError("'id' is empty")
+    if len(value) > MAX_ID_LENGTH:
+        raise InvalidIdError(f"id is {len(value)} characters long, over the limit of {MAX_ID_LENGTH}")
+    if _ID_RE.fullmatch(value) is None or any("\ud800" <= c <= "\udfff" for c in value):
+        raise InvalidIdError(f"id {_shown(value)} {_id_problem(value)}")
+    return value
+
+
+def _id_problem(value: str) -> str:
+    for c in value:
+        if unicodedata.category(c) == "Cc" or c in "\u2028\u2029":
+            return f"contains the control character U+{ord(c):04X} (ids are used in URLs and logs)"
+        if "\ud800" <= c <= "\udfff":
+            return f"contains a lone surrogate U+{ord(c):04X} (not valid Unicode)"
+    return "has white space at its start or end (ids are not stripped; remove it from the input)"
+
+
+def check_input_paths(paths: Sequence[str | Path] | str | Path) -> list[Path]:
+    """The input paths, each checked to exist and to be a readable kind (JSON lines file,
+    directory with ``.txt`` files) before anything is created or loaded; raises
+    :class:`InputReadError` for the first that is not."""
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    out = [Path(p) for p in paths]
+    if not out:
+        raise InputReadError("no input path given")
+    for p in out:
+        if not p.exists():
+            raise InputReadError(f"input path {p} does not exist")
+        if p.is_dir():
+            if next((f for f in p.rglob("*.txt") if f.is_file()), None) is None:
+                raise InputReadError(f"directory {p} has no .txt files")
+        elif not p.name.endswith(_INPUT_SUFFIXES):
+            raise InputReadError(f"{p}: unsupported input (use .jsonl, .jsonl.gz or a directory of .txt files)")
+        elif not os.access(p, os.R_OK):
+            raise InputReadError(f"cannot open {p}: permission denied")
+    return out
+
+
+def split_long_sentence(sentence: str, max_chars: int) -> list[str]:
+    """``sentence`` cut into pieces of at most ``max_chars`` characters, of about equal length,
+    at spaces (mid-word only where a piece holds no space); ``max_chars <= 0`` or a sentence
+    within the limit gives ``[sentence]``. The pieces joined by spaces give the sentence back
+    (with whitespace at the cuts collapsed)."""
+    if max_chars <= 0 or len(sentence) <= max_chars:
+        return [sentence]
+    pieces: list[str] = []
+    rest = sentence
+    n = -(-len(sentence) // max_chars)
+    target = max(1, -(-len(sentence) // n))  # ceil: equal pieces
+    while len(rest) > max_chars:
+        cut = rest.rfind(" ", 1, target + 1)
+        if cut <= 0:  # no space in the piece: cut mid-word at the limit
+            cut = target
+        piece = rest[:cut].rstrip()
+        if piece:
+            pieces.append(piece)
+        rest = rest[cut:].lstrip()
+    if rest:
+        pieces.append(rest)
+    return pieces
 
 
 @dataclass(frozen=True)
@@ -80,23 +209,66 @@ class Document:
         return "\n\n".join(parts)
 
 
+_PARENS = re.compile(r"\s*\(.*$")
+_NUMBER = re.compile(r"(?<![\w-])\d[\d.,]*")
+
+
+def _kind(reason: str) -> str:
+    """A skip reason without its particulars (for per-file summaries): "invalid JSON", ..."""
+    text = reason.split(": ", 1)[1] if reason.startswith("document") and ": " in reason else reason
+    text = _PARENS.sub("", text)
+    text = _NUMBER.sub("N", text)
+    return text[:80] or "invalid"
+
+
+def _source_of(where: str) -> str:
+    """The file of a place ``path:line`` (the place itself otherwise)."""
+    head, _, tail = where.rpartition(":")
+    return head if head and tail.isdigit() else where
+
+
 @dataclass
 class ReadReport:
-    """What a reader did: documents accepted, and every skipped item with where and why."""
+    """What a reader did: documents accepted, and every skipped item with where and why.
+
+    Logging: the first ``listed_per_source`` skipped items of each file (or directory, or
+    sequence of records) are logged one by one; the rest only in one summary warning at the end
+    of that file (:meth:`end_source`), e.g. "garbage.jsonl: 768 items skipped (766 not valid
+    UTF-8, 2 invalid JSON); the first 3 are listed above". :attr:`skipped` holds them all.
+    """
 
     read: int = 0
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (where, reason)
+    listed_per_source: int = 3
+    _kinds: dict[str, Counter] = field(default_factory=dict, repr=False)
 
     @property
     def n_skipped(self) -> int:
         return len(self.skipped)
 
-    def skip(self, where: str, reason: str) -> None:
+    def skip(self, where: str, reason: str, *, source: str | None = None) -> None:
         self.skipped.append((where, reason))
+        kinds = self._kinds.setdefault(source or _source_of(where), Counter())
+        kinds[_kind(reason)] += 1
+        if sum(kinds.values()) > self.listed_per_source:
+            return
         if where in reason:
             logger.warning("skipped %s", reason)
         else:
             logger.warning("skipped %s: %s", where, reason)
+
+    def end_source(self, source: str) -> None:
+        """Log the summary of ``source`` when more of its items were skipped than were listed."""
+        kinds = self._kinds.pop(source, None)
+        if not kinds:
+            return
+        total = sum(kinds.values())
+        if total <= self.listed_per_source:
+            return
+        by_kind = ", ".join(f"{n} {kind}" for kind, n in kinds.most_common(5))
+        more = f", {len(kinds) - 5} other reasons" if len(kinds) > 5 else ""
+        logger.warning("%s: %d items skipped (%s%s); the first %d are listed above", source, total, by_kind, more,
+                       self.listed_per_source)
 
     def summary(self) -> dict[str, Any]:
         return {"read": self.read, "skipped": self.n_skipped}
@@ -164,12 +336,12 @@ def parse_record(
     splitter = splitter or default_splitter()
     if not isinstance(record, Mapping):
         raise InvalidDocumentError(None, f"a document must be an object, got {type(record).__name__}")
-    raw_id = record.get("id")
-    if isinstance(raw_id, bool) or not isinstance(raw_id, (str, int)):
-        raise InvalidDocumentError(None, "missing or invalid 'id' (a non-empty string or an integer)")
-    doc_id = str(raw_id).strip()
-    if not doc_id:
-        raise InvalidDocumentError(None, "'id' is empty")
+    if "id" not in record or record["id"] is None:
+        raise InvalidDocumentError(None, f"missing 'id' ({ID_RULE})")
+    try:
+        doc_id = check_id(record["id"])
+    except InvalidIdError as e:
+        raise InvalidDocumentError(None, f"invalid 'id': {e}" if "'id'" not in str(e) else str(e)) from e
     title = record.get("title")
     if title is not None and not isinstance(title, str):
         raise InvalidDocumentError(doc_id, "'title' must be a string")
@@ -212,7 +384,8 @@ def _segmented(
         sentences = [s for text in unit for s in splitter.split(text)]
         if sentences:
             paragraphs.append(tuple(sentences))
-    paragraphs = [tuple(join_short_sentences(p, settings.min_sentence_chars))
+    paragraphs = [tuple(piece for s in join_short_sentences(p, settings.min_sentence_chars)
+                        for piece in split_long_sentence(s, settings.max_sentence_chars))
                   for p in merge_short_paragraphs(paragraphs, settings.min_paragraph_sentences)]
     if not paragraphs:
         raise InvalidDocumentError(doc_id, "no sentence (empty document)")
@@ -235,10 +408,10 @@ class _Deduper:
         self.seen[doc.id] = where
 
 
-def _handle(report: ReadReport, strict: bool, where: str, err: Exception) -> None:
+def _handle(report: ReadReport, strict: bool, where: str, err: Exception, source: str | None = None) -> None:
     if strict:
         raise err
-    report.skip(where, str(err))
+    report.skip(where, str(err), source=source)
 
 
 def documents_from_records(
@@ -254,16 +427,19 @@ def documents_from_records(
     splitter = splitter or default_splitter()
     report = report if report is not None else ReadReport()
     dedupe = _Deduper()
-    for k, record in enumerate(records):
-        where = f"record {k}"
-        try:
-            doc = parse_record(record, settings=settings, splitter=splitter)
-            dedupe.check(doc, where)
-        except InvalidDocumentError as e:
-            _handle(report, strict, where, e)
-            continue
-        report.read += 1
-        yield doc
+    try:
+        for k, record in enumerate(records):
+            where = f"record {k}"
+            try:
+                doc = parse_record(record, settings=settings, splitter=splitter)
+                dedupe.check(doc, where)
+            except InvalidDocumentError as e:
+                _handle(report, strict, where, e, "records")
+                continue
+            report.read += 1
+            yield doc
+    finally:
+        report.end_source("records")
 
 
 def _decode(raw: bytes, where: str) -> str:
@@ -291,6 +467,7 @@ def _jsonl_records(path: Path, settings: SegmentationSettings, report: ReadRepor
         fh = opener(path, "rb")
     except OSError as e:
         raise InputReadError(f"cannot open {path}: {e.strerror or e}") from e
+    source = str(path)
     with fh:
         lineno = 0
         try:
@@ -306,33 +483,41 @@ def _jsonl_records(path: Path, settings: SegmentationSettings, report: ReadRepor
                         record = json.loads(line)
                     except json.JSONDecodeError as e:
                         raise InvalidDocumentError(None, f"invalid JSON ({e.msg} at column {e.colno})", source=where) from e
+                    except (ValueError, RecursionError) as e:  # an integer of > 4300 digits, nesting too deep
+                        raise InvalidDocumentError(None, f"invalid JSON ({e})", source=where) from e
                 except InvalidDocumentError as e:
-                    _handle(report, strict, where, e)
+                    _handle(report, strict, where, e, source)
                     continue
                 yield where, record
         except (OSError, EOFError) as e:  # e.g. truncated gzip
             raise InputReadError(f"cannot read {path} after line {lineno}: {e}") from e
+        finally:
+            report.end_source(source)
 
 
 def _txt_records(root: Path, settings: SegmentationSettings, report: ReadReport, strict: bool):
     files = sorted(p for p in root.rglob("*.txt") if p.is_file())
     if not files:
         raise InputReadError(f"directory {root} has no .txt files")
-    for path in files:
-        where = str(path)
-        try:
-            raw = path.read_bytes()
-        except OSError as e:
-            _handle(report, strict, where, InputReadError(f"cannot read {path}: {e.strerror or e}"))
-            continue
-        try:
-            _size_check(raw, where, settings)
-            text = _decode(raw, where)
-        except InvalidDocumentError as e:
-            _handle(report, strict, where, e)
-            continue
-        doc_id = path.relative_to(root).with_suffix("").as_posix()
-        yield where, {"id": doc_id, "text": text}
+    source = str(root)
+    try:
+        for path in files:
+            where = str(path)
+            try:
+                raw = path.read_bytes()
+            except OSError as e:
+                _handle(report, strict, where, InputReadError(f"cannot read {path}: {e.strerror or e}"), source)
+                continue
+            try:
+                _size_check(raw, where, settings)
+                text = _decode(raw, where)
+            except InvalidDocumentError as e:
+                _handle(report, strict, where, e, source)
+                continue
+            doc_id = path.relative_to(root).with_suffix("").as_posix()
+            yield where, {"id": doc_id, "text": text}
+    finally:
+        report.end_source(source)
 
 
 def read_documents(
@@ -360,7 +545,7 @@ def read_documents(
             raise InputReadError(f"input path {p} does not exist")
         if p.is_dir():
             records = _txt_records(p, settings, report, strict)
-        elif p.name.endswith((".jsonl", ".jsonl.gz", ".json", ".json.gz", ".ndjson")):
+        elif p.name.endswith(_INPUT_SUFFIXES):
             records = _jsonl_records(p, settings, report, strict)
         else:
             raise InputReadError(f"{p}: unsupported input (use .jsonl, .jsonl.gz or a directory of .txt files)")
@@ -371,7 +556,7 @@ def read_documents(
             except InvalidDocumentError as e:
                 if e.source is None:
                     e = type(e)(e.doc_id, e.reason, source=where)
-                _handle(report, strict, where, e)
+                _handle(report, strict, where, e, str(p))
                 continue
             report.read += 1
             yield doc

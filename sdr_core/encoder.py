@@ -6,6 +6,15 @@ at import or construction: the model loads on first use.
 
 Sentences are tokenised once, sorted by length and packed into batches under a token budget
 (batch size x longest sentence <= ``max_batch_tokens``); results come back in input order.
+
+A sentence longer than ``max_tokens`` tokens is cut there. The encoder counts, over its life,
+the sentences it tokenised, those it cut and the characters that were left out
+(:attr:`SentenceEncoder.truncation`, a :class:`TruncationCount`); callers report the difference
+over a run once (``sdr index``: one warning and ``truncated_sentences``/``truncated_chars`` in the
+summary), never one line per sentence. Only the first ``max_tokens x 32`` characters of a sentence
+are given to the tokenizer (a fast tokenizer tokenises the whole string before truncating: a
+7 MB sentence took 12 s). The prefix ends at a space, so its tokens begin those of the whole
+sentence; when it does not fill ``max_tokens`` tokens, the whole sentence is tokenised instead.
 """
 
 from __future__ import annotations
@@ -13,6 +22,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -21,12 +32,59 @@ import numpy as np
 from .errors import InvalidInputError, ModelNotFoundError, SDRError
 from .settings import EncoderSettings
 
-__all__ = ["SentenceEncoder", "default_model_dir", "resolve_model_dir", "plan_batches", "resolve_device",
+__all__ = ["SentenceEncoder", "TruncationCount", "truncation_of", "default_model_dir", "resolve_model_dir", "plan_batches", "resolve_device",
            "resolve_precision", "mean_pool"]
 
 logger = logging.getLogger(__name__)
 
 _WEIGHT_SUFFIXES = (".safetensors", ".bin")
+_CHARS_PER_TOKEN_BOUND = 32
+"""A sentence is given to the tokenizer cut to ``max_tokens`` x this many characters (at a space);
+English averages ~4.5 characters per WordPiece token, so the prefix nearly always fills the cap."""
+
+
+@dataclass(frozen=True)
+class TruncationCount:
+    """Sentences tokenised, how many of them were longer than ``max_tokens`` (cut), and the
+    characters of those sentences after the last encoded token (left out of their vectors).
+    ``chars_cut`` is None with a tokenizer that gives no character offsets (a slow one)."""
+
+    sentences: int = 0
+    truncated: int = 0
+    chars_cut: int | None = 0
+
+    def __add__(self, other: "TruncationCount") -> "TruncationCount":
+        chars = None if self.chars_cut is None or other.chars_cut is None else self.chars_cut + other.chars_cut
+        return TruncationCount(self.sentences + other.sentences, self.truncated + other.truncated, chars)
+
+    def __sub__(self, other: "TruncationCount") -> "TruncationCount":
+        chars = None if self.chars_cut is None or other.chars_cut is None else self.chars_cut - other.chars_cut
+        return TruncationCount(self.sentences - other.sentences, self.truncated - other.truncated, chars)
+
+    def to_dict(self) -> dict[str, int | None]:
+        return {"truncated_sentences": self.truncated, "truncated_chars": self.chars_cut}
+
+    def message(self, max_tokens: int) -> str | None:
+        """One line for a log, or None when nothing was cut."""
+        if not self.truncated:
+            return None
+        share = f" ({100 * self.truncated / self.sentences:.1f} %)" if self.sentences else ""
+        chars = f": {self.chars_cut:,} characters were not encoded" if self.chars_cut is not None else ""
+        return (f"{self.truncated:,} of {self.sentences:,} sentences{share} were longer than {max_tokens} tokens "
+                f"(SDR_MAX_TOKENS) and cut{chars}")
+
+
+def truncation_of(encoder: object) -> TruncationCount:
+    """``encoder.truncation`` (an empty count for a stand-in encoder that does not count); subtract
+    two readings for one run's share."""
+    count = getattr(encoder, "truncation", None)
+    return count if isinstance(count, TruncationCount) else TruncationCount()
+
+
+def _prefix(text: str, n: int) -> str:
+    """The first ``n`` characters of ``text``, ending at a space when there is one in the second half."""
+    cut = text.rfind(" ", n // 2, n + 1)
+    return text[: cut if cut > 0 else n]
 
 
 def default_model_dir() -> Path:
@@ -132,6 +190,8 @@ class SentenceEncoder:
         self._device = None
         self._precision: str | None = None
         self._fingerprint: str | None = None
+        self._truncation = TruncationCount()
+        self._count_lock = threading.Lock()
 
     # -- identity -----------------------------------------------------------------------------
     @property
@@ -206,18 +266,67 @@ class SentenceEncoder:
         )
         del torch
 
-    # -- encoding -----------------------------------------------------------------------------
-    def tokenize(self, sentences: Sequence[str]) -> list[list[int]]:
+    def load(self) -> "SentenceEncoder":
+        """Load the model now (it otherwise loads on first use): raises :class:`ModelNotFoundError`
+        for a missing or unloadable model before anything else is done."""
         self._load()
+        return self
+
+    # -- encoding -----------------------------------------------------------------------------
+    @property
+    def truncation(self) -> TruncationCount:
+        """Sentences tokenised, cut at ``max_tokens`` and characters left out, since construction
+        (subtract an earlier value for one run's share)."""
+        with self._count_lock:
+            return self._truncation
+
+    def _tokenize(self, texts: list[str], offsets: bool) -> tuple[list[list[int]], list | None]:
         enc = self._tokenizer(
-            list(sentences),
+            texts,
             truncation=True,
             max_length=self.settings.max_tokens,
             padding=False,
             return_attention_mask=False,
             return_token_type_ids=False,
+            return_offsets_mapping=offsets,
         )
-        return enc["input_ids"]
+        return enc["input_ids"], (enc["offset_mapping"] if offsets else None)
+
+    def tokenize(self, sentences: Sequence[str]) -> list[list[int]]:
+        """Token ids of each sentence, at most ``max_tokens`` (special tokens included); counts
+        the sentences that were cut (:attr:`truncation`)."""
+        self._load()
+        texts = list(sentences)
+        cap = self.settings.max_tokens
+        budget = cap * _CHARS_PER_TOKEN_BOUND
+        fast = bool(getattr(self._tokenizer, "is_fast", False))
+        long = [i for i, t in enumerate(texts) if len(t) > budget]
+        given = list(texts)
+        for i in long:
+            given[i] = _prefix(texts[i], budget)
+        ids, spans = self._tokenize(given, fast)
+        redo = [i for i in long if len(ids[i]) < cap]  # the prefix did not fill the cap: the whole sentence
+        if redo:
+            ids_r, spans_r = self._tokenize([texts[i] for i in redo], fast)
+            for k, i in enumerate(redo):
+                ids[i] = ids_r[k]
+                if spans is not None:
+                    spans[i] = spans_r[k]
+        truncated, chars = 0, (0 if fast else None)
+        for i, row in enumerate(ids):
+            if len(row) < cap:
+                continue
+            if spans is None:
+                truncated += 1
+                continue
+            end = max((e for _, e in spans[i]), default=0)
+            left = len(texts[i].rstrip()) - end
+            if left > 0:
+                truncated += 1
+                chars += left
+        with self._count_lock:
+            self._truncation = self._truncation + TruncationCount(len(texts), truncated, chars)
+        return ids
 
     def forward_batch(self, ids: list[list[int]]) -> np.ndarray:
         """Encode one batch of token id lists (no reordering); float32 ``(len(ids), dim)``."""

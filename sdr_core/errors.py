@@ -11,6 +11,7 @@ __all__ = [
     "SDRError",
     "InvalidInputError",
     "InvalidDocumentError",
+    "InvalidIdError",
     "DuplicateIdError",
     "DocumentTooLargeError",
     "InputReadError",
@@ -23,6 +24,7 @@ __all__ = [
     "BackendUnavailableError",
     "OverloadedError",
     "StatsUnavailableError",
+    "NoComparisonError",
 ]
 
 
@@ -44,6 +46,11 @@ class InvalidDocumentError(InvalidInputError):
         where = f" ({source})" if source else ""
         name = f"document {doc_id!r}" if doc_id is not None else "document"
         super().__init__(f"{name}{where}: {reason}")
+
+
+class InvalidIdError(InvalidInputError):
+    """A document id breaks the id rule (:func:`sdr_search.core.documents.check_id`): empty, over
+    512 characters, white space at an end, a control character, or not a string or integer."""
 
 
 class DuplicateIdError(InvalidDocumentError):
@@ -94,6 +101,11 @@ class OverloadedError(SDRError):
 
 class StatsUnavailableError(SDRError):
     """Normalisation statistics are needed but have not been computed (run `sdr stats`)."""
+
+
+class NoComparisonError(StatsUnavailableError, ValueError):
+    """Statistics asked for where no paragraph of another document is left to compute them over
+    (a store of one document: statistics against itself are not defined)."""
 
 
 class DashboardsImportError(SDRError):

@@ -161,6 +161,13 @@ class BM25Ranker:
         # bm25s's empty-document placeholder is "", which must never match anything.
         return [[t for t in doc if t] for doc in tokens]
 
+    def tokenize(self, texts: Sequence[str]) -> list[list[str]]:
+        """The tokens :meth:`fit` indexes for each of ``texts`` (and :meth:`scores` looks up for a
+        query), in order, duplicates kept: the analysis an incremental index must share with this
+        ranker to give its scores."""
+        with _quiet_bm25s():
+            return self._tokenize(list(texts))
+
     def fit(self, ids: Sequence[str], texts: Sequence[str]) -> BM25Ranker:
         """Index ``texts`` (one per id, same order). Returns ``self``.
 

@@ -13,15 +13,18 @@ The slow, obviously-correct oracle these functions are tested against is
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Iterator, Literal, Sequence
 
 import numpy as np
 
+from sdr_search.core.errors import NoComparisonError
 from sdr_search.core.vectors import CorpusVectors, DocVectors
 
 __all__ = [
     "SIGMA_FLOOR",
     "NormStats",
+    "IfEmpty",
+    "NO_COMPARISON",
     "clamp_sigma",
     "column_blocks",
     "segment_max_rows",
@@ -39,6 +42,18 @@ __all__ = [
 
 SIGMA_FLOOR = 1e-6
 """A standard deviation below this is replaced by 1 (SPEC)."""
+
+
+NO_COMPARISON = (
+    "no paragraph of another document to compute normalisation statistics over (a store of one "
+    "document: statistics against itself are not defined)"
+)
+"""Why statistics are unavailable when every paragraph is the source's own."""
+
+IfEmpty = Literal["raise", "identity"]
+"""What statistics are when no paragraph of another document is left: ``"raise"``
+(:class:`NoComparisonError`) or ``"identity"`` (``mu`` 0, ``sigma`` 1: scores used unnormalised,
+as :meth:`NormStats.identity`)."""
 
 
 def clamp_sigma(sigma: np.ndarray) -> np.ndarray:
@@ -72,6 +87,13 @@ class NormStats:
 
     def __len__(self) -> int:
         return int(self.mu.size)
+
+    @classmethod
+    def identity(cls, n: int) -> "NormStats":
+        """Statistics that leave scores as they are (``mu`` 0, ``sigma`` 1), for ``n`` paragraphs
+        with no paragraph of another document to compare against (a store of one document):
+        :func:`sdr_scores` with them equals ``sdr_scores(best, None)``."""
+        return cls(np.zeros(n, dtype=np.float64), np.ones(n, dtype=np.float64))
 
     def take(self, indices: np.ndarray | slice) -> "NormStats":
         """Statistics of the paragraphs at ``indices`` (e.g. one document's slice of corpus stats)."""
@@ -242,11 +264,15 @@ def document_max(P: np.ndarray, doc_par_offsets: np.ndarray) -> np.ndarray:
     return np.maximum.reduceat(P, doc_par_offsets[:-1], axis=1)
 
 
-def stats_from_paragraph_scores(P: np.ndarray, *, exclude: np.ndarray | None = None) -> NormStats:
+def stats_from_paragraph_scores(
+    P: np.ndarray, *, exclude: np.ndarray | None = None, if_empty: IfEmpty = "raise"
+) -> NormStats:
     """Mean and population std of each row of ``P`` over the columns not excluded.
 
     ``exclude`` is a boolean mask over the columns (True = leave out), used to leave out the
-    source document's own paragraphs. Accumulated in float64; sigma is clamped.
+    source document's own paragraphs. Accumulated in float64; sigma is clamped. No column left
+    (every paragraph is the source's own): :class:`NoComparisonError` (a ``ValueError``), or with
+    ``if_empty="identity"`` :meth:`NormStats.identity`.
     """
     P = np.asarray(P)
     if P.ndim != 2:
@@ -258,7 +284,9 @@ def stats_from_paragraph_scores(P: np.ndarray, *, exclude: np.ndarray | None = N
         if np.any(exclude):
             P = P[:, ~exclude]
     if P.shape[1] == 0:
-        raise ValueError("no column left to compute statistics over")
+        if if_empty == "identity":
+            return NormStats.identity(P.shape[0])
+        raise NoComparisonError(NO_COMPARISON)
     mu = P.mean(axis=1, dtype=np.float64)
     var = np.square(P - mu[:, None]).mean(axis=1)
     return NormStats(mu, clamp_sigma(np.sqrt(var)))

@@ -19,9 +19,10 @@ import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
-from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer, PunktTrainer
+if TYPE_CHECKING:  # pragma: no cover - nltk is imported when a splitter is made (its import takes ~1 s)
+    from nltk.tokenize.punkt import PunktParameters
 
 __all__ = ["CURATED_ABBREVIATIONS", "SENTENCE_STARTERS", "SentenceSplitter", "default_splitter"]
 
@@ -91,6 +92,8 @@ class SentenceSplitter:
 
     @classmethod
     def default(cls) -> "SentenceSplitter":
+        from nltk.tokenize.punkt import PunktParameters
+
         params = _punkt_tab_params()
         if params is None:
             return cls(_merged(PunktParameters()), "curated")
@@ -99,6 +102,8 @@ class SentenceSplitter:
     @classmethod
     def train(cls, texts: Iterable[str]) -> "SentenceSplitter":
         """Learn abbreviations, collocations and sentence starters from the user's own corpus."""
+        from nltk.tokenize.punkt import PunktTrainer
+
         trainer = PunktTrainer()
         trainer.INCLUDE_ALL_COLLOCS = True
         for text in texts:
@@ -120,6 +125,8 @@ class SentenceSplitter:
 
     @classmethod
     def load(cls, path: str | Path) -> "SentenceSplitter":
+        from nltk.tokenize.punkt import PunktParameters
+
         data = json.loads(Path(path).read_text(encoding="utf-8"))
         p = PunktParameters()
         p.abbrev_types = set(data["abbrev_types"])
@@ -130,6 +137,8 @@ class SentenceSplitter:
         return cls(p, data.get("source", "trained"))
 
     def __post_init__(self) -> None:
+        from nltk.tokenize.punkt import PunktSentenceTokenizer
+
         object.__setattr__(self, "_tokenizer", PunktSentenceTokenizer(self.params))
 
     def split(self, text: str) -> list[str]:

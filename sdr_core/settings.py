@@ -66,7 +66,24 @@ class SegmentationSettings(BaseSettings):
     max_sentences: int = Field(
         20_000,
         gt=0,
-        description="Largest accepted number of sentences in one document; more is rejected.",
+        description=(
+            "Largest accepted number of sentences in one document (counted after long sentences "
+            "are cut, see max_sentence_chars); more is rejected."
+        ),
+    )
+    max_sentence_chars: int = Field(
+        2_000,
+        ge=0,
+        description=(
+            "Longest sentence, in characters. A longer one (text with no sentence punctuation, "
+            "thousands of fragments joined by min_sentence_chars, a table) is cut at spaces into "
+            "pieces of about equal length, each a sentence encoded up to the token cap "
+            "(max_tokens, ~500-600 characters of English prose at 128 tokens), instead of the "
+            "whole being reduced to its first max_tokens tokens. 2,000 characters is ~330 words: "
+            "10 of 503k sentences of the "
+            "IRLeD corpus are longer. 0: no limit. An input limit like max_sentences, not "
+            "recorded with an index."
+        ),
     )
 
     def recorded(self) -> dict[str, Any]:
@@ -101,7 +118,13 @@ class EncoderSettings(BaseSettings):
         ),
     )
     max_tokens: int = Field(
-        128, gt=1, description="Tokens per sentence; longer sentences are truncated."
+        128,
+        gt=1,
+        description=(
+            "Tokens per sentence (special tokens included); the rest of a longer sentence is not "
+            "encoded. Each run reports how many sentences were cut and how many characters that "
+            "left out (`sdr index` summary: truncated_sentences, truncated_chars)."
+        ),
     )
     max_batch_tokens: int = Field(
         16384,

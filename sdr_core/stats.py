@@ -7,6 +7,12 @@
   (:class:`ReferenceSample`, :func:`draw_reference_sample`, :func:`sampled_stats`), recorded
   with the index so a raw-text query is normalised against the same sample at query time.
 
+One document alone has no statistics (they are taken over the *other* documents' paragraphs):
+:func:`exact_corpus_stats` raises :class:`NoComparisonError` (a ``ValueError``) for a corpus of
+fewer than two documents, and so do the per-source functions when no paragraph of another
+document is left, unless ``if_empty="identity"``: then :meth:`NormStats.identity` (scores used
+unnormalised; such a source has nothing to be compared with in that corpus anyway).
+
 Pure functions on :mod:`sdr_search.core.vectors` containers; float64 accumulation; no I/O.
 """
 
@@ -19,7 +25,10 @@ from typing import Any, Mapping
 import numpy as np
 from tqdm import tqdm
 
+from sdr_search.core.errors import NoComparisonError
 from sdr_search.core.scoring import (
+    NO_COMPARISON,
+    IfEmpty,
     NormStats,
     clamp_sigma,
     iter_paragraph_score_tiles,
@@ -69,7 +78,7 @@ class _RunningMoments:
 
     def stats(self) -> NormStats:
         if np.any(self.count == 0):
-            raise ValueError("no paragraph left to compute statistics over (does the corpus have one document?)")
+            raise NoComparisonError(NO_COMPARISON)
         return NormStats(self.mean, clamp_sigma(np.sqrt(self.m2 / self.count)))
 
 
@@ -102,7 +111,9 @@ def exact_corpus_stats(
     if block_sentences < 1 or max_tile_floats < 1:
         raise ValueError("block_sentences and max_tile_floats must be >= 1")
     if corpus.n_docs < 2:
-        raise ValueError("exact statistics need at least two documents (a paragraph's own document is left out)")
+        raise NoComparisonError(
+            "exact statistics need at least two documents (a paragraph's own document is left out)"
+        )
     par_doc = corpus.paragraph_doc()
     mu = np.empty(corpus.n_paragraphs, dtype=np.float64)
     sigma = np.empty(corpus.n_paragraphs, dtype=np.float64)
@@ -138,16 +149,20 @@ def source_stats_exact(
     *,
     exclude_doc: int | None = None,
     block_sentences: int = 65536,
+    if_empty: IfEmpty = "raise",
 ) -> NormStats:
     """Exact statistics of one (possibly external) source against all corpus paragraphs.
 
     ``exclude_doc`` is the source's own document index when it belongs to the corpus; that
-    document's paragraphs are left out.
+    document's paragraphs are left out (the only document: see ``if_empty`` and the module
+    docstring).
     """
     _check_doc_index(corpus, exclude_doc)
-    P = paragraph_scores(source, corpus, block_sentences=block_sentences)
     exclude = None if exclude_doc is None else corpus.paragraph_doc() == exclude_doc
-    return stats_from_paragraph_scores(P, exclude=exclude)
+    if exclude is not None and exclude.all():
+        return stats_from_paragraph_scores(np.zeros((source.n_paragraphs, 0), np.float32), if_empty=if_empty)
+    P = paragraph_scores(source, corpus, block_sentences=block_sentences)
+    return stats_from_paragraph_scores(P, exclude=exclude, if_empty=if_empty)
 
 
 @dataclass(frozen=True)
@@ -238,14 +253,19 @@ def stats_against_sample(
     *,
     exclude_doc: int | None = None,
     block_sentences: int = 65536,
+    if_empty: IfEmpty = "raise",
 ) -> NormStats:
     """Statistics of each source paragraph over prebuilt sampled paragraphs.
 
-    Sampled paragraphs owned by original document ``exclude_doc`` are left out.
+    Sampled paragraphs owned by original document ``exclude_doc`` are left out; when that leaves
+    none (the sample holds only that document's paragraphs, as in a store of one document), see
+    ``if_empty`` (the module docstring).
     """
-    P = paragraph_scores(source, sampled.vectors, block_sentences=block_sentences)
     exclude = None if exclude_doc is None else sampled.doc_index == exclude_doc
-    return stats_from_paragraph_scores(P, exclude=exclude)
+    if exclude is not None and exclude.all():
+        return stats_from_paragraph_scores(np.zeros((source.n_paragraphs, 0), np.float32), if_empty=if_empty)
+    P = paragraph_scores(source, sampled.vectors, block_sentences=block_sentences)
+    return stats_from_paragraph_scores(P, exclude=exclude, if_empty=if_empty)
 
 
 def sampled_stats(
@@ -254,6 +274,7 @@ def sampled_stats(
     sample: ReferenceSample,
     *,
     exclude_doc: int | None = None,
+    if_empty: IfEmpty = "raise",
 ) -> NormStats:
     """Statistics of each source paragraph over the reference sample of ``corpus``.
 
@@ -261,4 +282,4 @@ def sampled_stats(
     queries, build :func:`sample_vectors` once and call :func:`stats_against_sample`.
     """
     _check_doc_index(corpus, exclude_doc)
-    return stats_against_sample(source, sample_vectors(corpus, sample), exclude_doc=exclude_doc)
+    return stats_against_sample(source, sample_vectors(corpus, sample), exclude_doc=exclude_doc, if_empty=if_empty)

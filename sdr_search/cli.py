@@ -184,6 +184,25 @@ def build_parser() -> argparse.ArgumentParser:
     inf.add_argument("--json", action="store_true")
     inf.set_defaults(handler=_lazy("sdr_search.indexer.commands", "cmd_info"))
 
+    dl = sub.add_parser(
+        "delete", help="delete documents from a store by id",
+        description="Delete documents by id (arguments, or --ids-file with one id per line; - reads stdin). Prints "
+        "{deleted, missing}. The statistics become stale: run `sdr stats` (a server refreshes them itself).",
+    )
+    _add_store_args(dl)
+    dl.add_argument("ids", nargs="*", metavar="ID", help="document ids")
+    dl.add_argument("--ids-file", type=Path, metavar="FILE", help="one id per line (- for stdin)")
+    dl.set_defaults(handler=_lazy("sdr_search.indexer.maintenance", "cmd_delete"))
+
+    cp = sub.add_parser(
+        "compact", help="reclaim the dead rows of an embedded store (replaced or deleted documents)",
+        description="Rewrite the vector file and the FAISS index of an embedded store without dead rows (left by "
+        "replaced and deleted documents). Atomic and crash-safe; readers in other processes keep working "
+        "(they reload the new files). An OpenSearch index merges its segments itself.",
+    )
+    cp.add_argument("--store", type=Path, metavar="DIR", required=True, help="embedded store directory")
+    cp.set_defaults(handler=_lazy("sdr_search.indexer.maintenance", "cmd_compact"))
+
     sv = sub.add_parser(
         "serve", help="serve more-like-this over HTTP (FastAPI + uvicorn)",
         description="Serve one store over HTTP: POST /v1/indices/{index}/more_like_this, GET "
@@ -382,6 +401,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # opensearch-py logs every request (INFO) and every failed one with its traceback (WARNING);
         # the OpenSearch store raises each failure as one SDRError, reported below in one line
         logging.getLogger("opensearch").setLevel(logging.ERROR)
+    else:  # the FAISS loader's lines (each CPU variant it tries) are silenced below DEBUG (indexer/embedded/ann.py)
+        logging.getLogger("faiss.loader").setLevel(logging.DEBUG)
     try:
         return args.handler(args)
     except SDRError as e:

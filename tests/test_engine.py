@@ -97,9 +97,20 @@ def test_same_topic_ranks_first_and_explain_has_three_levels(built, encoder):
         land_0 = {s for p in store.get("land_0").document.paragraphs for s in p}
         assert best["source_sentence"] in land_0 and best["cosine"] > 0.5
         assert any(best["candidate_sentence"] in p for p in store.get(res.hits[0].id).document.paragraphs)
-        res = engine.run(Query(text="The employer dismissed the worker without any inquiry. He asked to be reinstated.", size=3))
+        text = "The employer dismissed the worker without any inquiry.  He asked to be reinstated."
+        res = engine.run(Query(text=text, size=3))
         assert res.stats_origin == "reference-sample"
         assert all(h.id.startswith("service_") for h in res.hits)
+        # each hit reads: its title, and the best-matching sentence pair with offsets into both texts
+        top = res.hits[0]
+        assert top.title == f"service case {top.id.split('_')[1]}" and top.metadata == {}
+        snip = top.snippet
+        assert snip["candidate_sentence"] in {"The employee was dismissed without an inquiry.",
+                                              "The tribunal ordered reinstatement with back wages."}
+        assert snip["cosine"] > 0.5 and res.source_offsets == "request"
+        assert text[snip["source_start"]:snip["source_end"]] == snip["source_sentence"]
+        stored = store.get(top.id).document
+        assert stored.text[snip["candidate_start"]:snip["candidate_end"]] == snip["candidate_sentence"]
 
 
 def test_errors(built, encoder, tmp_path):
@@ -198,7 +209,7 @@ def test_hybrid_fuses_every_signal_over_the_union_of_both_sides(built, encoder):
         res = engine.run(Query(id="murder_2", size=len(union), fusion="zscore", weights=spec.weights))
         assert res.method == "hybrid" and res.hybrid == spec.to_dict()
         assert res.candidates == len(union) and {h.id for h in res.hits} == set(union)
-        assert set(res.timings_ms) == {"source", "candidates", "prerank", "lexical", "fetch", "rerank"}
+        assert set(res.timings_ms) == {"source", "candidates", "prerank", "lexical", "fetch", "rerank", "snippets"}
         # recompute every signal and the fusion independently
         cv = store.fetch(union)
         docs = store.fetch_documents(union)

@@ -99,7 +99,7 @@ def test_empty_store_has_no_lexical_hits(store):
     assert store.refresh_lexical() == 0
 
 
-def test_puts_and_deletes_rebuild_stats_do_not(store, caplog):
+def test_puts_and_deletes_update_the_index_without_a_rebuild(store, caplog):
     caplog.set_level(logging.INFO, logger="sdr_search.indexer.embedded")
     items = make_items(30)
     store.put(items)
@@ -116,10 +116,19 @@ def test_puts_and_deletes_rebuild_stats_do_not(store, caplog):
     assert _builds(caplog) == 1  # a statistics refresh does not touch the texts
 
     store.delete(["d004"])
-    assert "d004" not in store.lexical_search(items[4][0].text, 5).ids and _builds(caplog) == 2
+    assert "d004" not in store.lexical_search(items[4][0].text, 5).ids
     replacement = parse_record({"id": "d010", "paragraphs": ["Xenolith xenolith granite."]})
     store.put([(replacement, DocVectors(np.eye(DIM, dtype=np.float32)[:1], [0, 1]))])
-    assert store.lexical_search("xenolith", 3).ids == ["d010"] and _builds(caplog) == 3
+    assert store.lexical_search("xenolith", 3).ids == ["d010"]
+    assert _builds(caplog) == 1  # the delete and the put went into the delta segment
+    live = [(d, v) for d, v in items if d.id not in ("d004", "d010")] + [(replacement, None)]
+    ranker = BM25Ranker().fit([d.id for d, _ in live], [d.text for d, _ in live])
+    query = items[7][0].text + " xenolith"
+    got = store.lexical_search(query, 50)
+    exp_ids, exp_scores = ranker.top(query, 50)
+    assert got.ids == exp_ids
+    np.testing.assert_array_equal(got.scores, exp_scores)  # bit for bit, as a rebuild would score
+    assert store.refresh_lexical() == 29 and _builds(caplog) == 1  # merged, not rebuilt
     assert len([p for p in os.listdir(store.path) if p.startswith(LEXICAL_PREFIX)]) == 1  # old ones removed
 
 
@@ -148,7 +157,7 @@ def test_damaged_or_interrupted_index_files_are_recovered(tmp_path, caplog):
         s.refresh_lexical()
         expected = s.lexical_search("w9 w11", 5).ids
     (saved,) = [p for p in (tmp_path / "s").iterdir() if p.name.startswith(LEXICAL_PREFIX)]
-    (saved / "vocab.index.json").write_text("{not json")  # damaged
+    (saved / "terms.json").write_text("{not json")  # damaged
     stray = tmp_path / "s" / f"{saved.name}.tmp-999999999-abcd"  # left by a build that died
     stray.mkdir()
     (stray / "params.index.json").write_text("{}")

@@ -471,3 +471,33 @@ def test_serve_metadata_filter(client, indexed, corpus, method):
                                                          "filter": {"group": "odd"}}).json()["hits"]
         for h in filtered:
             assert h["score"] == pytest.approx(full[h["id"]], abs=TOL)
+
+
+def test_serve_writes_on_opensearch(client, indexed, corpus):
+    """PUT / DELETE / bulk over HTTP into a real OpenSearch index: visible to the next request.
+    (Last in this module: it adds documents and removes them again.)"""
+    name = indexed[1]
+    doc_path = f"/v1/indices/{name}/documents/"
+    paragraphs = corpus.held_out["wiki_308"]
+    r = client.put(doc_path + "new_os", json={"title": "Copy", "metadata": {"group": "copy"}, "paragraphs": paragraphs})
+    assert r.status_code == 200, r.text
+    assert r.json()["result"] == "created" and r.json()["stats_stale"] is True
+    assert client.get(doc_path + "new_os").json()["metadata"] == {"group": "copy"}
+    r = client.post(_mlt_path(indexed), json={"id": "wiki_308", "size": 5, "method": "sdr", "filter": {"group": "copy"}})
+    assert [h["id"] for h in r.json()["hits"]] == ["new_os"]
+    assert client.put(doc_path + "new_os", json={"text": "A short replacement text about the sea."}).json()["result"] == "updated"
+
+    raw = "\n".join(json.dumps(x) for x in [
+        {"id": "bulk_os_1", "text": "Bulk text one about mountains and rivers."},
+        {"id": "bulk_os_2", "paragraphs": ["Bulk text two.", "It is about deserts."]},
+        {"delete": "new_os"},
+    ])
+    r = client.post(f"/v1/indices/{name}/_bulk", content=raw)
+    assert r.status_code == 200, r.text
+    assert (r.json()["written"], r.json()["deleted"], r.json()["failed"]) == (2, 1, [])
+    assert client.get(doc_path + "new_os").status_code == 404
+    for doc_id in ("bulk_os_1", "bulk_os_2"):
+        assert client.delete(doc_path + doc_id).json()["result"] == "deleted"
+    assert client.delete(doc_path + "bulk_os_1").status_code == 404
+    r = client.post(f"/v1/indices/{name}/_refresh_stats")
+    assert r.status_code == 200 and r.json()["stale"] is False and r.json()["documents"] == N_DOCS

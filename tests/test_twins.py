@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from factories import AS_GIVEN, DIM, META, unit
+from factories import AS_GIVEN, META, unit
 from sdr_search.indexer.embedded import EmbeddedStore
 from sdr_search.indexer.embedded import twins as twins_module
 from sdr_search.indexer.embedded.twins import TwinGroups, Twins, row_hashes

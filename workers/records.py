@@ -41,10 +41,14 @@ class Rejected:
 
 
 def _record_id(record: Any) -> str | None:
+    """The record's id under the one id rule (:func:`sdr_search.core.documents.check_id`), or None."""
+    from sdr_search.core.documents import InvalidIdError, check_id
+
     if isinstance(record, dict):
-        raw = record.get("id")
-        if isinstance(raw, (str, int)) and not isinstance(raw, bool):
-            return str(raw).strip() or None
+        try:
+            return check_id(record.get("id"))
+        except (InvalidIdError, ValueError):
+            return None
     return None
 
 

@@ -438,7 +438,7 @@ def stats_block(store_spec: Mapping[str, Any], doc_ids: Sequence[str], options: 
             sampled = SampledParagraphs(ref.vectors, np.asarray([codes[d] for d in ref.doc_ids], dtype=np.int64))
             vectors = store.fetch(ids) if ids else None
             for k, doc_id in enumerate(ids):
-                st = stats_against_sample(vectors.doc(k), sampled, exclude_doc=codes.get(doc_id))
+                st = stats_against_sample(vectors.doc(k), sampled, exclude_doc=codes.get(doc_id), if_empty="identity")
                 out[doc_id] = {"mu": st.mu.tolist(), "sigma": st.sigma.tolist()}
         else:
             corpus = store.all_vectors()
@@ -447,7 +447,7 @@ def stats_block(store_spec: Mapping[str, Any], doc_ids: Sequence[str], options: 
                 k = where.get(doc_id)
                 if k is None:
                     continue
-                st = source_stats_exact(corpus.doc(k), corpus, exclude_doc=k)
+                st = source_stats_exact(corpus.doc(k), corpus, exclude_doc=k, if_empty="identity")
                 out[doc_id] = {"mu": st.mu.tolist(), "sigma": st.sigma.tolist()}
     except Exception as e:  # noqa: BLE001 - sorted by classify()
         if classify(e) == "transient":

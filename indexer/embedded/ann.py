@@ -23,7 +23,7 @@ import os
 import sqlite3
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -34,7 +34,7 @@ from .durable import fsync_path
 from .twins import TwinGroups
 from .vectorfile import CHUNK_ROWS, VectorFile
 
-__all__ = ["FAISS", "FAISS_TMP", "AnnIndex", "add_rows", "write_index", "query_matrix", "knn_rounds"]
+__all__ = ["FAISS", "FAISS_TMP", "faiss_module", "AnnIndex", "add_rows", "write_index", "query_matrix", "knn_rounds"]
 
 logger = logging.getLogger(__package__)  # "sdr_search.indexer.embedded", one logger for the whole store
 
@@ -44,14 +44,26 @@ _SERIAL_ADD_ROWS = 4_096  # FAISS additions up to this many rows run single-thre
 _ROUND_GROWTH = 4  # each follow-up search round fetches this many times more hits
 
 
+def faiss_module():
+    """The ``faiss`` module, imported without its loader's INFO lines: on a CPU without AVX512 the
+    loader logs each variant it tries, with ``ModuleNotFoundError(... swigfaiss_avx512)``, on
+    every command. The ``faiss.loader`` logger is raised to WARNING unless someone set its level
+    (``sdr --log-level DEBUG`` sets it to DEBUG and shows them)."""
+    loader = logging.getLogger("faiss.loader")
+    if loader.level == logging.NOTSET:
+        loader.setLevel(logging.WARNING)
+    import faiss
+
+    return faiss
+
+
 @contextmanager
 def _serial_faiss(enabled: bool) -> Iterator[None]:
     """Run the enclosed FAISS calls on one OpenMP thread (when ``enabled``)."""
     if not enabled:
         yield
         return
-    import faiss
-
+    faiss = faiss_module()
     previous = faiss.omp_get_max_threads()
     faiss.omp_set_num_threads(1)
     try:
@@ -74,7 +86,7 @@ def add_rows(index, start: int, stop: int, source: np.ndarray) -> None:
 
 def write_index(index, path: Path) -> None:
     """Write ``index`` to ``path`` and fsync it."""
-    import faiss
+    faiss = faiss_module()
 
     faiss.write_index(index, str(path))
     fsync_path(path)
@@ -101,7 +113,7 @@ class AnnIndex:
         return self.read_path if self.read_path is not None else self.directory / FAISS
 
     def new_index(self):
-        import faiss
+        faiss = faiss_module()
 
         index = faiss.IndexHNSWFlat(int(self._vectors.dim or 0), int(self.hnsw["m"]), faiss.METRIC_INNER_PRODUCT)
         index.hnsw.efConstruction = int(self.hnsw["ef_construction"])
@@ -113,7 +125,7 @@ class AnnIndex:
         ``prior_rows``: rows that should already be in a saved index (committed before the
         current operation); a missing file is only worth a warning when there are some.
         """
-        import faiss
+        faiss = faiss_module()
 
         path = self.path
         if not path.exists():
@@ -182,11 +194,39 @@ def query_matrix(vectors: np.ndarray, dim: int | None, directory: Path) -> np.nd
 
 
 def _search(index, q: np.ndarray, n_hits: int, ef_search: int) -> tuple[np.ndarray, np.ndarray]:
-    import faiss
+    faiss = faiss_module()
 
     params = faiss.SearchParametersHNSW()
     params.efSearch = max(ef_search, n_hits)
     return index.search(q, n_hits, params=params)
+
+
+def exact_doc_hits(
+    q: np.ndarray, matrix: np.ndarray, docs: Sequence[tuple[int, int, int]], k: int, *, block_rows: int = 64,
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Exact nested k-NN over ``docs`` (``(seq, row_start, n_sentences)``, rows of ``matrix``):
+    for each query row, the ``(seqs, scores)`` of the top ``k`` documents by their best sentence
+    (inner product), best first, and every further document tied with the k-th. The fallback of
+    a filtered search when the filter leaves few rows (brute force is then cheaper than a graph
+    search that skips most of what it visits)."""
+    n = q.shape[0]
+    if not docs or n == 0:
+        return [(np.zeros(0, np.int64), np.zeros(0, np.float32)) for _ in range(n)]
+    seqs = np.asarray([d[0] for d in docs], dtype=np.int64)
+    lengths = np.asarray([d[2] for d in docs], dtype=np.int64)
+    rows = np.concatenate([np.arange(d[1], d[1] + d[2], dtype=np.int64) for d in docs])
+    seg = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    vectors = np.ascontiguousarray(matrix[rows], dtype=np.float32)
+    k = min(k, seqs.size)
+    out: list[tuple[np.ndarray, np.ndarray]] = []
+    for a in range(0, n, block_rows):
+        best = np.maximum.reduceat(q[a : a + block_rows] @ vectors.T, seg, axis=1)  # (b, documents)
+        for row in best:
+            kth = np.partition(row, row.size - k)[row.size - k]
+            keep = np.nonzero(row >= kth)[0]
+            order = keep[np.lexsort((seqs[keep], -row[keep]))]
+            out.append((seqs[order], row[order].astype(np.float32)))
+    return out
 
 
 def _first_hits(

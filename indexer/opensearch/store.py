@@ -620,6 +620,18 @@ class OpenSearchStore(DocumentStore):
         found = self._mget_sources(target, [str(i) for i in ids], ["metadata"], "reading metadata")
         return {doc_id: src.get("metadata") or {} for doc_id, src in found.items()}
 
+    def documents_of(self, ids: Sequence[str]) -> dict[str, Document]:
+        """The documents of those ``ids`` that exist (in the order asked), with one ``_mget`` per
+        500 ids and no vectors (``capabilities.metadata_lookup``)."""
+        target = self._read_target()
+        found = self._mget_sources(target, [str(i) for i in ids], ["doc_id", "title", "metadata", "paragraphs"],
+                                   "reading documents")
+        return {
+            doc_id: Document(str(src.get("doc_id", doc_id)), tuple(tuple(p) for p in src["paragraphs"]),
+                             src.get("title"), src.get("metadata") or {})
+            for doc_id, src in found.items()
+        }
+
     def _scan(self, target: _Target, source: Sequence[str] | bool, size: int) -> Iterator[dict[str, Any]]:
         """Every document's hit, in ``doc_id`` order, page by page (``search_after``), reading one
         point in time when the cluster offers it."""
@@ -682,8 +694,14 @@ class OpenSearchStore(DocumentStore):
     # =========================================================================================
     # retrieval
     # =========================================================================================
-    def sentence_knn(self, vectors: np.ndarray, k: int, *, exclude_ids: Sequence[str] = ()) -> SentenceHits:
-        """Nested k-NN, one ``_msearch`` per ``msearch_batch`` query rows; scores are cosines."""
+    def sentence_knn(
+        self, vectors: np.ndarray, k: int, *, exclude_ids: Sequence[str] = (), allowed_ids: Sequence[str] | None = None,
+    ) -> SentenceHits:
+        """Nested k-NN, one ``_msearch`` per ``msearch_batch`` query rows; scores are cosines.
+        (No ``allowed_ids``: this store does not declare ``capabilities.filtered_knn``; a filtered
+        query is over-fetched and filtered by the engine.)"""
+        if allowed_ids is not None:
+            raise InvalidInputError("the OpenSearch store does not filter inside the k-NN search (capabilities.filtered_knn)")
         if k < 1:
             raise InvalidInputError(f"k must be >= 1, got {k}")
         q = np.atleast_2d(np.asarray(vectors, dtype=np.float32))

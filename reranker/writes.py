@@ -1,0 +1,242 @@
+"""Writes over HTTP: add or replace one document, delete one, a bulk NDJSON batch; and the
+background statistics refresh that writes make necessary.
+
+A document written over HTTP goes through the one indexing path (segmented as the index's
+documents were, :func:`sdr_search.indexer.pipeline.write_documents`, encoded by the server's shared
+encoder) and is visible to the next query. Writes take the same compute slots as queries (bounded
+concurrency; a bulk request is bounded by ``SDR_SERVICE_MAX_BULK_DOCUMENTS`` and the body size
+limit). Every write makes the index's normalisation statistics stale; :class:`StatsRefresher`
+recomputes them (sampled, as ``sdr index`` does) in one background thread per index, once the index
+has had no write for ``SDR_SERVICE_STATS_REFRESH_DELAY_S`` seconds (0: never on its own), and on
+demand.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from sdr_search.core.documents import Document, parse_record
+from sdr_search.core.errors import DocumentNotFoundError, InvalidInputError, SDRError
+from sdr_search.indexer.pipeline import WriteReport, write_documents
+from sdr_search.indexer.stats_job import refresh_stats
+from sdr_search.indexer.store import DocumentStore
+
+from .api_models import NonBlank, Section, _drop_null_defaults
+
+__all__ = ["DocumentBody", "WriteResponse", "BulkResponse", "StatsResponse", "StatsRefresher", "put_document",
+           "delete_document", "bulk", "parse_ndjson"]
+
+logger = logging.getLogger(__name__)
+
+def _body_schema(schema: dict[str, Any]) -> None:
+    _drop_null_defaults(schema)
+    schema["oneOf"] = [{"required": [k]} for k in ("text", "paragraphs", "sections")]
+
+
+class DocumentBody(BaseModel):
+    """A document to add or replace (its id is the URL's): exactly one of ``text``,
+    ``paragraphs``, ``sections``; optional ``title`` and ``metadata`` (filterable fields)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=lambda schema, cls: _body_schema(schema))
+
+    title: str = Field(None, max_length=10_000)  # type: ignore[assignment]
+    metadata: dict[str, Any] = Field(  # type: ignore[assignment]
+        None, description="Stored with the document; a query's `filter` matches on its top-level fields.")
+    text: NonBlank = Field(None, description="Raw text: paragraphs separated by blank lines.")  # type: ignore[assignment]
+    paragraphs: list[NonBlank] = Field(None, min_length=1)  # type: ignore[assignment]
+    sections: list[Section] = Field(None, min_length=1)  # type: ignore[assignment]
+
+    @model_validator(mode="after")
+    def _one_body(self) -> "DocumentBody":
+        given = [k for k in ("text", "paragraphs", "sections") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of 'text', 'paragraphs', 'sections' (found: {', '.join(given) or 'none'})")
+        return self
+
+    def record(self, doc_id: str) -> dict[str, Any]:
+        out: dict[str, Any] = {"id": doc_id}
+        for key in ("title", "metadata", "text", "paragraphs"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = value
+        if self.sections is not None:
+            out["sections"] = [s.model_dump(exclude_none=True) for s in self.sections]
+        return out
+
+
+class WriteResponse(BaseModel):
+    index: str
+    id: str
+    result: Literal["created", "updated", "deleted"]
+    sentences: int | None = Field(None, description="Sentences encoded (created/updated).")
+    stats_stale: bool = Field(..., description="The index's statistics need a refresh (scheduled in the background).")
+
+
+class BulkFailure(BaseModel):
+    id: str | None
+    line: int
+    error: str
+
+
+class BulkResponse(BaseModel):
+    index: str
+    written: int
+    deleted: int
+    failed: list[BulkFailure]
+    sentences: int
+    stats_stale: bool
+
+
+class StatsResponse(BaseModel):
+    index: str
+    version: int
+    stale: bool
+    documents: int
+
+
+def _document(record: dict[str, Any], engine) -> Document:
+    return parse_record(record, settings=engine.segmentation())
+
+
+def _written(report: WriteReport, doc_id: str) -> None:
+    if report.failed:
+        raise InvalidInputError(f"document {doc_id!r} was not written: {report.failed[0][1]}")
+
+
+def put_document(store: DocumentStore, engine, encoder, doc_id: str, body: DocumentBody) -> tuple[str, int]:
+    """Add or replace ``doc_id``; returns ("created" | "updated", sentences encoded)."""
+    if encoder is None:
+        raise InvalidInputError("this server has no encoder: it cannot encode documents to write")
+    engine.check_encoder()
+    doc = _document(body.record(doc_id), engine)
+    existed = bool(store.content_keys([doc.id]))
+    report = write_documents(store, [doc], encoder)
+    _written(report, doc.id)
+    return ("updated" if existed else "created"), doc.n_sentences
+
+
+def delete_document(store: DocumentStore, doc_id: str) -> None:
+    if not store.delete([doc_id]):
+        raise DocumentNotFoundError(doc_id)
+
+
+def parse_ndjson(raw: bytes, *, max_documents: int) -> list[tuple[int, dict[str, Any]]]:
+    """The actions of a bulk body: one JSON object per line, a document record to add or replace
+    (``{"id": ..., "text" | "paragraphs" | "sections": ..., "title"?, "metadata"?}``) or
+    ``{"delete": "<id>"}``. Blank lines are skipped; a line that is not a JSON object is refused
+    with its line number, before anything is written."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InvalidInputError(f"the bulk body is not UTF-8 (byte {e.start})") from e
+    actions: list[tuple[int, dict[str, Any]]] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise InvalidInputError(f"bulk line {n}: invalid JSON ({e.msg})") from e
+        if not isinstance(obj, dict):
+            raise InvalidInputError(f"bulk line {n}: expected a JSON object")
+        if "delete" in obj and (len(obj) != 1 or not isinstance(obj["delete"], str)):
+            raise InvalidInputError(f"bulk line {n}: a delete is {{\"delete\": \"<id>\"}}")
+        actions.append((n, obj))
+    if not actions:
+        raise InvalidInputError("the bulk body has no action")
+    if len(actions) > max_documents:
+        raise InvalidInputError(f"the bulk body has {len(actions)} actions, over the limit of {max_documents} "
+                                "(SDR_SERVICE_MAX_BULK_DOCUMENTS)")
+    return actions
+
+
+def bulk(store: DocumentStore, engine, encoder, actions: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
+    """Apply ``actions`` in order (documents are written together, deletes after them); a document
+    that is invalid or fails to encode is reported with its line and the others are applied."""
+    failed: list[dict[str, Any]] = []
+    docs: list[Document] = []
+    lines: dict[str, int] = {}
+    deletes: list[str] = []
+    for n, obj in actions:
+        if "delete" in obj:
+            deletes.append(obj["delete"])
+            continue
+        try:
+            doc = _document(obj, engine)
+        except SDRError as e:
+            failed.append({"id": obj.get("id") if isinstance(obj.get("id"), str) else None, "line": n, "error": str(e)})
+            continue
+        docs.append(doc)
+        lines[doc.id] = n
+    written = sentences = 0
+    if docs:
+        if encoder is None:
+            raise InvalidInputError("this server has no encoder: it cannot encode documents to write")
+        engine.check_encoder()
+        report = write_documents(store, docs, encoder)
+        bad = {d.id: reason for d, reason in report.failed}
+        failed += [{"id": i, "line": lines[i], "error": r} for i, r in bad.items()]
+        written = len(docs) - len(bad)
+        sentences = sum(d.n_sentences for d in docs if d.id not in bad)
+    deleted = store.delete(deletes) if deletes else 0
+    return {"written": written, "deleted": deleted, "failed": sorted(failed, key=lambda f: f["line"]),
+            "sentences": sentences}
+
+
+class StatsRefresher:
+    """One background statistics refresh per index: :meth:`written` after each write schedules a
+    refresh ``delay_s`` after the last write (debounced; at most one running per index);
+    :meth:`refresh_now` runs one at once (waiting for a running one)."""
+
+    def __init__(self, *, delay_s: float, sample_size: int = 5000, seed: int = 0) -> None:
+        self.delay_s = delay_s
+        self.sample_size = sample_size
+        self.seed = seed
+        self._lock = threading.Lock()
+        self._timers: dict[str, threading.Timer] = {}
+        self._running: dict[str, threading.Lock] = {}
+        self.refreshes = 0
+
+    def written(self, name: str, store: DocumentStore) -> None:
+        if self.delay_s <= 0:
+            return
+        with self._lock:
+            old = self._timers.pop(name, None)
+            if old is not None:
+                old.cancel()
+            timer = threading.Timer(self.delay_s, self._background, args=(name, store))
+            timer.daemon = True
+            self._timers[name] = timer
+            timer.start()
+
+    def _background(self, name: str, store: DocumentStore) -> None:
+        with self._lock:
+            self._timers.pop(name, None)
+        try:
+            self.refresh_now(name, store)
+        except Exception as e:  # a failed background refresh is logged; the next write schedules another
+            logger.warning("index %s: background statistics refresh failed: %s", name, e)
+
+    def refresh_now(self, name: str, store: DocumentStore):
+        with self._lock:
+            running = self._running.setdefault(name, threading.Lock())
+        with running:
+            if not store.stats_info().stale:
+                return store.stats_info()
+            if store.counts().get("documents", 0) < 2:
+                return store.stats_info()  # statistics against itself alone are unavailable
+            info = refresh_stats(store, exact=False, sample_size=self.sample_size, seed=self.seed)
+            self.refreshes += 1
+            logger.info("index %s: statistics refreshed (version %d)", name, info.version)
+            return info
+
+    def cancel(self) -> None:
+        with self._lock:
+            for timer in self._timers.values():
+                timer.cancel()
+            self._timers.clear()
