@@ -29,7 +29,7 @@ from .provenance import segmentation_mismatch, segmentation_record
 from .stats_job import refresh_stats, unavailable_reason
 from .store import DocumentStore
 
-__all__ = ["index_paths", "recorded_segmentation"]
+__all__ = ["index_paths", "recorded_segmentation", "count_inputs"]
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +53,26 @@ def recorded_segmentation(recorded: Any, given: SegmentationSettings | None, *, 
     return seg
 
 
+def count_inputs(paths: Sequence[Path]) -> int:
+    """How many input items ``paths`` hold: non-blank lines of ``.jsonl`` / ``.jsonl.gz`` files
+    (decompressed once more, far cheaper than encoding), ``.txt`` files of folders. Items the
+    reader later skips are counted too, so the bar's total is an upper bound."""
+    import gzip
+
+    n = 0
+    for path in paths:
+        if path.is_dir():
+            n += sum(1 for p in path.rglob("*.txt") if p.is_file())
+            continue
+        opener = gzip.open if path.suffix == ".gz" else open
+        try:
+            with opener(path, "rb") as fh:
+                n += sum(1 for line in fh if line.strip())
+        except (OSError, EOFError) as e:  # the reader reports the file itself
+            logger.debug("counting %s: %s", path, e)
+    return n
+
+
 def index_paths(
     store: DocumentStore, paths: Sequence[Path], *, encoder: SentenceEncoder, cache: Any = None,
     segmentation: SegmentationSettings | None = None, explicit: dict | None = None, strict: bool = False,
@@ -71,7 +91,8 @@ def index_paths(
         raise ModelMismatchError(f"{label} {mismatch}; index with the same segmentation flags")
     docs = read_documents(paths, settings=seg, report=report, strict=strict)
     before = truncation_of(encoder)
-    summary = index_documents(store, docs, encoder, cache=cache, progress=progress, segmentation=record)
+    total = count_inputs(paths) if progress else None  # a total (and an ETA) for the progress bar
+    summary = index_documents(store, docs, encoder, cache=cache, progress=progress, segmentation=record, total=total)
     summary.skipped = report.n_skipped
     cut = truncation_of(encoder) - before
     message = cut.message(encoder.settings.max_tokens) if cut.truncated else None

@@ -446,3 +446,22 @@ def test_cli_index_reports_what_the_token_cap_cut_once(tmp_path):
     assert out["sentences"] == 3  # the long sentence was cut in two (SDR_MAX_SENTENCE_CHARS=2000) ...
     assert out["truncated_sentences"] == 2 and out["truncated_chars"] > 1000  # ... each still over 128 tokens
     assert proc.stderr.count("were longer than 128 tokens") == 1
+
+
+@pytest.mark.unit
+def test_the_progress_bar_total_counts_every_input_item(tmp_path):
+    import gzip
+
+    from sdr_search.indexer.ingest import count_inputs
+
+    plain = tmp_path / "a.jsonl"
+    plain.write_text('{"id": "1", "text": "x"}\n\n{"id": "2", "text": "y"}\n   \n{"id": "3", "text": "z"}')
+    packed = tmp_path / "b.jsonl.gz"
+    with gzip.open(packed, "wt") as fh:
+        fh.write("".join(f'{{"id": "g{k}", "text": "t"}}\n' for k in range(7)))
+    folder = tmp_path / "txt"
+    (folder / "sub").mkdir(parents=True)
+    for name in ("one.txt", "sub/two.txt", "notes.md"):
+        (folder / name).write_text("Some text.")
+    assert count_inputs([plain]) == 3
+    assert count_inputs([plain, packed, folder]) == 3 + 7 + 2
