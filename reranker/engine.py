@@ -554,14 +554,14 @@ class MoreLikeThis:
             return self.source_from_id(query.id, state)
         if query.vectors is not None:
             doc, vectors = query.document, query.vectors
+            self._check_size(doc)
         else:
             doc = query.new_document(self.segmentation(state.meta))
-            self._check_size(doc)
+            self._check_size(doc)  # before encoding: the cap bounds the encoder's work
             if self.encoder is None:
                 raise InvalidInputError("this engine has no encoder; only indexed documents can be sources")
             self.check_encoder(state.meta)
             vectors = doc_vectors(doc, self.encoder.encode(doc.sentences))
-        self._check_size(doc)
         text = request_text(query) if query.vectors is None else None
         return Source(doc, vectors, self._sampled_stats(vectors, None, state), "reference-sample", None, text)
 

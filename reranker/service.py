@@ -239,6 +239,12 @@ def _service(request: Request) -> _Service:
     return request.app.state.sdr
 
 
+async def _compute(request: Request, work: Callable[..., Any], *args: Any) -> Any:
+    """``work(*args)`` in a worker thread, in one of the service's bounded compute slots."""
+    async with _service(request).limiter.slot():
+        return await run_in_threadpool(work, *args)
+
+
 _api_key_header = APIKeyHeader(
     name=API_KEY_HEADER, auto_error=False,
     description="Required on /v1/... only when the server runs with SDR_SERVICE_API_KEY set.",
@@ -279,8 +285,7 @@ def _build_router() -> APIRouter:
     )
     async def more_like_this(index: IndexName, body: m.MoreLikeThisRequest, request: Request) -> m.MoreLikeThisResponse:
         svc = _service(request)
-        async with svc.limiter.slot():
-            result = await run_in_threadpool(svc.more_like_this, index, body)
+        result = await _compute(request, svc.more_like_this, index, body)
         svc.metrics.candidates.observe(result.candidates)
         svc.metrics.rerank.observe(result.timings_ms.get("rerank", 0.0) / 1e3)
         return m.response_from(result, index)
@@ -306,9 +311,7 @@ def _build_router() -> APIRouter:
         "statistics become stale and are refreshed in the background (SDR_SERVICE_STATS_REFRESH_DELAY_S).",
     )
     async def put_document(index: IndexName, doc_id: DocId, body: writes.DocumentBody, request: Request):
-        svc = _service(request)
-        async with svc.limiter.slot():
-            return await run_in_threadpool(svc.put_document, index, doc_id, body)
+        return await _compute(request, _service(request).put_document, index, doc_id, body)
 
     @v1.delete(
         "/indices/{index}/documents/{doc_id:path}",
@@ -319,9 +322,7 @@ def _build_router() -> APIRouter:
         operation_id="deleteDocument",
     )
     async def delete_document(index: IndexName, doc_id: DocId, request: Request):
-        svc = _service(request)
-        async with svc.limiter.slot():
-            return await run_in_threadpool(svc.delete_document, index, doc_id)
+        return await _compute(request, _service(request).delete_document, index, doc_id)
 
     @v1.post(
         "/indices/{index}/_bulk",
@@ -336,10 +337,8 @@ def _build_router() -> APIRouter:
         openapi_extra={"requestBody": {"required": True, "content": {"application/x-ndjson": {"schema": {"type": "string"}}}}},
     )
     async def bulk(index: IndexName, request: Request):
-        svc = _service(request)
         raw = await request.body()
-        async with svc.limiter.slot():
-            return await run_in_threadpool(svc.bulk, index, raw)
+        return await _compute(request, _service(request).bulk, index, raw)
 
     @v1.post(
         "/indices/{index}/_refresh_stats",
@@ -349,9 +348,7 @@ def _build_router() -> APIRouter:
         operation_id="refreshStats",
     )
     async def refresh_stats(index: IndexName, request: Request):
-        svc = _service(request)
-        async with svc.limiter.slot():
-            return await run_in_threadpool(svc.refresh_stats, index)
+        return await _compute(request, _service(request).refresh_stats, index)
 
     return v1
 

@@ -108,11 +108,15 @@ def _written(report: WriteReport, doc_id: str) -> None:
         raise InvalidInputError(f"document {doc_id!r} was not written: {report.failed[0][1]}")
 
 
-def put_document(store: DocumentStore, engine, encoder, doc_id: str, body: DocumentBody) -> tuple[str, int]:
-    """Add or replace ``doc_id``; returns ("created" | "updated", sentences encoded)."""
+def _require_encoder(engine, encoder) -> None:
     if encoder is None:
         raise InvalidInputError("this server has no encoder: it cannot encode documents to write")
     engine.check_encoder()
+
+
+def put_document(store: DocumentStore, engine, encoder, doc_id: str, body: DocumentBody) -> tuple[str, int]:
+    """Add or replace ``doc_id``; returns ("created" | "updated", sentences encoded)."""
+    _require_encoder(engine, encoder)
     doc = _document(body.record(doc_id), engine)
     existed = bool(store.content_keys([doc.id]))
     report = write_documents(store, [doc], encoder)
@@ -175,9 +179,7 @@ def bulk(store: DocumentStore, engine, encoder, actions: list[tuple[int, dict[st
         lines[doc.id] = n
     written = sentences = 0
     if docs:
-        if encoder is None:
-            raise InvalidInputError("this server has no encoder: it cannot encode documents to write")
-        engine.check_encoder()
+        _require_encoder(engine, encoder)
         report = write_documents(store, docs, encoder)
         bad = {d.id: reason for d, reason in report.failed}
         failed += [{"id": i, "line": lines[i], "error": r} for i, r in bad.items()]
@@ -226,10 +228,9 @@ class StatsRefresher:
         with self._lock:
             running = self._running.setdefault(name, threading.Lock())
         with running:
-            if not store.stats_info().stale:
-                return store.stats_info()
-            if store.counts().get("documents", 0) < 2:
-                return store.stats_info()  # statistics against itself alone are unavailable
+            info = store.stats_info()
+            if not info.stale:
+                return info
             info = refresh_stats(store, exact=False, sample_size=self.sample_size, seed=self.seed)
             self.refreshes += 1
             logger.info("index %s: statistics refreshed (version %d)", name, info.version)
