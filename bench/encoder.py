@@ -8,7 +8,11 @@ For each precision, the same sentences are encoded three ways:
   length sorting buys.
 Overhead = pipeline time / bare time - 1 (target <= 10 %).
 
-Usage: python bench/encoder.py [--sentences 3000] [--data ../shared/data/irled/corpus.jsonl.gz]
+Usage: python bench/encoder.py [--sentences 3000] [--data ../shared/data/irled/corpus.jsonl.gz] [--model DIR ...]
+
+``--model DIR`` (repeatable; ``default`` is the bundled all-MiniLM-L6-v2) measures each model on the
+same sentences, one table row per model and precision; the cosine column compares each row with the
+first precision of the same model.
 """
 
 from __future__ import annotations
@@ -54,16 +58,20 @@ def main() -> None:
     ap.add_argument("--precisions", default="fp32,bf16")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--model", action="append", default=[], metavar="DIR",
+                    help="model directory or 'default' (repeatable; default: the bundled model)")
     args = ap.parse_args()
 
     import torch
 
     sentences = load_sentences(args.data, args.sentences)
     print(f"{len(sentences)} sentences from {args.data.name}; torch threads={torch.get_num_threads()}")
-    print(f"{'precision':>9} {'pipeline s/s':>13} {'bare fwd s/s':>13} {'overhead':>9} {'naive b=64 s/s':>15} {'cos vs fp32':>12}")
-    ref = None
-    for precision in args.precisions.split(","):
-        enc = SentenceEncoder(settings=EncoderSettings(precision=precision, device=args.device))
+    print(f"{'model':>20} {'precision':>9} {'pipeline s/s':>13} {'bare fwd s/s':>13} {'overhead':>9} {'naive b=64 s/s':>15} {'cos vs 1st':>11}")
+    for model, precision in itertools.product(args.model or ["default"], args.precisions.split(",")):
+        if precision == args.precisions.split(",")[0]:
+            ref = None
+        enc = SentenceEncoder(settings=EncoderSettings(model=None if model == "default" else model,
+                                                       precision=precision, device=args.device))
         enc.encode(sentences[:64])  # load + warm up
         ids = enc.tokenize(sentences)
         batches = plan_batches([len(x) for x in ids], enc.settings.max_batch_tokens)
@@ -100,8 +108,8 @@ def main() -> None:
         cos = float(np.min(np.sum(ref * out["v"], axis=1)))
         n = len(sentences)
         print(
-            f"{enc.precision:>9} {n / t_pipe:13.1f} {n / t_bare:13.1f} {t_pipe / t_bare - 1:9.1%} "
-            f"{n / t_naive:15.1f} {cos:12.6f}"
+            f"{Path(enc.model_id).name[-20:]:>20} {enc.precision:>9} {n / t_pipe:13.1f} {n / t_bare:13.1f} {t_pipe / t_bare - 1:9.1%} "
+            f"{n / t_naive:15.1f} {cos:11.6f}", flush=True
         )
 
 

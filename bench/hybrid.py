@@ -65,6 +65,7 @@ from sdr_search.core.settings import CacheSettings, EncoderSettings, Segmentatio
 
 DATA = ROOT.parent / "shared" / "data" / "irled"
 SUBSETS = (("bm25", "mean"), ("bm25", "sdr"), ("sdr", "mean"), ("bm25", "sdr", "mean"))
+FIXED_FUSIONS = tuple(f for f in FUSIONS if f != "adaptive")  # adaptive fusion: bench/adaptive_fusion.py
 
 
 def simplex_grid(signals: Sequence[str]) -> list[dict[str, float]]:
@@ -186,7 +187,7 @@ def main() -> int:
         add_row("single", name.upper() if name != "mean" else "mean (single vector)", "-", "-", evaluate_spec(None, name))
     add_row("fixed", "hybrid default", DEFAULT_HYBRID.fusion, format_weights(DEFAULT_HYBRID.weights),
             evaluate_spec(DEFAULT_HYBRID))
-    for fusion in FUSIONS:
+    for fusion in FIXED_FUSIONS:
         for subset in SUBSETS:
             spec = HybridSpec(fusion, {s: 1.0 for s in subset})
             add_row("fixed", "equal weights", fusion, format_weights(spec.weights), evaluate_spec(spec))
@@ -194,7 +195,7 @@ def main() -> int:
     # cross-validation: per-query metrics for every grid point once, then choose per fold
     rng = np.random.default_rng(args.seed)
     folds = np.array_split(rng.permutation(len(queries)), min(args.folds, len(queries)))
-    for fusion in FUSIONS:
+    for fusion in FIXED_FUSIONS:
         for subset in SUBSETS:
             grid = simplex_grid(subset)
             per_point = [evaluate_spec(HybridSpec(fusion, w)) for w in grid]

@@ -196,9 +196,10 @@ class StoreCapabilities:
     # (without it: the default computes them from fetch_documents(), so a caller that needs the
     # vectors too should fetch once and compute the centroids itself)
     cheap_centroids: bool = False
-    # sentence_knn(..., allowed_ids=) searches only those documents and ids_matching(filter) lists
-    # the documents a metadata filter matches (a filter applied inside the candidate stage; without
-    # it the engine over-fetches candidates and filters them)
+    # sentence_knn(..., filter=) and lexical_search(..., filter=) search only the documents a
+    # metadata filter matches, sentence_knn(..., allowed_ids=) only those documents, and
+    # ids_matching(filter) lists the documents a filter matches (a filter applied inside the
+    # candidate stage; without it the engine over-fetches candidates and filters them)
     filtered_knn: bool = False
 
     def to_dict(self) -> dict[str, bool]:
@@ -255,14 +256,18 @@ class DocumentStore(ABC):
     @abstractmethod
     def sentence_knn(
         self, vectors: np.ndarray, k: int, *, exclude_ids: Sequence[str] = (), allowed_ids: Sequence[str] | None = None,
+        filter: Mapping[str, Any] | None = None,
     ) -> SentenceHits:
         """Nested k-NN: for each row of ``vectors`` the top-``k`` documents by best sentence.
 
         A backend may return more than ``k`` when documents tie at the k-th place (the embedded
         store keeps every tied document among its hits), and fewer when a row's nearest sentences
         crowd into fewer documents than ``k`` (the embedded store's single search by default,
-        ``SDR_STORE_KNN_ROUNDS``). ``allowed_ids`` (only for a store that declares
-        ``capabilities.filtered_knn``) restricts the search to those documents."""
+        ``SDR_STORE_KNN_ROUNDS``). ``filter`` (a metadata equality filter,
+        :func:`sdr_search.core.filters.matches`) and ``allowed_ids`` (only for a store that
+        declares ``capabilities.filtered_knn``) restrict the search to the documents the filter
+        matches and to those ids (both: the documents in both). A store may bound the number of
+        ``allowed_ids`` (OpenSearch: 10,000 per search); a filter is never bounded."""
 
     def ids_matching(self, flt: Mapping[str, Any]) -> list[str]:
         """The ids of every document whose metadata matches the equality filter ``flt``
@@ -275,11 +280,15 @@ class DocumentStore(ABC):
 
     @abstractmethod
     def lexical_search(
-        self, text: str, k: int, *, exclude_ids: Sequence[str] = (), score_ids: Sequence[str] = ()
+        self, text: str, k: int, *, exclude_ids: Sequence[str] = (), score_ids: Sequence[str] = (),
+        filter: Mapping[str, Any] | None = None,
     ) -> LexicalHits:
         """BM25 of the whole ``text`` against every stored document's text: the top ``k``
         (``k = 0``: none) without ``exclude_ids``, and the score of every id in ``score_ids``
-        (so fusion has a lexical score for vector candidates the lexical top-k missed)."""
+        (so fusion has a lexical score for vector candidates the lexical top-k missed).
+        ``filter`` (only for a store that declares ``capabilities.filtered_knn``) restricts the top
+        ``k`` to the documents the metadata filter matches; ``score_ids`` are scored whatever it
+        says. Scores do not depend on the filter."""
 
     @abstractmethod
     def fetch(self, ids: Sequence[str]) -> CorpusVectors:

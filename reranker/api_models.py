@@ -8,7 +8,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    WithJsonSchema,
+    model_validator,
+)
 
 from sdr_search.core.documents import ID_PATTERN, ID_RULE, MAX_ID_LENGTH, check_id
 
@@ -22,6 +32,9 @@ __all__ = [
     "Section",
     "Weights",
     "MoreLikeThisRequest",
+    "SourceItem",
+    "SourceScore",
+    "SourceInfo",
     "SentencePair",
     "Snippet",
     "ParagraphPair",
@@ -133,13 +146,56 @@ def _request_schema(schema: dict[str, Any]) -> None:
     ]
 
 
-SOURCE_FIELDS = ("id", "text", "paragraphs", "sections")
+SOURCE_FIELDS = ("id", "text", "paragraphs", "sections", "like")
 HYBRID_OPTIONS = ("fusion", "weights", "rank_constant")
+MAX_SOURCES = 16  # in like, and in unlike (the engine's MAX_SOURCES)
+
+
+class SourceItem(BaseModel):
+    """One source of `like` / `unlike` given as an object: exactly one of `id`, `text`,
+    `paragraphs`, `sections` (and, for a new document, an optional `title`)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=lambda schema, cls: _source_item_schema(schema))
+
+    id: RequestId = Field(None, description="An indexed document.")  # type: ignore[assignment]
+    text: NonBlank = Field(None, description="A new document as raw text.")  # type: ignore[assignment]
+    paragraphs: list[NonBlank] = Field(None, min_length=1, description="A new document as paragraphs.")  # type: ignore[assignment]
+    sections: list[Section] = Field(None, min_length=1, description="A new document as sections.")  # type: ignore[assignment]
+    title: str = Field(None, max_length=10_000, description="A new document's title.")  # type: ignore[assignment]
+
+    @model_validator(mode="after")
+    def _one(self) -> "SourceItem":
+        given = [k for k in ("id", "text", "paragraphs", "sections") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"a source is exactly one of id, text, paragraphs or sections (found: {', '.join(given) or 'none'})")
+        if self.id is not None and self.title is not None:
+            raise ValueError("title applies to a new document, not to an id")
+        return self
+
+    def as_source(self) -> dict[str, Any]:
+        out = self.model_dump(exclude_none=True)
+        if self.sections is not None:
+            out["sections"] = [s.model_dump(exclude_none=True) for s in self.sections]
+        return out
+
+
+def _source_item_schema(schema: dict[str, Any]) -> None:
+    _drop_null_defaults(schema)
+    schema["oneOf"] = [{"required": [k]} for k in ("id", "text", "paragraphs", "sections")]
+    schema["not"] = {"required": ["id", "title"]}  # a title belongs to a new document
+
+
+def _source_kind(value: Any) -> str:
+    return "object" if isinstance(value, (dict, SourceItem)) else "id"
+
+
+Sources = list[Annotated[Union[Annotated[RequestId, Tag("id")], Annotated[SourceItem, Tag("object")]],
+                         Discriminator(_source_kind)]]
 
 
 class MoreLikeThisRequest(BaseModel):
-    """Exactly one source: an indexed document (``id``) or a new document (``text``,
-    ``paragraphs`` or ``sections``)."""
+    """Exactly one source: an indexed document (``id``), a new document (``text``,
+    ``paragraphs`` or ``sections``), or several (``like``); optionally ``unlike`` sources."""
 
     model_config = ConfigDict(
         extra="forbid",
@@ -160,6 +216,22 @@ class MoreLikeThisRequest(BaseModel):
     sections: list[Section] = Field(  # type: ignore[assignment]
         None, min_length=1, description="A new document as sections (title + paragraphs)."
     )
+    like: Sources = Field(  # type: ignore[assignment]
+        None, min_length=1, max_length=MAX_SOURCES,
+        description="Several sources at once: each an indexed document's id (a string or integer) or an object "
+        "with one of id, text, paragraphs, sections. The score is the mean of each source's own score (SDR, or "
+        "the fused hybrid score) minus `unlike_weight` x the mean over `unlike` (docs/scoring.md 'Several "
+        "sources'). Indexed sources are left out of the results.",
+    )
+    unlike: Sources = Field(  # type: ignore[assignment]
+        None, max_length=MAX_SOURCES,
+        description="Sources the results should not resemble, as in `like`: they do not find candidates, they "
+        "lower the score of candidates close to them. At most 16.",
+    )
+    unlike_weight: float = Field(  # type: ignore[assignment]
+        None, ge=0, le=MAX_WEIGHT, allow_inf_nan=False,
+        description="Weight of the unlike term (default: the server's SDR_UNLIKE_WEIGHT, 0.5).",
+    )
     size: int = Field(10, ge=1, le=MAX_SIZE, description="Hits to return.")
     offset: int = Field(0, alias="from", ge=0, le=MAX_FROM, description="Hits to skip (paging).")
     candidates: int = Field(  # type: ignore[assignment]
@@ -170,9 +242,9 @@ class MoreLikeThisRequest(BaseModel):
     filter: dict[str, Union[Scalar, list[Scalar]]] = Field(  # type: ignore[assignment]
         None, max_length=MAX_FILTER_FIELDS,
         description="Metadata equality filters {field: value}; every field must match. A list value matches "
-        "any of its items; a stored list matches when any of its items equals the value. Filters restrict "
-        "the candidates of stage 1 (over-fetched, then filtered) before the exact rerank and the cut to "
-        "`size`, so every hit matches; a rare filter can return fewer than `size` hits.",
+        "any of its items; a stored list matches when any of its items equals the value. The filter runs inside "
+        "the candidate searches (the nested k-NN search and BM25 visit only matching documents), so every hit "
+        "matches and a filter matching few documents still returns `size` hits when that many match.",
     )
     explain: bool = Field(
         False,
@@ -186,10 +258,12 @@ class MoreLikeThisRequest(BaseModel):
         "BM25, SDR and the mean-vector cosine fused per query. Default: the index's default, else the server's "
         "SDR_METHOD (default hybrid); `fusion`, `weights` or `rank_constant` without a method mean 'hybrid'.",
     )
-    fusion: Literal["zscore", "minmax", "rrf"] = Field(  # type: ignore[assignment]
+    fusion: Literal["zscore", "minmax", "rrf", "adaptive"] = Field(  # type: ignore[assignment]
         None,
         description="Hybrid only: normalise each signal over the candidates (z-score or min-max) and take the "
-        "weighted mean, or reciprocal-rank fusion. Default: the index's, else SDR_FUSION (zscore).",
+        "weighted mean, or reciprocal-rank fusion, or adaptive: z-score with weights set per query by the "
+        "source's length (short sources lean to BM25, long ones to SDR; `weights` multiply them). Default: the "
+        "index's, else SDR_FUSION (adaptive).",
     )
     weights: Weights = Field(  # type: ignore[assignment]
         None, description="Hybrid only: weight per signal. Default: the index's, else SDR_HYBRID_WEIGHTS (bm25=1, sdr=1, mean=1)."
@@ -203,7 +277,7 @@ class MoreLikeThisRequest(BaseModel):
         given = [k for k in SOURCE_FIELDS if getattr(self, k) is not None]
         if len(given) != 1:
             found = ", ".join(given) if given else "none"
-            raise ValueError(f"give exactly one source: 'id', 'text', 'paragraphs' or 'sections' (found: {found})")
+            raise ValueError(f"give exactly one source: 'id', 'text', 'paragraphs', 'sections' or 'like' (found: {found})")
         if self.method == "sdr":
             extra = [k for k in HYBRID_OPTIONS if getattr(self, k) is not None]
             if extra:
@@ -230,6 +304,9 @@ class SentencePair(BaseModel):
     source_sentence: str = Field(..., description="A whole source sentence.")
     candidate_sentence: str = Field(..., description="The candidate sentence most similar to it (whole).")
     cosine: float = Field(..., description="Cosine similarity of the two sentence vectors.")
+    source: int | None = Field(
+        None, description="With several sources (`like`): which like source the sentence is from (its position)."
+    )
     source_start: int | None = Field(
         None, description="Where the source sentence starts. " + _OFFSETS + " Absent when a new-text source's "
         "sentence is not found verbatim (up to white space) in the request's text."
@@ -248,7 +325,8 @@ class Snippet(SentencePair):
 
 
 class ParagraphPair(BaseModel):
-    source_paragraph: int = Field(..., description="Position of the source paragraph.")
+    source: int | None = Field(None, description="With several sources: which like source (its position in `like`).")
+    source_paragraph: int = Field(..., description="Position of the source paragraph (in its own source).")
     candidate_paragraph: int = Field(..., description="Position of its best candidate paragraph.")
     paragraph_score: float = Field(..., description="P_ij: mean over source sentences of the best cosine.")
     normalised_score: float = Field(..., description="N_ij = (P_ij - mu_i) / sigma_i.")
@@ -265,7 +343,7 @@ class SignalScore(BaseModel):
 
 class HybridExplanation(BaseModel):
     score: float = Field(..., description="The fused score (the hit's score).")
-    fusion: Literal["zscore", "minmax", "rrf"]
+    fusion: Literal["zscore", "minmax", "rrf", "adaptive"]
     rank_constant: int | None = None
     signals: dict[str, SignalScore] = Field(..., description="bm25, sdr and mean: raw and normalised scores.")
 
@@ -277,23 +355,50 @@ class Explanation(BaseModel):
 
 
 class Fusion(BaseModel):
-    fusion: Literal["zscore", "minmax", "rrf"]
+    fusion: Literal["zscore", "minmax", "rrf", "adaptive"]
     weights: dict[str, float]
     rank_constant: int | None = None
+    adaptive: dict[str, float] | None = Field(
+        None, description="Adaptive fusion: its parameters (half_sentences n0, mean_weight, evidence_power, "
+        "evidence_top; docs/scoring.md). Each hit's signals give the weights this query used."
+    )
+
+
+class SourceScore(BaseModel):
+    role: Literal["like", "unlike"]
+    index: int = Field(..., description="Position in `like` or `unlike`.")
+    score: float = Field(..., description="This source's own score for the hit (SDR, or the fused hybrid score).")
+
+
+class SourceInfo(BaseModel):
+    role: Literal["like", "unlike"]
+    index: int = Field(..., description="Position in `like` or `unlike`.")
+    id: str | None = Field(None, description="The indexed document (absent for a new document).")
+    paragraphs: int
+    sentences: int
+    stats: Literal["stored", "reference-sample"] = Field(..., description="Where its normalisation statistics came from.")
+    offsets: Literal["stored", "request"] = Field(
+        ..., description="What its character offsets index: its stored text, or the item's own text (`text`, or "
+        "`paragraphs` joined by a blank line)."
+    )
+    weight: float | None = Field(None, description="Unlike sources: minus the unlike weight.")
 
 
 class Hit(BaseModel):
     id: str
-    score: float = Field(..., description="Method sdr: the SDR score S(s, c); hybrid: the fused score.")
+    score: float = Field(..., description="Method sdr: the SDR score S(s, c); hybrid: the fused score; several "
+                         "sources: the like mean minus unlike_weight x the unlike mean.")
     title: str | None = Field(None, description="The document's title (absent when it has none).")
     metadata: dict[str, Any] | None = Field(None, description="The document's metadata as stored.")
     snippet: Snippet | None = Field(None, description="The best-matching source/candidate sentence pair.")
+    sources: list[SourceScore] | None = Field(None, description="Several sources: each one's own score for this hit.")
     explanation: Explanation | None = None
 
 
 class StatsState(BaseModel):
-    origin: Literal["stored", "reference-sample"] = Field(
-        ..., description="Where the source's normalisation statistics came from."
+    origin: Literal["stored", "reference-sample", "mixed"] = Field(
+        ..., description="Where the source's normalisation statistics came from ('mixed': several sources, of both "
+        "origins; see `sources`)."
     )
     stale: bool = Field(..., description="Documents changed since the last statistics refresh (`sdr stats`).")
 
@@ -305,11 +410,13 @@ class MoreLikeThisResponse(BaseModel):
     hits: list[Hit]
     candidates: int = Field(..., description="Documents reranked exactly (after the filter, when one is given).")
     stats: StatsState
-    source_offsets: Literal["stored", "request"] = Field(
+    source_offsets: Literal["stored", "request", "mixed"] = Field(
         ..., description="What `source_start`/`source_end` index: 'stored', the source document's stored text (an "
         "indexed source, by `id`); 'request', the request's own text: `text` as sent, or `paragraphs` (every "
-        "section's `paragraphs`, in order) joined by a blank line (\"\\n\\n\"; section titles not included)."
+        "section's `paragraphs`, in order) joined by a blank line (\"\\n\\n\"; section titles not included). "
+        "Several sources: each pair's `source` says which; 'mixed' when some are stored and some new (`sources`)."
     )
+    sources: list[SourceInfo] | None = Field(None, description="Several sources (like/unlike): each one described.")
     timings_ms: dict[str, float]
 
 
@@ -379,7 +486,14 @@ def query_from_request(req: MoreLikeThisRequest):
         size=req.size, offset=req.offset, candidates=req.candidates, filter=req.filter, explain=req.explain,
         method=req.method, fusion=req.fusion, rank_constant=req.rank_constant,
         weights=req.weights.as_dict() if req.weights is not None else None,
+        like=_sources(req.like), unlike=_sources(req.unlike), unlike_weight=req.unlike_weight,
     )
+
+
+def _sources(items):
+    if items is None:
+        return None
+    return [x.as_source() if isinstance(x, SourceItem) else x for x in items]
 
 
 def response_from(result, index: str) -> MoreLikeThisResponse:
@@ -391,10 +505,12 @@ def response_from(result, index: str) -> MoreLikeThisResponse:
         hits=[Hit(id=h.id, score=h.score, title=h.title,
                   metadata=dict(h.metadata) if h.metadata is not None else None,
                   snippet=Snippet.model_validate(h.snippet) if h.snippet is not None else None,
+                  sources=[SourceScore.model_validate(x) for x in h.sources] if h.sources is not None else None,
                   explanation=Explanation.model_validate(h.explanation) if h.explanation is not None else None)
               for h in result.hits],
         candidates=result.candidates,
         stats=StatsState(origin=result.stats_origin, stale=result.stats_stale),
         source_offsets=result.source_offsets,
+        sources=[SourceInfo.model_validate(x) for x in result.sources] if result.sources is not None else None,
         timings_ms=result.timings_ms,
     )

@@ -36,6 +36,31 @@ def record_from_file(path: Path) -> dict:
     return {"text": text}
 
 
+def source_args(args) -> dict:
+    """The query's sources from ``sdr mlt``'s arguments: one of --id/--file/--text, or --like and
+    --like-file; --unlike/--unlike-file; --unlike-weight."""
+    single = [n for n in ("id", "file", "text") if getattr(args, n, None) is not None]
+    likes = [*(args.like or ()), *(record_from_file(p) for p in args.like_file or ())]
+    unlikes = [*(args.unlike or ()), *(record_from_file(p) for p in args.unlike_file or ())]
+    if single and likes:
+        raise InvalidInputError(f"give --{single[0]} or --like/--like-file, not both")
+    if not single and not likes:
+        raise InvalidInputError("give a source: --id, --file or --text, or several with --like / --like-file")
+    if args.id is not None:
+        source: dict = {"id": args.id}
+    elif args.text is not None:
+        source = {"text": args.text}
+    elif args.file is not None:
+        source = record_from_file(args.file)
+    else:
+        source = {"like": likes}
+    if unlikes:
+        source["unlike"] = unlikes
+    if args.unlike_weight is not None:
+        source["unlike_weight"] = args.unlike_weight
+    return source
+
+
 def fusion_args(args) -> dict:
     """``method``/``fusion``/``weights``/``rank_constant`` given on the command line (for
     :meth:`sdr_search.reranker.engine.MoreLikeThis.resolve`); absent ones are left to the defaults."""
@@ -88,16 +113,10 @@ def cmd_mlt(args) -> int:
     from .engine import MLTSettings, MoreLikeThis, Query
 
     settings = MLTSettings(**({"candidates": args.candidates} if args.candidates else {}))
-    if args.id is not None:
-        source: dict = {"id": args.id}
-    elif args.text is not None:
-        source = {"text": args.text}
-    else:
-        source = record_from_file(args.file)
-    query = Query(**source, size=args.size, offset=args.offset, filter=filter_arg(args.filter), explain=args.explain,
-                  **fusion_args(args))
+    query = Query(**source_args(args), size=args.size, offset=args.offset, filter=filter_arg(args.filter),
+                  explain=args.explain, **fusion_args(args))
     with open_store(args) as store:
-        encoder = encoder_for_store(args, store) if args.id is None else None
+        encoder = encoder_for_store(args, store) if query.needs_encoder else None
         result = MoreLikeThis(store=store, encoder=encoder, settings=settings).run(query)
     if args.json:
         from .api_models import response_from  # the HTTP schema (pydantic models): only for --json
@@ -124,7 +143,9 @@ EXPLAIN_LEGEND = (
     "pairs: the cosine, a source sentence, then after ~ its most similar sentence in paragraph j; [start:end] are "
     "character offsets, the hit's into its stored text (title and paragraphs, sentences joined by a space, "
     "paragraphs by a blank line), the source's into its own stored text, or into the query text as given "
-    "(--text, --file)."
+    "(--text, --file). With several sources (--like, --unlike), a line under the hit gives each source's own score "
+    "(like[k], unlike[k]; the hit's score is the like mean minus the unlike weight times the unlike mean) and each "
+    "paragraph pair names its like source."
 )
 """The legend ``sdr mlt --explain`` prints (also in README.md and docs/guide.md)."""
 
@@ -159,15 +180,18 @@ def format_result(result, *, explain: bool = False, width: int = 100) -> str:
         lines.append(row)
         if h.snippet and not h.explanation:
             lines.append(f"{'':16}{h.snippet['cosine']:.3f}  {_short(h.snippet['candidate_sentence'])}")
+        if h.explanation and h.sources:
+            lines.append("        " + "  ".join(f"{x['role']}[{x['index']}] {x['score']:.3f}" for x in h.sources))
         if h.explanation and h.signals:
             lines.append("        " + "  ".join(
-                f"{name} {v['raw']:.3f}" + (f" -> {v['normalised']:.3f} x{v['weight']:g}" if "normalised" in v else "")
+                f"{name} {v['raw']:.3f}" + (f" -> {v['normalised']:.3f} x{v['weight']:.3g}" if "normalised" in v else "")
                 for name, v in h.signals.items()
             ))
         if h.explanation:
             for p in h.explanation["paragraph_pairs"]:
+                which = f"like[{p['source']}] " if "source" in p else ""
                 lines.append(
-                    f"        paragraph {p['source_paragraph']} ~ {p['candidate_paragraph']}: "
+                    f"        {which}paragraph {p['source_paragraph']} ~ {p['candidate_paragraph']}: "
                     f"normalised {p['normalised_score']:.3f} (raw {p['paragraph_score']:.3f})"
                 )
                 for sp in p["sentence_pairs"]:
@@ -180,6 +204,11 @@ def format_result(result, *, explain: bool = False, width: int = 100) -> str:
     stale = " (stats stale: run `sdr stats`)" if result.stats_stale else ""
     how = "reranked exactly" if result.hybrid is None else (
         f"fused ({result.hybrid['fusion']}, weights {format_weights(result.hybrid['weights'])})")
+    if result.sources:
+        unlike = [x for x in result.sources if x["role"] == "unlike"]
+        weight = f", unlike weight {-unlike[0]['weight']:g}" if unlike else ""
+        lines.append(f"{len(result.sources) - len(unlike)} like and {len(unlike)} unlike sources: score = mean of "
+                     f"the like sources' scores - unlike weight x mean of the unlike sources'{weight}")
     lines.append(f"{result.candidates} candidates {how}; stats from {result.stats_origin}{stale}")
     return "\n".join(lines)
 
@@ -193,10 +222,13 @@ def cmd_eval_store(args) -> int:
     from sdr_search.core.documents import ReadReport, read_documents
     from sdr_search.core.embed import embed_documents
     from sdr_search.core.errors import SDRError
+    from sdr_search.core.evaluation import cut_source, parse_source_cut, weights_by_kind
+    from sdr_search.core.fusion import SIGNALS, SourceShape
     from sdr_search.core.metrics import evaluate, read_qrels, write_run
 
     from .engine import MLTSettings, MoreLikeThis, Query
 
+    cut = parse_source_cut(getattr(args, "source_cut", None))
     if args.method not in ("sdr", "hybrid"):
         raise SDRError("with --store only --method sdr (two-stage exact SDR) and --method hybrid are available")
     t0 = time.perf_counter()
@@ -211,7 +243,9 @@ def cmd_eval_store(args) -> int:
         fusion = fusion_args(args)
         # queries are segmented as the store's documents were (its recorded segmentation)
         query_docs = list(read_documents(args.queries, settings=engine.segmentation(), report=report, strict=args.strict))
+        query_docs = [cut_source(q, cut) for q in query_docs]  # --source-cut: short sources, same qrels
         spec = engine.resolve(**fusion_args(args))
+        weights_used: dict = {}
         cache = cache_from_args(args)
         pairs = list(embed_documents(query_docs, encoder, cache=cache, progress=not args.no_progress, total=len(query_docs)))
         bar = None
@@ -222,6 +256,10 @@ def cmd_eval_store(args) -> int:
         for doc, vecs in pairs:
             result = engine.run(Query(document=doc, vectors=vecs, size=settings.candidates, details=False, **fusion))
             runs[doc.id] = [(h.id, h.score) for h in result.hits]
+            signals = result.hits[0].signals if result.hits and spec is not None else None
+            if signals:  # the weights the engine reports for this query's fusion
+                total = sum(float(signals[s]["weight"]) for s in SIGNALS if s in signals) or 1.0
+                weights_used[doc.id] = {s: float(signals[s]["weight"]) / total for s in SIGNALS if s in signals}
             if bar is not None:
                 bar.update(1)
         if bar is not None:
@@ -232,6 +270,10 @@ def cmd_eval_store(args) -> int:
         args.run.parent.mkdir(parents=True, exist_ok=True)
         write_run(args.run, runs, args.run_tag or f"{args.method}-two-stage")
     extra = {"hybrid": spec.to_dict()} if spec is not None else {}
+    if spec is not None:  # the fusion weights used, per query kind (one paragraph / several)
+        extra["hybrid"]["weights_used"] = weights_by_kind(weights_used, {q.id: SourceShape.of(q) for q in query_docs})
+    if cut is not None:
+        extra["source_cut"] = str(cut)
     out = {"method": args.method, "engine": "two-stage", "candidates": settings.candidates, **extra, **result,
            "model": encoder.model_id, "corpus_documents": n_docs,
            "skipped": {"queries": report.n_skipped}, "seconds": round(time.perf_counter() - t0, 1)}

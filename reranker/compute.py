@@ -8,6 +8,11 @@ busy threads. :class:`ThreadBudget` gives each request ``threads`` BLAS/OpenMP t
 OpenBLAS's limit is process-wide (set once, through threadpoolctl); an OpenMP limit (FAISS) holds
 per calling thread, so it is applied in the request's worker thread.
 
+:class:`CpuGate` keeps the encoder and the reranks apart: an encoder batch (torch, every core)
+waits for the computations running and holds the CPU whole while it runs, instead of competing
+with another request's rerank (issue 24: by-text throughput fell from 2.0 to 1.5 requests/s at 8
+clients while they competed).
+
 :class:`BatchingEncoder` serialises the encoder (a tokenizer and a torch model are not safe to
 call from several threads at once) and encodes the sentences of every request that is waiting
 for it in one call, up to a token budget (continuous batching, as text-embeddings-inference does):
@@ -21,12 +26,13 @@ import os
 import sys
 import threading
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-__all__ = ["available_cores", "ThreadBudget", "BatchingEncoder", "estimate_tokens"]
+__all__ = ["available_cores", "ThreadBudget", "CpuGate", "BatchingEncoder", "estimate_tokens"]
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +72,76 @@ class ThreadBudget:
             self._local.faiss = self.threads
 
 
+class CpuGate:
+    """The CPU shared by requests, or held whole by the encoder.
+
+    A request's compute holds the gate *shared* (:meth:`shared`; each request within its
+    :class:`ThreadBudget`); an encoder batch holds it *exclusively* (:meth:`exclusive`): it starts
+    once the computations running have finished, and none starts while it runs or waits, so the
+    model (with torch's own threads, every core) never competes with a rerank. A thread holding
+    the gate shared that must wait for the encoder gives its hold up meanwhile (:meth:`released`),
+    so a request waiting for its batch never blocks that batch.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._shared = 0
+        self._exclusive = False
+        self._waiting = 0  # exclusive holders waiting: new shared holders wait behind them
+        self._local = threading.local()
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        self._acquire_shared()
+        try:
+            yield
+        finally:
+            self._release_shared()
+
+    def _acquire_shared(self) -> None:
+        with self._cond:
+            while self._exclusive or self._waiting:
+                self._cond.wait()
+            self._shared += 1
+        self._local.held = getattr(self._local, "held", 0) + 1
+
+    def _release_shared(self) -> None:
+        self._local.held -= 1
+        with self._cond:
+            self._shared -= 1
+            if not self._shared:
+                self._cond.notify_all()
+
+    @contextmanager
+    def released(self) -> Iterator[None]:
+        """Give up this thread's shared holds while inside (e.g. while waiting for the encoder)."""
+        held = getattr(self._local, "held", 0)
+        for _ in range(held):
+            self._release_shared()
+        try:
+            yield
+        finally:
+            for _ in range(held):
+                self._acquire_shared()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cond:
+            self._waiting += 1
+            try:
+                while self._exclusive or self._shared:
+                    self._cond.wait()
+            finally:
+                self._waiting -= 1
+            self._exclusive = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._exclusive = False
+                self._cond.notify_all()
+
+
 def estimate_tokens(sentence: str, cap: int) -> int:
     """A cheap upper estimate of a sentence's tokens (about 4 characters per token, plus the two
     special tokens), capped at the encoder's truncation length."""
@@ -86,8 +162,9 @@ class BatchingEncoder:
     concurrent callers encoded together (up to ``max_batch_tokens`` estimated tokens per call).
     Every other attribute is the wrapped encoder's."""
 
-    def __init__(self, encoder: Any, *, max_batch_tokens: int = 16_384) -> None:
+    def __init__(self, encoder: Any, *, max_batch_tokens: int = 16_384, gate: CpuGate | None = None) -> None:
         self._encoder = encoder
+        self.gate = gate  # with a gate, each model call holds the CPU whole (CpuGate.exclusive)
         self._lock = threading.Lock()  # held while the model runs (and while it loads)
         self._queue_lock = threading.Lock()
         self._queue: deque[_Job] = deque()
@@ -95,9 +172,21 @@ class BatchingEncoder:
         self.batches = 0  # encode calls made (for tests and metrics)
 
     def encode(self, sentences: Sequence[str], **kwargs: Any) -> np.ndarray:
+        if self.gate is None:
+            return self._encode(sentences, **kwargs)
+        with self.gate.released():  # waiting for the model must not hold back the batch it waits for
+            return self._encode(sentences, **kwargs)
+
+    def _model(self, sentences: Sequence[str], **kwargs: Any) -> np.ndarray:
+        if self.gate is None:
+            return self._encoder.encode(sentences, **kwargs)
+        with self.gate.exclusive():
+            return self._encoder.encode(sentences, **kwargs)
+
+    def _encode(self, sentences: Sequence[str], **kwargs: Any) -> np.ndarray:
         if kwargs:  # options other callers may not share: encode alone
             with self._lock:
-                return self._encoder.encode(sentences, **kwargs)
+                return self._model(sentences, **kwargs)
         cap = int(getattr(self._encoder.settings, "max_tokens", 512)) if hasattr(self._encoder, "settings") else 512
         job = _Job(list(sentences), sum(estimate_tokens(s, cap) for s in sentences))
         with self._queue_lock:
@@ -126,7 +215,7 @@ class BatchingEncoder:
         if not batch:
             return
         try:
-            flat = self._encoder.encode([s for job in batch for s in job.sentences])
+            flat = self._model([s for job in batch for s in job.sentences])
         except BaseException as e:  # every caller of this batch gets the error
             for job in batch:
                 job.error = e

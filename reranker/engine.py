@@ -15,13 +15,17 @@ inside it:
 4. candidates: the nested k-NN hits aggregated per document (:mod:`sdr_search.indexer.candidates`;
    a pool of ``SDR_PRERANK_FACTOR x K``, or ``K x SDR_FILTER_OVERSAMPLE`` with a filter) and, for
    hybrid, one BM25 search of the whole source text that also scores every vector candidate; a
-   metadata filter is applied to both sides in the engine (:mod:`sdr_search.reranker.filters`);
+   metadata filter runs inside both searches when the store can (``capabilities.filtered_knn``:
+   both stores), else the candidates are over-fetched and filtered (:mod:`sdr_search.reranker.filters`);
+   several like sources search as one (:func:`merge_sources`);
 5. the centroid pre-rank narrows the vector pool to K (:mod:`sdr_search.indexer.prerank`);
 6. fetch once: the vectors of the K vector candidates and the lexical-only ones (a store whose
    centroids are not cheap fetches the pool once and the pre-rank and rerank share it);
-7. score: exact SDR (:func:`sdr_search.core.scoring.score_documents`) with the source's statistics,
+7. score: exact SDR (:func:`sdr_search.core.scoring.document_best`) with the source's statistics,
    which never depend on the candidates; hybrid: BM25, SDR and the mean-vector cosine fused per
    query (:func:`sdr_search.core.fusion.fuse`: z-score or min-max and a weighted mean, or RRF);
+   several sources: each one's own score, the like mean minus the weighted unlike mean
+   (:func:`sdr_search.core.scoring.like_unlike`, docs/scoring.md "Several sources");
 8. present the returned hits only (at most ``size``): title and metadata read in one bulk call
    without vectors (:meth:`DocumentStore.documents_of`), and a snippet, the hit's best sentence
    pair (the best sentence pair of its best paragraph pair), from the vectors the rerank already
@@ -50,7 +54,7 @@ import numpy as np
 from pydantic import AliasChoices, Field
 from pydantic_settings import SettingsConfigDict
 
-from sdr_search.core.documents import Document, source_document
+from sdr_search.core.documents import Document, check_id, source_document
 from sdr_search.core.embed import doc_vectors
 from sdr_search.core.encoder import SentenceEncoder
 from sdr_search.core.errors import (
@@ -60,8 +64,17 @@ from sdr_search.core.errors import (
     SourceTooLargeError,
     StatsUnavailableError,
 )
-from sdr_search.core.fusion import METHODS, SIGNALS, HybridSpec, fuse
-from sdr_search.core.scoring import NormStats, paragraph_scores, rank, score_documents, top_of
+from sdr_search.core.fusion import METHODS, SIGNALS, HybridSpec, SourceShape, fuse
+from sdr_search.core.scoring import (
+    NormStats,
+    document_best,
+    like_unlike,
+    paragraph_scores,
+    part_scores,
+    rank,
+    sdr_scores,
+    top_of,
+)
 from sdr_search.core.settings import HybridSettings, SegmentationSettings
 from sdr_search.core.stats import SampledParagraphs, stats_against_sample
 from sdr_search.core.vectors import CorpusVectors, DocVectors
@@ -71,7 +84,7 @@ from sdr_search.indexer.store import DocumentStore, IndexMeta, LexicalHits, Quer
 
 from .filters import filter_candidates
 
-__all__ = ["METHODS", "MLTSettings", "Query", "Source", "Hit", "MLTResult", "MoreLikeThis", "mean_cosines",
+__all__ = ["METHODS", "MAX_SOURCES", "MLTSettings", "Like", "Query", "Source", "merge_sources", "Hit", "MLTResult", "MoreLikeThis", "mean_cosines",
            "explain_pair", "best_sentence_pair", "sentence_spans", "aligned_spans", "request_text"]
 
 logger = logging.getLogger(__name__)
@@ -126,6 +139,13 @@ class MLTSettings(HybridSettings):
         "are refused (SourceTooLargeError, HTTP 413). Encoding time grows linearly: about 1 s per 500 "
         "sentences on 2 CPU cores with bf16. SDR_SERVICE_MAX_SOURCE_SENTENCES is read as an older name.",
     )
+    unlike_weight: float = Field(
+        0.5, ge=0, allow_inf_nan=False,
+        description="Weight of the unlike term of a query with `unlike` sources: score = mean over the like "
+        "sources of each one's score - unlike_weight x mean over the unlike sources (docs/scoring.md 'Several "
+        "sources'). 0.5: a document as close to an unlike source as to a like source keeps half its score, so "
+        "unlike demotes rather than cancels. A query's own unlike_weight wins.",
+    )
     filter_oversample: int = Field(
         10, gt=0,
         validation_alias=AliasChoices("SDR_FILTER_OVERSAMPLE", "SDR_SERVICE_FILTER_OVERSAMPLE"),
@@ -142,6 +162,71 @@ class MLTSettings(HybridSettings):
 
 
 _SCALARS = (str, int, float, bool)
+
+MAX_SOURCES = 16
+"""Most sources one query may name in ``like``, and in ``unlike``."""
+
+_LIKE_FIELDS = ("id", "text", "paragraphs", "sections")
+
+
+@dataclass(frozen=True)
+class Like:
+    """One source of a query with several (:attr:`Query.like`, :attr:`Query.unlike`): an indexed
+    document (``id``) or a new document (``text``, ``paragraphs`` or ``sections``, optional
+    ``title``). A plain string given as an item means an indexed document's id."""
+
+    id: str | None = None
+    text: str | None = None
+    paragraphs: Sequence[str] | None = None
+    sections: Sequence[Mapping[str, Any]] | None = None
+    title: str | None = None
+
+    def __post_init__(self) -> None:
+        given = [k for k in _LIKE_FIELDS if getattr(self, k) is not None]
+        if len(given) != 1:
+            found = ", ".join(given) if given else "none"
+            raise InvalidInputError(f"a source is exactly one of id, text, paragraphs or sections (found: {found})")
+        if self.id is not None:
+            if self.title is not None:
+                raise InvalidInputError("title applies to a new document (text, paragraphs or sections), not to an id")
+            object.__setattr__(self, "id", check_id(self.id))
+
+    @classmethod
+    def of(cls, item: Any, where: str) -> "Like":
+        """``item`` as a source: a :class:`Like`, a string (an indexed document's id) or a mapping
+        with the fields of :class:`Like`. ``where`` (e.g. ``like[2]``) prefixes any error."""
+        if isinstance(item, Like):
+            return item
+        if isinstance(item, (str, int)) and not isinstance(item, bool):
+            try:
+                return cls(id=item)
+            except InvalidInputError as e:
+                raise InvalidInputError(f"{where}: {e}") from None
+        if isinstance(item, Mapping):
+            unknown = sorted(set(item) - {*_LIKE_FIELDS, "title"}, key=str)
+            if unknown:
+                raise InvalidInputError(f"{where}: unknown field(s) {', '.join(map(repr, unknown))}; a source has "
+                                        "id, text, paragraphs or sections (and title)")
+            try:
+                return cls(**item)
+            except InvalidInputError as e:
+                raise InvalidInputError(f"{where}: {e}") from None
+        raise InvalidInputError(f"{where}: a source is an id (string) or an object with id, text, paragraphs or "
+                                f"sections, got {type(item).__name__}")
+
+    def new_document(self, settings: SegmentationSettings) -> Document:
+        return source_document(text=self.text, paragraphs=self.paragraphs, sections=self.sections, title=self.title,
+                               settings=settings)
+
+    def request_text(self) -> str | None:
+        """The text this new source's offsets index (:func:`request_text`); None for an id."""
+        if self.text is not None:
+            return self.text
+        if self.paragraphs is not None:
+            return "\n\n".join(self.paragraphs)
+        if self.sections is not None:
+            return "\n\n".join(p for section in self.sections for p in section.get("paragraphs", ()))
+        return None
 
 
 @dataclass(frozen=True)
@@ -176,12 +261,36 @@ class Query:
     rank_constant: int | None = None
     candidate_ids: Sequence[str] | None = None
     details: bool = True
+    like: Sequence[Any] | None = None
+    unlike: Sequence[Any] | None = None
+    unlike_weight: float | None = None
 
     def __post_init__(self) -> None:
         given = [k for k in ("id", "text", "paragraphs", "sections", "document") if getattr(self, k) is not None]
-        if len(given) != 1:
+        if self.like is not None:
+            if given:
+                raise InvalidInputError(f"give the sources either as like or as one of id, text, paragraphs, sections "
+                                        f"(found like and {', '.join(given)})")
+            if isinstance(self.like, (str, Mapping)) or not isinstance(self.like, Sequence) or not self.like:
+                raise InvalidInputError("like must be a non-empty list of sources")
+            object.__setattr__(self, "like", tuple(Like.of(x, f"like[{k}]") for k, x in enumerate(self.like)))
+            if self.title is not None:
+                raise InvalidInputError("title applies to a single new-document source; give each like item its own")
+        elif len(given) != 1:
             found = ", ".join(given) if given else "none"
             raise InvalidInputError(f"give exactly one source: an indexed document id, text, paragraphs or sections (found: {found})")
+        if self.unlike is not None:
+            if isinstance(self.unlike, (str, Mapping)) or not isinstance(self.unlike, Sequence):
+                raise InvalidInputError("unlike must be a list of sources")
+            object.__setattr__(self, "unlike", tuple(Like.of(x, f"unlike[{k}]") for k, x in enumerate(self.unlike)))
+        for name in ("like", "unlike"):
+            n_sources = len(getattr(self, name) or ())
+            if n_sources > MAX_SOURCES:
+                raise InvalidInputError(f"{n_sources} sources in {name}, over the limit of {MAX_SOURCES}")
+        if self.unlike_weight is not None and (isinstance(self.unlike_weight, bool)
+                                               or not isinstance(self.unlike_weight, (int, float))
+                                               or not np.isfinite(self.unlike_weight) or self.unlike_weight < 0):
+            raise InvalidInputError(f"unlike_weight must be a finite number >= 0, got {self.unlike_weight!r}")
         if (self.document is None) != (self.vectors is None):
             raise InvalidInputError("a pre-encoded source needs both document and vectors")
         if isinstance(self.size, bool) or not isinstance(self.size, int) or self.size < 0:
@@ -199,6 +308,21 @@ class Query:
         return source_document(text=self.text, paragraphs=self.paragraphs, sections=self.sections, title=self.title,
                                settings=settings)
 
+    @property
+    def needs_encoder(self) -> bool:
+        """Whether a source is new text (to be encoded); indexed and pre-encoded sources are not."""
+        return any(x.id is None for x in (*(self.likes() or ()), *(self.unlike or ())))
+
+    def likes(self) -> tuple[Like, ...] | None:
+        """The like sources: :attr:`like`, or the one source as a :class:`Like` (None for a
+        pre-encoded ``document``)."""
+        if self.like is not None:
+            return tuple(self.like)
+        if self.document is not None:
+            return None
+        return (Like(id=self.id, text=self.text, paragraphs=self.paragraphs, sections=self.sections,
+                     title=self.title),)
+
 
 def check_filter(flt: Any) -> None:
     """Refuse a filter that is not ``{field: scalar or list of scalars}`` (the HTTP schema's rule)."""
@@ -214,25 +338,73 @@ def check_filter(flt: Any) -> None:
 
 @dataclass(frozen=True)
 class Source:
+    """A query's source with its normalisation statistics; several sources scored as one
+    (:func:`merge_sources`) have their paragraphs, vectors and statistics concatenated and keep
+    the sources in :attr:`parts`."""
+
     document: Document
     vectors: DocVectors
     stats: NormStats
-    stats_origin: str  # "stored" | "reference-sample"
+    stats_origin: str  # "stored" | "reference-sample" | "mixed" (merged sources of both origins)
     indexed_id: str | None = None  # set when the source is an indexed document (excluded from results)
     text: str | None = None  # a new-text source: the request's text (request_text), which its offsets index
+    parts: tuple["Source", ...] = ()  # merged sources: the sources, in order
+
+    @property
+    def members(self) -> tuple["Source", ...]:
+        """The sources this one is made of (itself when it is not merged)."""
+        return self.parts or (self,)
+
+    @property
+    def indexed_ids(self) -> tuple[str, ...]:
+        """The indexed documents among the sources (left out of the results)."""
+        return tuple(dict.fromkeys(m.indexed_id for m in self.members if m.indexed_id is not None))
+
+    @property
+    def part_offsets(self) -> np.ndarray:
+        """Source ``p`` owns paragraphs ``part_offsets[p]:part_offsets[p + 1]``."""
+        return np.concatenate([[0], np.cumsum([m.vectors.n_paragraphs for m in self.members])]).astype(np.int64)
+
+    def locate(self, i: int) -> tuple[int, int]:
+        """Paragraph ``i`` of this (possibly merged) source as ``(source, paragraph in it)``."""
+        p = int(np.searchsorted(self.part_offsets, i, side="right")) - 1
+        return p, i - int(self.part_offsets[p])
 
     @property
     def offsets(self) -> str:
         """What the source's character offsets index: ``"stored"`` (its stored text,
-        :attr:`Document.text`) or ``"request"`` (the request's text, :func:`request_text`)."""
-        return "stored" if self.text is None else "request"
+        :attr:`Document.text`) or ``"request"`` (the request's text, :func:`request_text`);
+        merged sources of both kinds: ``"mixed"`` (each source's own, as its kind says)."""
+        kinds = {"stored" if m.text is None else "request" for m in self.members}
+        return kinds.pop() if len(kinds) == 1 else "mixed"
 
     def spans(self) -> list[list[tuple[int, int] | None]]:
         """Each source sentence's ``(start, end)`` in the text :attr:`offsets` names (None: a
-        sentence the request's text does not hold verbatim, up to white space)."""
+        sentence the request's text does not hold verbatim, up to white space); for merged
+        sources, each paragraph's into its own source's text."""
+        if self.parts:
+            return [row for m in self.parts for row in m.spans()]
         if self.text is None:
             return sentence_spans(self.document)  # type: ignore[return-value]
         return aligned_spans(self.text, self.document)
+
+
+def merge_sources(sources: Sequence[Source]) -> Source:
+    """Several sources scored as one: paragraphs, vectors and statistics concatenated in order
+    (one source is returned as it is). Stage 1 searches with all their sentences; the exact score
+    splits back per source (:func:`sdr_search.core.scoring.part_scores`)."""
+    if len(sources) == 1:
+        return sources[0]
+    members = tuple(m for s in sources for m in s.members)
+    document = Document("", tuple(p for m in members for p in m.document.paragraphs))
+    offsets, base = [np.zeros(1, dtype=np.int64)], 0
+    for m in members:
+        offsets.append(m.vectors.par_offsets[1:] + base)
+        base += m.vectors.n_sentences
+    vectors = DocVectors(np.concatenate([m.vectors.vectors for m in members]), np.concatenate(offsets))
+    stats = NormStats(np.concatenate([m.stats.mu for m in members]), np.concatenate([m.stats.sigma for m in members]))
+    origins = {m.stats_origin for m in members}
+    return Source(document, vectors, stats, origins.pop() if len(origins) == 1 else "mixed", parts=members)
 
 
 @dataclass(frozen=True)
@@ -249,6 +421,7 @@ class Hit:
     signals: dict[str, dict[str, float]] | None = None  # hybrid: raw / normalised / weight per signal
     metadata: Mapping[str, Any] | None = None
     snippet: dict[str, Any] | None = None
+    sources: list[dict[str, Any]] | None = None  # several sources: each one's own score for this hit
 
 
 @dataclass(frozen=True)
@@ -260,7 +433,8 @@ class MLTResult:
     timings_ms: dict[str, float] = field(default_factory=dict)
     method: str = "sdr"
     hybrid: dict[str, Any] | None = None  # the fusion used (HybridSpec.to_dict()) for method hybrid
-    source_offsets: str = "stored"  # what source_start/source_end index: "stored" or "request" (Source.offsets)
+    source_offsets: str = "stored"  # what source_start/source_end index: "stored", "request" or "mixed" (Source.offsets)
+    sources: list[dict[str, Any]] | None = None  # several sources: each one described (_described)
 
 
 def mean_cosines(source: DocVectors, candidates: Sequence[DocVectors]) -> np.ndarray:
@@ -351,6 +525,8 @@ def _best_pairs(
     N = (P - mu) / sigma
     best_j = N.argmax(axis=1)
     best_n = N[np.arange(N.shape[0]), best_j]
+    offsets = source.part_offsets  # several sources: the like sources' mean of their own scores
+    score = float(np.mean(np.add.reduceat(best_n, offsets[:-1]) / np.diff(offsets))) if source.parts else float(best_n.mean())
     pairs = []
     for i in np.argsort(-best_n, kind="stable")[:top_paragraphs]:
         i, j = int(i), int(best_j[i])
@@ -359,7 +535,7 @@ def _best_pairs(
         sims = S[np.arange(S.shape[0]), r]
         sentences = [(int(k), int(r[k]), float(sims[k])) for k in np.argsort(-sims, kind="stable")[:top_sentences]]
         pairs.append((i, j, float(P[i, j]), float(N[i, j]), sentences))
-    return float(best_n.mean()), pairs
+    return score, pairs
 
 
 def _sentence_pair(
@@ -368,6 +544,7 @@ def _sentence_pair(
     candidate_spans: Sequence[Sequence[tuple[int, int]]] | None,
 ) -> dict[str, Any]:
     pair: dict[str, Any] = {
+        **({"source": source.locate(i)[0]} if source.parts else {}),
         "source_sentence": source.document.paragraphs[i][k],
         "candidate_sentence": candidate.paragraphs[j][r],
         "cosine": round(cosine, 6),
@@ -392,7 +569,8 @@ def explain_pair(
     source_spans = source.spans() if source_spans is None else source_spans
     candidate_spans = sentence_spans(candidate)
     pairs = [{
-        "source_paragraph": i,
+        **({"source": source.locate(i)[0]} if source.parts else {}),
+        "source_paragraph": source.locate(i)[1],
         "candidate_paragraph": j,
         "paragraph_score": round(p, 6),
         "normalised_score": round(n, 6),
@@ -413,7 +591,7 @@ def best_sentence_pair(
     i, j, _, _, ((k, r, cosine),) = best[0]
     source_spans = source.spans() if source_spans is None else source_spans
     pair = _sentence_pair(source, candidate, i, j, k, r, cosine, source_spans, sentence_spans(candidate))
-    return {**pair, "source_paragraph": i, "candidate_paragraph": j}
+    return {**pair, "source_paragraph": source.locate(i)[1], "candidate_paragraph": j}
 
 
 class MoreLikeThis:
@@ -437,41 +615,40 @@ class MoreLikeThis:
         state = self.store.query_state(reference_version=self._sample_version)
         spec = self._resolve(state, query)
         K = max(query.candidates or self.settings.candidates, query.offset + query.size)
-        source = self._source(state, query)
+        likes, unlikes = self._sources(state, query)
+        source, against = merge_sources(likes), (merge_sources(unlikes) if unlikes else None)
+        unlike_weight = self.settings.unlike_weight if query.unlike_weight is None else float(query.unlike_weight)
         t1 = time.perf_counter()
         timings = {"source": _ms(t1 - t0)}
-        exclude = [source.indexed_id] if source.indexed_id else []
+        exclude = list(dict.fromkeys(source.indexed_ids + (against.indexed_ids if against is not None else ())))
         lexical: LexicalHits | None = None
         if query.candidate_ids is not None:  # rank exactly these: no candidate generation, no pre-rank
             pool, pool_scores = [i for i in dict.fromkeys(query.candidate_ids) if i not in exclude], None
-            if spec is not None:
+            if spec is not None and against is None and not source.parts:  # several sources: searched each in _ranked
                 lexical = self.store.lexical_search(source.document.text, 0, score_ids=pool)
             lexical_ranked: list[str] = []
             timings["candidates"] = _ms(time.perf_counter() - t1)
         else:
             pool_n = max(K, int(np.ceil(self.settings.prerank_factor * K)))
-            allowed = None
-            if query.filter and self.store.capabilities.filtered_knn:  # the filter inside the k-NN search
-                allowed = self.store.ids_matching(query.filter)
-                timings["filter"] = _ms(time.perf_counter() - t1)
-            elif query.filter:  # over-fetch, then filter the candidates
+            # the filter inside the store's k-NN and lexical searches, else over-fetch and filter the candidates
+            in_store = dict(query.filter) if query.filter and self.store.capabilities.filtered_knn else None
+            if query.filter and in_store is None:
                 pool_n = min(K * self.settings.filter_oversample, max(self.settings.max_filter_candidates, pool_n))
-            pool, pool_scores = self._aggregated(source, pool_n, exclude, allowed)
+            pool, pool_scores = self._aggregated(source, pool_n, exclude, in_store)
             t2 = time.perf_counter()
             timings["candidates"] = _ms(t2 - t1)
             lexical_ranked: list[str] = []
-            if spec is not None and allowed is not None:  # one BM25 search, scoring the matching documents
-                lexical = self.store.lexical_search(source.document.text, 0, exclude_ids=exclude, score_ids=allowed)
-                skip = set(exclude)
-                lexical_ranked = sorted((i for i, v in lexical.scored.items() if v > 0 and i not in skip),
-                                        key=lambda i: (-lexical.scored[i], i))[: 2 * K]
+            if spec is not None and in_store is not None:  # the BM25 top among the matching documents
+                lexical = self.store.lexical_search(source.document.text, 2 * K, exclude_ids=exclude, score_ids=pool,
+                                                    filter=in_store)
+                lexical_ranked = list(lexical.ids)
                 timings["lexical"] = _ms(time.perf_counter() - t2)
             elif spec is not None:  # one BM25 search: the lexical top and the BM25 of every vector candidate
                 lexical = self.store.lexical_search(source.document.text, pool_n if query.filter else K,
                                                     exclude_ids=exclude, score_ids=pool)
                 lexical_ranked = list(lexical.ids)
                 timings["lexical"] = _ms(time.perf_counter() - t2)
-            if query.filter and allowed is None:
+            if query.filter and in_store is None:
                 t3 = time.perf_counter()
                 keep = set(filter_candidates(self.store, pool, query.filter,
                                              limit=max(K, int(np.ceil(self.settings.prerank_factor * K)))))
@@ -482,17 +659,19 @@ class MoreLikeThis:
         vector_ids, lexical_ids, docs = self._prerank_and_fetch(source, pool, pool_scores, lexical_ranked, K, timings)
         cand_ids = vector_ids + lexical_ids
         t5 = time.perf_counter()
-        hits = self._ranked(source, cand_ids, docs, lexical, spec, query.offset, query.size)
+        hits = self._ranked(source, against, unlike_weight, cand_ids, docs, lexical, spec, query.offset, query.size)
         t6 = time.perf_counter()
         timings["rerank"] = _ms(t6 - t5)
         if hits and (query.details or query.explain):
             fetched = dict(zip(cand_ids, docs))
             hits = self._presented(source, hits, [fetched[h.id] for h in hits], spec, query.explain)
             timings["explain" if query.explain else "snippets"] = _ms(time.perf_counter() - t6)
+        every = source if against is None else merge_sources([source, against])
         return MLTResult(
-            hits, len(cand_ids), source.stats_origin, state.stats.stale, timings,
+            hits, len(cand_ids), every.stats_origin, state.stats.stale, timings,
             method="sdr" if spec is None else "hybrid", hybrid=spec.to_dict() if spec is not None else None,
-            source_offsets=source.offsets,
+            source_offsets=every.offsets,
+            sources=_described(source, against, unlike_weight) if len(every.members) > 1 else None,
         )
 
     # -- settings -------------------------------------------------------------------------------
@@ -545,30 +724,65 @@ class MoreLikeThis:
 
     # -- sources --------------------------------------------------------------------------------
     def source(self, query: Query) -> Source:
-        """The source of ``query`` with its normalisation statistics, as :meth:`run` resolves it
-        (for exhaustive comparisons in tests and benches)."""
-        return self._source(self.store.query_state(reference_version=self._sample_version), query)
+        """The (like) source of ``query`` with its normalisation statistics, as :meth:`run`
+        resolves it, several like sources merged (for exhaustive comparisons in tests and benches)."""
+        likes, _ = self._sources(self.store.query_state(reference_version=self._sample_version), query)
+        return merge_sources(likes)
 
-    def _source(self, state: QueryState, query: Query) -> Source:
-        if query.id is not None:
-            return self.source_from_id(query.id, state)
-        if query.vectors is not None:
-            doc, vectors = query.document, query.vectors
-            self._check_size(doc)
+    def _sources(self, state: QueryState, query: Query) -> tuple[list[Source], list[Source]]:
+        """The like and the unlike sources, each with its statistics. New documents are segmented
+        first and their sentences counted against ``SDR_MAX_QUERY_SENTENCES`` together (before
+        encoding: the cap bounds the encoder's work), then encoded in one call."""
+        likes, unlikes = query.likes(), tuple(query.unlike or ())
+        several = query.like is not None or bool(unlikes)
+        items: list[tuple[str, Like | None]] = []
+        if likes is None:  # a pre-encoded document
+            items.append(("source", None))
         else:
-            doc = query.new_document(self.segmentation(state.meta))
-            self._check_size(doc)  # before encoding: the cap bounds the encoder's work
+            items += [(f"like[{k}]" if several else "source", x) for k, x in enumerate(likes)]
+        items += [(f"unlike[{k}]", x) for k, x in enumerate(unlikes)]
+        segmentation = self.segmentation(state.meta) if any(x is not None and x.id is None for _, x in items) else None
+        new: dict[int, Document] = {}
+        for n, (_, x) in enumerate(items):
+            if x is not None and x.id is None:
+                new[n] = x.new_document(segmentation)
+        pre_encoded = query.document.n_sentences if likes is None else 0
+        self._check_size(sum(d.n_sentences for d in new.values()) + pre_encoded, several)
+        encoded: dict[int, DocVectors] = {}
+        if new:
             if self.encoder is None:
                 raise InvalidInputError("this engine has no encoder; only indexed documents can be sources")
             self.check_encoder(state.meta)
-            vectors = doc_vectors(doc, self.encoder.encode(doc.sentences))
-        text = request_text(query) if query.vectors is None else None
-        return Source(doc, vectors, self._sampled_stats(vectors, None, state), "reference-sample", None, text)
+            matrix = self.encoder.encode([s for d in new.values() for s in d.sentences])
+            at = 0
+            for n, d in new.items():
+                encoded[n] = doc_vectors(d, matrix[at : at + d.n_sentences])
+                at += d.n_sentences
+        out: list[Source] = []
+        for n, (where, x) in enumerate(items):
+            try:
+                if x is None:
+                    vectors = query.vectors
+                    out.append(Source(query.document, vectors, self._sampled_stats(vectors, None, state),
+                                      "reference-sample"))
+                elif x.id is not None:
+                    out.append(self.source_from_id(x.id, state))
+                else:
+                    vectors = encoded[n]
+                    out.append(Source(new[n], vectors, self._sampled_stats(vectors, None, state), "reference-sample",
+                                      None, x.request_text()))
+            except DocumentNotFoundError as e:
+                if not several:
+                    raise
+                raise DocumentNotFoundError(e.doc_id, where) from None
+        n_like = 1 if likes is None else len(likes)
+        return out[:n_like], out[n_like:]
 
-    def _check_size(self, doc: Document) -> None:
-        if doc.n_sentences > self.settings.max_query_sentences:
+    def _check_size(self, n_sentences: int, several: bool = False) -> None:
+        if n_sentences > self.settings.max_query_sentences:
+            what = "the new sources have" if several else "the source has"
             raise SourceTooLargeError(
-                f"the source has {doc.n_sentences} sentences, over the limit of "
+                f"{what} {n_sentences} sentences, over the limit of "
                 f"{self.settings.max_query_sentences} (SDR_MAX_QUERY_SENTENCES)"
             )
 
@@ -611,12 +825,10 @@ class MoreLikeThis:
 
     # -- candidates ----------------------------------------------------------------------------
     def _aggregated(
-        self, source: Source, k: int, exclude: Sequence[str], allowed: Sequence[str] | None = None,
+        self, source: Source, k: int, exclude: Sequence[str], flt: Mapping[str, Any] | None = None,
     ) -> tuple[list[str], np.ndarray]:
-        if allowed is not None and not allowed:
-            return [], np.zeros(0, dtype=np.float64)
         hits = self.store.sentence_knn(source.vectors.vectors, self.settings.knn_k, exclude_ids=exclude,
-                                       allowed_ids=allowed)
+                                       **({"filter": flt} if flt else {}))
         ids, scores = aggregate_hits(
             hits, source.vectors.par_offsets, method=self.settings.aggregation, stats=source.stats
         )
@@ -658,28 +870,52 @@ class MoreLikeThis:
 
     # -- scoring ----------------------------------------------------------------------------------
     def _ranked(
-        self, source: Source, cand_ids: list[str], docs: list[DocVectors], lexical: LexicalHits | None,
-        spec: HybridSpec | None, offset: int, size: int,
+        self, source: Source, against: Source | None, unlike_weight: float, cand_ids: list[str], docs: list[DocVectors],
+        lexical: LexicalHits | None, spec: HybridSpec | None, offset: int, size: int,
     ) -> list[Hit]:
+        """Score ``cand_ids`` exactly and return the hits ``offset:offset + size``. Each source
+        (the like sources of ``source``, then the unlike ones of ``against``) gets its own score,
+        SDR, or hybrid: BM25 of its text, its SDR and its mean-vector cosine fused over the
+        candidates; the hit's score is :func:`like_unlike` of them (one source: its score)."""
         if not cand_ids:
             return []
-        sdr = score_documents(source.vectors, docs, source.stats)
+        every = source if against is None else merge_sources([source, against])
+        parts, n_like = every.members, len(source.members)
+        best = document_best(every.vectors, docs)  # one product for every source's paragraphs
+        if len(parts) == 1:
+            sdr_rows = sdr_scores(best, every.stats)[None, :]
+        else:
+            sdr_rows = part_scores(best, every.stats, every.part_offsets)
         if spec is None:
-            return [Hit(cand_ids[i], float(sdr[i])) for i in rank(cand_ids, sdr)[offset : offset + size]]
-        signals = {
-            "bm25": np.asarray([lexical.score_of(i) if lexical is not None else 0.0 for i in cand_ids], dtype=np.float64),
-            "sdr": sdr,
-            "mean": mean_cosines(source.vectors, docs),
-        }
-        fused = fuse(cand_ids, signals, spec)
+            scores = like_unlike(sdr_rows, n_like, unlike_weight)
+            order = rank(cand_ids, scores)[offset : offset + size]
+            return [Hit(cand_ids[i], float(scores[i]), sources=_part_scores(sdr_rows[:, i], n_like, len(parts)))
+                    for i in order]
+        lexicals = [lexical] if len(parts) == 1 else [
+            self.store.lexical_search(m.document.text, 0, score_ids=cand_ids) for m in parts
+        ]
+        signals, fused = [], []
+        for m, lex, sdr in zip(parts, lexicals, sdr_rows):
+            part_signals = {
+                "bm25": np.asarray([lex.score_of(i) if lex is not None else 0.0 for i in cand_ids], dtype=np.float64),
+                "sdr": sdr,
+                "mean": mean_cosines(m.vectors, docs),
+            }
+            signals.append(part_signals)
+            fused.append(fuse(cand_ids, part_signals, spec, source=SourceShape.of(m.document)))
+        scores = like_unlike(np.stack([f.scores for f in fused]), n_like, unlike_weight)
         hits = []
-        for i in fused.order(cand_ids)[offset : offset + size]:
-            detail = {
-                name: {"raw": float(signals[name][i]), "weight": float(spec.weights[name]),
-                       **({"normalised": float(fused.normalised[name][i])} if name in fused.normalised else {})}
+        for i in rank(cand_ids, scores)[offset : offset + size]:
+            detail = {  # each signal of the like sources (their mean with several); adaptive: the weights used
+                name: {"raw": float(np.mean([sig[name][i] for sig in signals[:n_like]])),
+                       "weight": float(np.mean([f.weights.get(name, 0.0) for f in fused[:n_like]]))
+                       if spec.fusion == "adaptive" else float(spec.weights[name]),
+                       **({"normalised": float(np.mean([f.normalised[name][i] for f in fused[:n_like]]))}
+                          if name in fused[0].normalised else {})}
                 for name in SIGNALS
             }
-            hits.append(Hit(cand_ids[i], float(fused.scores[i]), signals=detail))
+            hits.append(Hit(cand_ids[i], float(scores[i]), signals=detail,
+                            sources=_part_scores([f.scores[i] for f in fused], n_like, len(parts))))
         return hits
 
     def _presented(
@@ -704,22 +940,45 @@ class MoreLikeThis:
                 except DocumentNotFoundError:
                     doc = None
             if doc is None:  # deleted since it was scored: the hit stays, without details
-                out.append(Hit(h.id, h.score, signals=h.signals))
+                out.append(Hit(h.id, h.score, signals=h.signals, sources=h.sources))
                 continue
             ex = None
             if explain:
                 ex = explain_pair(source, doc, vecs, source_spans=source_spans, P=P)
                 first = ex["paragraph_pairs"][0]
                 snippet = {**first["sentence_pairs"][0], "source_paragraph": first["source_paragraph"],
-                           "candidate_paragraph": first["candidate_paragraph"]}
+                           "candidate_paragraph": first["candidate_paragraph"],
+                           **({"source": first["source"]} if "source" in first else {})}
                 if spec is not None and h.signals is not None:
                     ex["hybrid"] = {"score": h.score, "fusion": spec.fusion, "signals": h.signals}
                     if spec.fusion == "rrf":
                         ex["hybrid"]["rank_constant"] = spec.rank_constant
             else:
                 snippet = best_sentence_pair(source, doc, vecs, source_spans=source_spans, P=P)
-            out.append(Hit(h.id, h.score, doc.title, ex, h.signals, metadata=dict(doc.metadata), snippet=snippet))
+            out.append(Hit(h.id, h.score, doc.title, ex, h.signals, metadata=dict(doc.metadata), snippet=snippet,
+                           sources=h.sources))
         return out
+
+
+def _part_scores(values: Sequence[float], n_like: int, n_parts: int) -> list[dict[str, Any]] | None:
+    """Each source's own score for one hit (None with one source)."""
+    if n_parts == 1:
+        return None
+    return [{"role": "like" if p < n_like else "unlike", "index": p if p < n_like else p - n_like,
+             "score": float(v)} for p, v in enumerate(values)]
+
+
+def _described(source: Source, against: Source | None, unlike_weight: float) -> list[dict[str, Any]]:
+    """The sources of a query with several: role, position, id (an indexed one), size,
+    statistics origin, what its offsets index, and the unlike weight."""
+    out = []
+    for role, merged in (("like", source), ("unlike", against)):
+        for k, m in enumerate(merged.members if merged is not None else ()):
+            out.append({"role": role, "index": k, **({"id": m.indexed_id} if m.indexed_id is not None else {}),
+                        "paragraphs": m.vectors.n_paragraphs, "sentences": m.vectors.n_sentences,
+                        "stats": m.stats_origin, "offsets": m.offsets,
+                        **({"weight": -unlike_weight} if role == "unlike" else {})})
+    return out
 
 
 def _paragraph_sizes(doc: Document) -> tuple[int, ...]:

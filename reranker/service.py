@@ -44,7 +44,7 @@ from sdr_search.core.errors import IndexNotFoundError, SDRError
 
 from . import api_models as m
 from . import writes
-from .compute import BatchingEncoder, ThreadBudget
+from .compute import BatchingEncoder, CpuGate, ThreadBudget
 from .engine import MLTResult, MLTSettings, MoreLikeThis
 from .errors import AuthenticationError, error_body, install_error_handlers
 from .limits import BodyLimitMiddleware, ConcurrencyLimiter
@@ -240,9 +240,19 @@ def _service(request: Request) -> _Service:
 
 
 async def _compute(request: Request, work: Callable[..., Any], *args: Any) -> Any:
-    """``work(*args)`` in a worker thread, in one of the service's bounded compute slots."""
-    async with _service(request).limiter.slot():
-        return await run_in_threadpool(work, *args)
+    """``work(*args)`` in a worker thread, in one of the service's bounded compute slots, holding the
+    CPU gate shared (an encoder batch holds it whole; :class:`~sdr_search.reranker.compute.CpuGate`)."""
+    service = _service(request)
+    async with service.limiter.slot():
+        gate = service.encoder.gate if service.encoder is not None else None
+        if gate is None:
+            return await run_in_threadpool(work, *args)
+        return await run_in_threadpool(_gated, gate, work, *args)
+
+
+def _gated(gate: CpuGate, work: Callable[..., Any], *args: Any) -> Any:
+    with gate.shared():
+        return work(*args)
 
 
 _api_key_header = APIKeyHeader(
@@ -367,7 +377,9 @@ def create_app(
     the caller (close them after the server stops); stores opened by a factory are closed at shutdown.
     """
     settings = settings or ServiceSettings()
-    locked = BatchingEncoder(encoder, max_batch_tokens=settings.encode_batch_tokens) if encoder is not None else None
+    gate = CpuGate() if settings.encoder_exclusive else None
+    locked = (BatchingEncoder(encoder, max_batch_tokens=settings.encode_batch_tokens, gate=gate)
+              if encoder is not None else None)
     indices = _Indices(stores, locked, mlt_settings or MLTSettings())
     metrics = ServiceMetrics()
 

@@ -53,6 +53,12 @@ class ServiceSettings(BaseSettings):
         "under normal load (429 means the queue bound was reached, not a slow moment); 0 refuses at once when "
         "every slot is busy.",
     )
+    encoder_exclusive: bool = Field(
+        True,
+        description="An encoder batch holds the CPU whole: it waits for the computations running and none starts "
+        "while it runs (reranks and the model then never compete for the cores). false: the model runs beside "
+        "other requests' reranks (the behaviour before; docs/results/service.md compares both).",
+    )
     encode_batch_tokens: int = Field(
         16_384, gt=0,
         description="Concurrent new-text requests are encoded together in one encoder call up to this many "

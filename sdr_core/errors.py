@@ -78,9 +78,9 @@ class NotFoundError(SDRError, LookupError):
 
 
 class DocumentNotFoundError(NotFoundError):
-    def __init__(self, doc_id: str):
+    def __init__(self, doc_id: str, where: str | None = None):
         self.doc_id = doc_id
-        super().__init__(f"document {doc_id!r} is not in the index")
+        super().__init__(f"{where + ': ' if where else ''}document {doc_id!r} is not in the index")
 
 
 class IndexNotFoundError(NotFoundError):

@@ -16,25 +16,32 @@ Methods:
 
 A query whose id is also in the corpus is removed from its own ranking, and its own paragraphs are
 left out of its normalisation statistics.
+
+Short sources (``sdr eval --source-cut``): :func:`cut_source` cuts every query document to its
+first N sentences, as one paragraph (``sentences:N``), or to its first N SDR paragraphs
+(``paragraphs:N``), after segmentation; the qrels stay the same. ``sentences:9`` (the median SDR
+paragraph of the IRLeD corpus under the default segmentation has 9 sentences) is the short-source
+dev set of docs/results/relevance.md.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
 from .documents import Document
-from .fusion import DEFAULT_HYBRID, HybridSpec, fuse
+from .errors import InvalidInputError
+from .fusion import DEFAULT_HYBRID, SIGNALS, HybridSpec, SourceShape, fuse
 from .scoring import NormStats, document_max, paragraph_scores, rank, sdr_scores, stats_from_paragraph_scores
 from .stats import ReferenceSample, SampledParagraphs, draw_reference_sample, sample_vectors, stats_against_sample
 from .vectors import CorpusVectors, DocVectors
 
 __all__ = [
     "METHODS", "VECTOR_METHODS", "HYBRID_SIGNALS", "Ranking", "sdr_rank_scores", "mean_vectors", "candidate_set",
-    "hybrid_ranking", "signal_scorers", "rank_all",
+    "hybrid_ranking", "signal_scorers", "rank_all", "SOURCE_CUT_UNITS", "SourceCut", "parse_source_cut", "cut_source", "weights_by_kind",
 ]
 
 logger = logging.getLogger(__name__)
@@ -44,6 +51,55 @@ VECTOR_METHODS = ("sdr", "sdr-nonorm", "mean", "hybrid")
 HYBRID_SIGNALS = ("bm25", "sdr", "mean")  # every one of them feeds the candidate set
 
 Ranking = list[tuple[str, float]]
+
+SOURCE_CUT_UNITS = ("sentences", "paragraphs")
+
+
+@dataclass(frozen=True)
+class SourceCut:
+    """Keep a source's first ``n`` sentences (as one paragraph) or its first ``n`` SDR paragraphs."""
+
+    unit: str
+    n: int
+
+    def __post_init__(self) -> None:
+        if self.unit not in SOURCE_CUT_UNITS:
+            raise InvalidInputError(f"unknown source cut unit {self.unit!r}; choose from {', '.join(SOURCE_CUT_UNITS)}")
+        if isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1:
+            raise InvalidInputError(f"a source cut keeps at least 1 {self.unit[:-1]}, got {self.n!r}")
+
+    def __str__(self) -> str:
+        return f"{self.unit}:{self.n}"
+
+
+def parse_source_cut(text: str | None) -> SourceCut | None:
+    """``"sentences:9"`` / ``"paragraphs:1"`` -> :class:`SourceCut`; ``None``, ``""`` or ``"full"``
+    -> ``None`` (the whole source). Raises :class:`InvalidInputError`."""
+    if text is None or str(text).strip() in ("", "full"):
+        return None
+    unit, sep, n = str(text).strip().partition(":")
+    if not sep or not n.strip().isdigit():
+        raise InvalidInputError(f"a source cut looks like 'sentences:9' or 'paragraphs:1', got {text!r}")
+    return SourceCut(unit.strip(), int(n))
+
+
+def cut_source(doc: Document, cut: SourceCut | None) -> Document:
+    """``doc`` cut to a short source (pure; same id, title and metadata).
+
+    ``sentences:N``: its first N sentences in reading order, as one paragraph (a single-paragraph
+    source, whatever the segmentation merged). ``paragraphs:N``: its first N SDR paragraphs. A
+    document already within the cut is returned as is; ``cut=None`` returns ``doc``.
+    """
+    if cut is None:
+        return doc
+    if cut.unit == "paragraphs":
+        if len(doc.paragraphs) <= cut.n:
+            return doc
+        return replace(doc, paragraphs=tuple(doc.paragraphs[: cut.n]))
+    sentences = doc.sentences[: cut.n]
+    if len(doc.paragraphs) == 1 and len(sentences) == doc.n_sentences:
+        return doc
+    return replace(doc, paragraphs=(tuple(sentences),))
 
 
 def sdr_rank_scores(
@@ -102,13 +158,18 @@ def candidate_set(ids: Sequence[str], signals: Mapping[str, np.ndarray], k: int,
 
 def hybrid_ranking(
     ids: Sequence[str], signals: Mapping[str, np.ndarray], spec: HybridSpec, k: int, *,
-    exclude: int | None = None, depth: int | None = None,
+    exclude: int | None = None, depth: int | None = None, source: SourceShape | None = None,
+    used: dict | None = None,
 ) -> Ranking:
     """Rank every document (but ``exclude``) for one query by fusing ``signals`` (name -> one
     score per id) as the hybrid engine does: the candidate set is the union of each signal's top
     ``k`` (:func:`candidate_set`), normalised and fused over itself; the other documents follow,
     fused among themselves. Their scores are shifted below the set's lowest so that the scores of
-    the ranking descend (a TREC run file is sorted by score)."""
+    the ranking descend (a TREC run file is sorted by score).
+
+    ``source``: the query source's shape (for ``adaptive`` fusion). The weights are those of the
+    candidate set, and the documents outside it are fused with the same weights. ``used``, when
+    given, receives them (``used["weights"]``: signal -> weight, summing to 1)."""
     head = candidate_set(ids, signals, k, exclude=exclude)
     in_head = np.zeros(len(ids), dtype=bool)
     in_head[head] = True
@@ -117,11 +178,17 @@ def hybrid_ranking(
     tail = np.flatnonzero(~in_head)
     out: Ranking = []
     floor = None
+    weights = None
     for block in (head, tail):
         if block.size == 0:
             continue
         block_ids = [ids[i] for i in block]
-        fused = fuse(block_ids, {s: np.asarray(v, dtype=np.float64)[block] for s, v in signals.items()}, spec)
+        fused = fuse(block_ids, {s: np.asarray(v, dtype=np.float64)[block] for s, v in signals.items()}, spec,
+                     source=source, weights=weights)
+        if weights is None:
+            weights = fused.weights
+            if used is not None:
+                used["weights"] = dict(weights)
         scores = fused.scores
         if floor is not None:  # the tail goes below the head
             scores = scores - scores.max() + floor - 1.0
@@ -206,11 +273,14 @@ def rank_all(
     on_sample: Callable[[ReferenceSample], None] | None = None,
     hybrid: HybridSpec | None = None,
     candidates: int = 100,
+    weights_used: dict[str, dict[str, float]] | None = None,
 ) -> dict[str, Ranking]:
     """Rank every corpus document for every query with ``method``; returns ``{qid: ranking}``.
 
     ``hybrid`` (default :data:`sdr_search.core.fusion.DEFAULT_HYBRID`) and ``candidates`` (K, the top K
-    of each signal that make the candidate set) apply to ``method="hybrid"``.
+    of each signal that make the candidate set) apply to ``method="hybrid"``; the fusion gets each
+    query's shape (:meth:`SourceShape.of`), and ``weights_used``, when given, receives each
+    query's fusion weights (qid -> signal -> weight; see :func:`weights_by_kind`).
     """
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
@@ -230,7 +300,11 @@ def rank_all(
             own = position.get(q.id)
             if method == "hybrid":
                 signals = {name: np.asarray(fn(k, q), dtype=np.float64) for name, fn in scorers.items()}
-                runs[q.id] = hybrid_ranking(ids, signals, spec, candidates, exclude=own, depth=depth)
+                used: dict = {}
+                runs[q.id] = hybrid_ranking(ids, signals, spec, candidates, exclude=own, depth=depth,
+                                            source=SourceShape.of(q), used=used)
+                if weights_used is not None and "weights" in used:
+                    weights_used[q.id] = used["weights"]
             else:
                 scores = np.asarray(scorers[method](k, q), dtype=np.float64)
                 runs[q.id] = _ranking(ids, scores, own, depth)
@@ -240,3 +314,20 @@ def rank_all(
         if bar is not None:
             bar.close()
     return runs
+
+
+def weights_by_kind(weights_used: Mapping[str, Mapping[str, float]], shapes: Mapping[str, SourceShape]) -> dict:
+    """The fusion weights per query kind (:attr:`SourceShape.kind`): for each kind, the number of
+    queries, their sentences (min and max), and the mean, min and max weight of each signal."""
+    out: dict = {}
+    for kind in ("one paragraph", "several paragraphs"):
+        qids = [q for q in weights_used if q in shapes and shapes[q].kind == kind]
+        if not qids:
+            continue
+        sentences = [shapes[q].sentences for q in qids]
+        entry: dict = {"queries": len(qids), "sentences": [min(sentences), max(sentences)]}
+        for s in SIGNALS:
+            w = np.asarray([float(weights_used[q].get(s, 0.0)) for q in qids])
+            entry[s] = {"mean": round(float(w.mean()), 3), "min": round(float(w.min()), 3), "max": round(float(w.max()), 3)}
+        out[kind] = entry
+    return out

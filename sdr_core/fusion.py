@@ -37,6 +37,12 @@ the mean for ``z_score``). For ``rrf`` a missing document gets no contribution f
 engine every signal is computed for every document of the set, so NaN only appears when a
 backend cannot score a document.
 
+Adaptive fusion (``fusion="adaptive"``): z-score normalisation as above, with weights set per
+query from the source's shape (its number of sentences, :class:`SourceShape`) and each signal's own
+evidence over the set (how far its top documents stand out), by :func:`adaptive_weights` with the
+few parameters of :class:`AdaptiveParams`; the spec's weights multiply the adaptive ones (0 still
+leaves a signal out). docs/scoring.md ("Adaptive fusion") gives the formula and why.
+
 The final ranking is by fused score descending, ties by id ascending (:func:`sdr_search.core.scoring.rank`).
 """
 
@@ -56,7 +62,12 @@ __all__ = [
     "FUSIONS",
     "RRF_RANK_CONSTANT",
     "DEFAULT_HYBRID",
+    "DEFAULT_FIXED_HYBRID",
+    "ADAPTIVE_HYBRID",
     "HybridSpec",
+    "SourceShape",
+    "AdaptiveParams",
+    "adaptive_weights",
     "Fused",
     "parse_weights",
     "format_weights",
@@ -74,7 +85,7 @@ __all__ = [
 SIGNALS = ("bm25", "sdr", "mean")
 METHODS = ("sdr", "hybrid")
 """Ranking methods of the engine: exact SDR over the vector candidates, or hybrid fusion."""
-FUSIONS = ("zscore", "minmax", "rrf")
+FUSIONS = ("zscore", "minmax", "rrf", "adaptive")
 RRF_RANK_CONSTANT = 60
 
 
@@ -96,8 +107,131 @@ def _check_weights(weights: Mapping[str, Any]) -> dict[str, float]:
 
 
 @dataclass(frozen=True)
+class SourceShape:
+    """What the source of a query is: its number of sentences and of SDR paragraphs."""
+
+    sentences: int
+    paragraphs: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("sentences", "paragraphs"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
+
+    @classmethod
+    def of(cls, doc: Any) -> "SourceShape":
+        """The shape of a segmented document (anything with ``paragraphs``, a sequence of
+        sentence sequences, e.g. :class:`sdr_search.core.documents.Document`)."""
+        paragraphs = [p for p in doc.paragraphs if len(p)]
+        return cls(sentences=sum(len(p) for p in paragraphs), paragraphs=len(paragraphs))
+
+    @property
+    def kind(self) -> str:
+        """``"one paragraph"`` or ``"several paragraphs"``: how ``sdr eval`` groups queries when it
+        reports the weights it used."""
+        return "one paragraph" if self.paragraphs <= 1 else "several paragraphs"
+
+
+@dataclass(frozen=True)
+class AdaptiveParams:
+    """The parameters of :func:`adaptive_weights` (docs/scoring.md, "Adaptive fusion").
+
+    - ``half_sentences`` (``n0``): the source length, in sentences, at which BM25 and SDR get the
+      same prior weight; shorter sources lean to BM25, longer ones to SDR;
+    - ``mean_weight`` (``m``): the prior share of the single-vector cosine;
+    - ``evidence_power`` (``g``): how much each signal's evidence (the mean z-score of its top
+      ``evidence_top`` documents over the set) scales its weight; 0 ignores the evidence.
+    """
+
+    half_sentences: float = 32.0
+    mean_weight: float = 0.0
+    evidence_power: float = 0.0
+    evidence_top: int = 10
+
+    def __post_init__(self) -> None:
+        for name in ("half_sentences", "mean_weight", "evidence_power"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise InvalidInputError(f"adaptive {name} must be a finite number >= 0, got {v!r}")
+            object.__setattr__(self, name, float(v))
+        if self.half_sentences <= 0:
+            raise InvalidInputError(f"adaptive half_sentences must be > 0, got {self.half_sentences!r}")
+        if self.mean_weight >= 1:
+            raise InvalidInputError(f"adaptive mean_weight must be < 1, got {self.mean_weight!r}")
+        if isinstance(self.evidence_top, bool) or not isinstance(self.evidence_top, int) or self.evidence_top < 1:
+            raise InvalidInputError(f"adaptive evidence_top must be an integer >= 1, got {self.evidence_top!r}")
+
+    def __str__(self) -> str:
+        return (f"n0={self.half_sentences:g},m={self.mean_weight:g},g={self.evidence_power:g}"
+                + (f",top={self.evidence_top}" if self.evidence_top != 10 else ""))
+
+    def to_dict(self) -> dict[str, float]:
+        return {"half_sentences": self.half_sentences, "mean_weight": self.mean_weight,
+                "evidence_power": self.evidence_power, "evidence_top": self.evidence_top}
+
+    @staticmethod
+    def grid() -> list["AdaptiveParams"]:
+        """The candidates the cross-validation of ``bench/adaptive_fusion.py`` chooses from (45)."""
+        return [AdaptiveParams(n0, m, g) for n0 in (8.0, 16.0, 32.0, 64.0, 128.0)
+                for m in (0.0, 0.1, 0.25) for g in (0.0, 1.0, 2.0)]
+
+
+def _evidence(z: np.ndarray, top: int) -> float:
+    """The mean of the ``top`` highest z-scores, floored at 0."""
+    if z.size == 0:
+        return 0.0
+    k = min(top, z.size)
+    return max(0.0, float(np.mean(np.partition(z, z.size - k)[z.size - k:])))
+
+
+def adaptive_weights(
+    signals: Mapping[str, np.ndarray | Sequence[float]], source: SourceShape | None, params: AdaptiveParams,
+    base: Mapping[str, float] | None = None,
+) -> dict[str, float]:
+    """The per-query weights of adaptive fusion (they sum to 1), from the raw ``signals`` over the
+    fused set (name -> one score per document, NaN = missing), the ``source``'s shape and ``params``:
+
+    - prior, from the source's ``n`` sentences: ``bm25 (1 - m) n0 / (n0 + n)``,
+      ``sdr (1 - m) n / (n0 + n)``, ``mean m``; without a ``source`` (unknown shape) ``n = n0``;
+    - evidence: each prior times ``e_i ** g``, ``e_i`` the mean z-score of signal ``i``'s top
+      ``evidence_top`` documents over the set (floored at 0);
+    - times ``base`` (the spec's weights; 0 leaves a signal out), then divided by the sum. If
+      every evidence is 0, the evidence is ignored.
+
+    Signals missing from ``signals`` (or with base weight 0) get weight 0.
+    """
+    n0 = params.half_sentences
+    n = float(source.sentences) if source is not None else n0
+    m = params.mean_weight
+    prior = {"bm25": (1 - m) * n0 / (n0 + n), "sdr": (1 - m) * n / (n0 + n), "mean": m}
+    base = {s: 1.0 for s in SIGNALS} if base is None else base
+    present = [s for s in SIGNALS if s in signals and float(base.get(s, 0.0)) > 0]
+    w = {s: prior[s] * float(base.get(s, 0.0)) if s in present else 0.0 for s in SIGNALS}
+    if params.evidence_power > 0:
+        ev = {s: _evidence(zscore(signals[s]), params.evidence_top) for s in present}
+        scaled = {s: w[s] * ev.get(s, 0.0) ** params.evidence_power for s in SIGNALS}
+        if sum(scaled.values()) > 0:
+            w = scaled
+    total = sum(w.values())
+    if total <= 0:  # e.g. only mean present with m = 0: fall back to equal weights
+        w = {s: (1.0 if s in present else 0.0) for s in SIGNALS}
+        total = sum(w.values()) or 1.0
+    return {s: w[s] / total for s in SIGNALS}
+
+
+ADAPTIVE_PARAMS = AdaptiveParams()
+"""The shipped adaptive parameters: ``n0 = 32`` sentences, no mean-vector share, no evidence term.
+Every fold of the 5-fold cross-validation on IRLeD dev (full and short sources) chose ``n0 = 32,
+m = 0``; the evidence power (0, 1 or 2) changed the mean MAP by under 0.001, so it is left out
+(docs/results/relevance.md, "Adaptive fusion: full and short sources")."""
+
+
+@dataclass(frozen=True)
 class HybridSpec:
-    """How to fuse: a normalisation (``zscore``, ``minmax``) or ``rrf``, and a weight per signal.
+    """How to fuse: a normalisation (``zscore``, ``minmax``), ``rrf``, or ``adaptive`` (z-score with
+    per-query weights, :func:`adaptive_weights` with ``adaptive``), and a weight per signal (for
+    ``adaptive``: a multiplier of the adaptive weight).
 
     Signals left out of ``weights`` weigh 0. Raises :class:`InvalidInputError` for an unknown
     fusion or signal, a negative or non-finite weight, or no positive weight.
@@ -106,12 +240,15 @@ class HybridSpec:
     fusion: str = "zscore"
     weights: Mapping[str, float] = field(default_factory=lambda: {"bm25": 1.0, "sdr": 1.0, "mean": 1.0})
     rank_constant: int = RRF_RANK_CONSTANT
+    adaptive: AdaptiveParams = ADAPTIVE_PARAMS
 
     def __post_init__(self) -> None:
         if self.fusion not in FUSIONS:
             raise InvalidInputError(f"unknown fusion {self.fusion!r}; choose from {', '.join(FUSIONS)}")
         if isinstance(self.rank_constant, bool) or not isinstance(self.rank_constant, int) or self.rank_constant < 1:
             raise InvalidInputError(f"rank_constant must be an integer >= 1, got {self.rank_constant!r}")
+        if not isinstance(self.adaptive, AdaptiveParams):
+            raise InvalidInputError(f"adaptive must be AdaptiveParams, got {self.adaptive!r}")
         object.__setattr__(self, "weights", _check_weights(dict(self.weights)))
 
     @property
@@ -123,23 +260,32 @@ class HybridSpec:
         d: dict[str, Any] = {"fusion": self.fusion, "weights": dict(self.weights)}
         if self.fusion == "rrf":
             d["rank_constant"] = self.rank_constant
+        if self.fusion == "adaptive":
+            d["adaptive"] = self.adaptive.to_dict()
         return d
 
     def replace(self, *, fusion: str | None = None, weights: Mapping[str, float] | None = None,
-                rank_constant: int | None = None) -> "HybridSpec":
+                rank_constant: int | None = None, adaptive: AdaptiveParams | None = None) -> "HybridSpec":
         return HybridSpec(
             fusion if fusion is not None else self.fusion,
             weights if weights is not None else self.weights,
             rank_constant if rank_constant is not None else self.rank_constant,
+            adaptive if adaptive is not None else self.adaptive,
         )
 
 
-DEFAULT_HYBRID = HybridSpec("zscore", {"bm25": 1.0, "sdr": 1.0, "mean": 1.0})
+DEFAULT_FIXED_HYBRID = HybridSpec("zscore", {"bm25": 1.0, "sdr": 1.0, "mean": 1.0})
+"""The fixed-weight hybrid: all three signals, z-scored, at equal (untuned) weights
+(``--fusion zscore``; the default before adaptive fusion)."""
+
+ADAPTIVE_HYBRID = HybridSpec("adaptive", {"bm25": 1.0, "sdr": 1.0, "mean": 1.0})
+"""Adaptive fusion of all three signals with the cross-validated :data:`ADAPTIVE_PARAMS`."""
+
+DEFAULT_HYBRID = ADAPTIVE_HYBRID
 """The default hybrid spec (``sdr mlt/eval --method hybrid`` without ``--fusion``/``--weights``,
-and the default of ``SDR_FUSION``/``SDR_HYBRID_WEIGHTS``). All three signals, z-scored, at equal
-(untuned) weights: on IRLeD dev with the default segmentation this scores above BM25 alone and
-above BM25 + mean, and keeps BM25 in the mix for corpora where the encoder is weak (docs/results/relevance.md,
-"Which default"). Change it here when a measurement says otherwise."""
+and the default of ``SDR_FUSION``/``SDR_HYBRID_WEIGHTS``). docs/results/relevance.md ("Which
+default", "Adaptive fusion: full and short sources") gives the measurements behind it. Change it
+here when a measurement says otherwise."""
 
 
 def parse_weights(text: str) -> dict[str, float]:
@@ -265,21 +411,27 @@ def combine(normalised: Mapping[str, np.ndarray], weights: Mapping[str, float]) 
 @dataclass(frozen=True)
 class Fused:
     """The fused score of every document and, per active signal, its normalised score (for
-    ``rrf``: its reciprocal-rank contribution before weighting) and raw score."""
+    ``rrf``: its reciprocal-rank contribution before weighting) and raw score; ``weights``: the
+    weight each signal got, divided by their sum (for ``adaptive``: this query's weights)."""
 
     scores: np.ndarray  # (n,) float64
     normalised: dict[str, np.ndarray]
     raw: dict[str, np.ndarray]
+    weights: dict[str, float] = field(default_factory=dict)
 
     def order(self, ids: Sequence[str]) -> list[int]:
         """Indices by fused score descending, ties by id ascending."""
         return rank(ids, self.scores)
 
 
-def fuse(ids: Sequence[str], signals: Mapping[str, np.ndarray | Sequence[float]], spec: HybridSpec) -> Fused:
+def fuse(ids: Sequence[str], signals: Mapping[str, np.ndarray | Sequence[float]], spec: HybridSpec, *,
+         source: SourceShape | None = None, weights: Mapping[str, float] | None = None) -> Fused:
     """Fuse the ``signals`` (name -> one score per id, NaN = missing) of one query's set.
 
-    Every active signal of ``spec`` must be given; the others are ignored.
+    Every active signal of ``spec`` must be given; the others are ignored. ``source``: the shape
+    of the query's source, used by ``adaptive`` fusion (None: unknown, a neutral length prior).
+    ``weights``: for ``adaptive``, use these weights instead of computing them (e.g. the weights
+    of the query's candidate set, reused for the documents outside it).
     """
     n = len(ids)
     normalised: dict[str, np.ndarray] = {}
@@ -293,15 +445,27 @@ def fuse(ids: Sequence[str], signals: Mapping[str, np.ndarray | Sequence[float]]
         raw[s] = x
         if spec.fusion == "rrf":
             normalised[s] = rrf_scores(ids, x, spec.rank_constant)
+        elif spec.fusion == "adaptive":
+            normalised[s] = zscore(x)
         else:
             normalised[s] = normalise(x, spec.fusion)
+    if spec.fusion == "adaptive":
+        if weights is None:
+            weights = adaptive_weights(raw, source, spec.adaptive, base=spec.weights)
+        used = {s: float(weights.get(s, 0.0)) for s in spec.active}
+        if not any(w > 0 for w in used.values()):
+            used = {s: 1.0 for s in spec.active}
+    else:
+        used = {s: float(spec.weights[s]) for s in spec.active}
+    total = sum(used.values())
+    shares = {s: used.get(s, 0.0) / total for s in SIGNALS}
     if spec.fusion == "rrf":  # sum of weighted reciprocal ranks (OpenSearch's RRF), not a mean
         scores = np.zeros(n, dtype=np.float64)
         for s in spec.active:
             scores += spec.weights[s] * normalised[s]
     else:
-        scores = combine(normalised, {s: spec.weights[s] for s in spec.active})
-    return Fused(scores, normalised, raw)
+        scores = combine(normalised, {s: w for s, w in used.items() if w > 0} or used)
+    return Fused(scores, normalised, raw, shares)
 
 
 def check_search_defaults(defaults: Mapping[str, Any]) -> dict[str, Any]:

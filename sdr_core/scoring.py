@@ -36,6 +36,9 @@ __all__ = [
     "sdr_scores",
     "score_candidates",
     "score_documents",
+    "document_best",
+    "part_scores",
+    "like_unlike",
     "rank",
     "top_of",
 ]
@@ -364,6 +367,46 @@ def score_documents(
         return np.zeros(0, dtype=np.float64)
     if stats is not None and len(stats) != source.n_paragraphs:
         raise ValueError(f"stats cover {len(stats)} paragraphs, the source has {source.n_paragraphs}")
+    return sdr_scores(document_best(source, documents, block_rows=block_rows), stats)
+
+
+def part_scores(best: np.ndarray, stats: NormStats, part_offsets: Sequence[int]) -> np.ndarray:
+    """SDR scores of several sources scored as one (their paragraphs concatenated), shape
+    ``(parts, D)`` (float64): ``best`` is :func:`document_best` of the concatenated source,
+    ``stats`` its per-paragraph statistics (each source's own, concatenated), and source ``p`` owns
+    rows ``part_offsets[p]:part_offsets[p + 1]``. Row ``p`` equals :func:`score_documents` of
+    source ``p`` alone: the row maxima of a paragraph do not depend on the other paragraphs."""
+    offsets = np.asarray(part_offsets, dtype=np.int64)
+    best = np.asarray(best)
+    if offsets.ndim != 1 or offsets.size < 2 or offsets[0] != 0 or offsets[-1] != best.shape[0] or np.any(np.diff(offsets) <= 0):
+        raise ValueError(f"part_offsets must rise from 0 to {best.shape[0]} (the rows of best), got {offsets.tolist()}")
+    if len(stats) != best.shape[0]:
+        raise ValueError(f"stats cover {len(stats)} source paragraphs, best has {best.shape[0]} rows")
+    normalised = (best - stats.mu[:, None]) / stats.sigma[:, None]  # float64
+    sums = np.add.reduceat(normalised, offsets[:-1], axis=0)
+    return sums / np.diff(offsets)[:, None]
+
+
+def like_unlike(rows: np.ndarray, n_like: int, unlike_weight: float) -> np.ndarray:
+    """The score of a query with several sources from each source's own scores ``rows``
+    ``(sources, D)``, the ``n_like`` like sources first: the mean of the like rows minus
+    ``unlike_weight`` times the mean of the unlike rows (none: the like mean; one like source and
+    no unlike: its row as it is)."""
+    rows = np.asarray(rows, dtype=np.float64)
+    if rows.ndim != 2 or not 1 <= n_like <= rows.shape[0]:
+        raise ValueError(f"need (sources, D) rows with 1 <= n_like <= sources, got {rows.shape} and n_like={n_like}")
+    score = rows[0].copy() if n_like == 1 else rows[:n_like].mean(axis=0)
+    if rows.shape[0] > n_like:
+        score -= unlike_weight * rows[n_like:].mean(axis=0)
+    return score
+
+
+def document_best(source: DocVectors, documents: Sequence[DocVectors], *, block_rows: int = 8192) -> np.ndarray:
+    """``best[i, c]``, the best paragraph score of source paragraph ``i`` in document ``c`` (the
+    document maxima :func:`document_max` gives), shape ``(n, D)`` float32, computed as
+    :func:`score_documents` does (one reused buffer, blocks of about ``block_rows`` sentences)."""
+    if not documents:
+        return np.zeros((source.n_paragraphs, 0), dtype=np.float32)
     for doc in documents:
         if doc.dim != source.dim:
             raise ValueError(f"dimension mismatch: source has {source.dim}, a document has {doc.dim}")
@@ -388,7 +431,7 @@ def score_documents(
         lengths = np.diff(np.append(starts_all, at))
         tile = work.tile(sims, starts_all, lengths)
         best[:, d0:d1] = np.maximum.reduceat(tile, np.asarray(doc_starts, dtype=np.int64), axis=1)
-    return sdr_scores(best, stats)
+    return best
 
 
 def rank(ids: Sequence[str], scores: np.ndarray) -> list[int]:

@@ -142,6 +142,25 @@ class EncoderSettings(BaseSettings):
             "(AVX512-BF16/AMX: measured cosine to fp32 >= 0.9999, ~2.5x faster), fp32 otherwise."
         ),
     )
+    pooling: Literal["auto", "mean", "cls", "max", "weightedmean", "lasttoken"] = Field(
+        "auto",
+        description=(
+            "How token vectors become a sentence vector. 'auto': what the model directory says "
+            "(sentence-transformers modules.json and its Pooling config.json: CLS, mean, max, "
+            "weighted mean or last token), mean pooling when it says nothing. A name overrides the "
+            "model. Vectors are always L2-normalised. Part of the encoder tag: a store is queried "
+            "with the pooling it was built with."
+        ),
+    )
+    sentence_prompt: str | None = Field(
+        None,
+        description=(
+            "Text put before every sentence (documents and sources alike). Unset: the model's "
+            "document-side prompt from config_sentence_transformers.json ('document', 'passage' or "
+            "'corpus', else its default_prompt_name), none when it defines none. '' turns the "
+            "model's prompt off. Part of the encoder tag."
+        ),
+    )
 
 
 class CacheSettings(BaseSettings):
@@ -166,11 +185,13 @@ class HybridSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="SDR_", extra="ignore")
 
-    fusion: Literal["zscore", "minmax", "rrf"] = Field(
+    fusion: Literal["zscore", "minmax", "rrf", "adaptive"] = Field(
         DEFAULT_HYBRID.fusion,
         description=(
             "Per-query normalisation of each signal over the fused set, z-score or min-max (then a "
-            "weighted mean), or reciprocal-rank fusion. z-score keeps how far a document stands out; "
+            "weighted mean), or reciprocal-rank fusion; or adaptive: z-score with weights set per query "
+            "by the source's length (short sources lean to BM25, long ones to SDR; docs/scoring.md), "
+            "the weights below multiplying them. z-score keeps how far a document stands out; "
             "min-max is sensitive to one outlier; rrf ignores score magnitudes."
         ),
     )

@@ -9,6 +9,7 @@ engine and the HTTP service; ``sdr_search.workers``: Celery workers)::
     with open_store("my-store", create=True) as store:        # or open_store("http://localhost:9200", index="sdr")
         index_files(store, ["corpus.jsonl"])                   # encode, write, refresh statistics
         result = more_like_this(store, Query(text="...", size=10, filter={"court": "supreme"}))
+        several = more_like_this(store, Query(like=["doc-1", {"text": "..."}], unlike=["doc-7"]))
         for hit in result.hits:
             print(hit.id, hit.score)
 
@@ -19,14 +20,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["Query", "MoreLikeThis", "MLTResult", "open_store", "index_files", "more_like_this"]
+__all__ = ["Query", "Like", "MoreLikeThis", "MLTResult", "open_store", "index_files", "more_like_this"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from .api import index_files, more_like_this, open_store
-    from .reranker.engine import MLTResult, MoreLikeThis, Query
+    from .reranker.engine import Like, MLTResult, MoreLikeThis, Query
 
 _LAZY = {
     "Query": "sdr_search.reranker.engine",
+    "Like": "sdr_search.reranker.engine",
     "MoreLikeThis": "sdr_search.reranker.engine",
     "MLTResult": "sdr_search.reranker.engine",
     "open_store": "sdr_search.api",

@@ -60,6 +60,6 @@ def more_like_this(
     """Answer one query (an engine for one call; keep a :class:`MoreLikeThis` for many: it caches
     the reference sample and the encoder). New-text sources load the store's model unless
     ``encoder`` is given."""
-    if encoder is None and query.id is None and query.vectors is None:
+    if encoder is None and query.needs_encoder:
         encoder = query_encoder(store.meta())
     return MoreLikeThis(store=store, encoder=encoder, settings=settings).run(query)

@@ -53,9 +53,11 @@ def _add_segmentation_args(p: argparse.ArgumentParser) -> None:
 
 def _add_hybrid_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("hybrid (--method hybrid)")
-    g.add_argument("--fusion", choices=["zscore", "minmax", "rrf"],
-                   help="per-query normalisation of the signals (zscore, minmax) or reciprocal-rank fusion (default: the "
-                   "index's default (sdr defaults), else env SDR_FUSION, else zscore)")
+    g.add_argument("--fusion", choices=["zscore", "minmax", "rrf", "adaptive"],
+                   help="per-query normalisation of the signals (zscore, minmax), reciprocal-rank fusion, or adaptive "
+                   "(z-score with weights set per query by the source's length: short sources lean to BM25, long ones to "
+                   "SDR; --weights multiply them; docs/scoring.md) (default: the index's default (sdr defaults), else env "
+                   "SDR_FUSION, else adaptive)")
     g.add_argument("--weights", metavar="W",
                    help="weight per signal, e.g. bm25=1,mean=1,sdr=0.5 (signals: bm25, sdr, mean; left out = 0; default: "
                    "the index's default, else env SDR_HYBRID_WEIGHTS, else bm25=1,sdr=1,mean=1)")
@@ -85,7 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="rank a whole corpus for every query and print relevance metrics as JSON",
         description=(
             "Rank every corpus document for every query (exhaustively) and print one JSON object "
-            "with MPR, MRR, HR@10, MAP, P@10, Recall@100, nDCG@10 and the query count."
+            "with MPR, MRR, HR@10, MAP, P@10, Recall@100, nDCG@10 and the query count; with --method "
+            "hybrid also the fusion weights used per query kind (sources of one paragraph, of several)."
         ),
     )
     ev.add_argument("--corpus", nargs="+", metavar="PATH", help="corpus: .jsonl[.gz] files or .txt directories (exhaustive ranking)")
@@ -105,6 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--sample", type=int, default=5000, metavar="R", help="reference sample size for --stats sampled (default 5000)")
     ev.add_argument("--seed", type=int, default=0, help="seed of the reference sample (default 0)")
     ev.add_argument("--no-progress", action="store_true", help="no progress bars")
+    ev.add_argument("--source-cut", metavar="CUT", default=None,
+                    help="cut every query to a short source before ranking (same qrels): 'sentences:N' keeps its first N "
+                    "sentences as one paragraph, 'paragraphs:N' its first N SDR paragraphs, 'full' (default) all of it; "
+                    "the short-source dev set is sentences:9 (docs/results/relevance.md)")
     _add_store_args(ev, required=False)
     _add_hybrid_args(ev)
     _add_encoder_args(ev)
@@ -134,10 +141,21 @@ def build_parser() -> argparse.ArgumentParser:
         "(docs/scoring.md). --method sdr: the two-stage exact SDR ranking alone.",
     )
     _add_store_args(ml)
-    src = ml.add_mutually_exclusive_group(required=True)
+    src = ml.add_mutually_exclusive_group()
     src.add_argument("--id", help="an indexed document")
     src.add_argument("--file", type=Path, help="a new document: .txt (raw text) or .json/.jsonl (a record)")
     src.add_argument("--text", help="a new document as text")
+    ml.add_argument("--like", action="append", metavar="ID",
+                    help="several sources: an indexed document (repeat for more; with --like-file too); the score is the "
+                    "mean of each source's own score (docs/scoring.md)")
+    ml.add_argument("--like-file", action="append", type=Path, metavar="FILE",
+                    help="several sources: a new document from a file, as --file (repeatable)")
+    ml.add_argument("--unlike", action="append", metavar="ID",
+                    help="an indexed document the results should not resemble (repeatable)")
+    ml.add_argument("--unlike-file", action="append", type=Path, metavar="FILE",
+                    help="a new document the results should not resemble, as --file (repeatable)")
+    ml.add_argument("--unlike-weight", type=float, metavar="W",
+                    help="weight of the unlike term (default 0.5; env SDR_UNLIKE_WEIGHT)")
     ml.add_argument("--size", type=int, default=10, help="results (default 10)")
     ml.add_argument("--from", dest="offset", type=int, default=0, metavar="N", help="skip the first N results (paging)")
     ml.add_argument("--candidates", type=int, help="K documents reranked exactly (default 100; env SDR_CANDIDATES)")
@@ -331,9 +349,11 @@ def cmd_eval(args) -> int:
     from sdr_search.core.documents import ReadReport, read_documents
     from sdr_search.core.encoder import SentenceEncoder
     from sdr_search.core.embed import embed_corpus, embed_documents
-    from sdr_search.core.evaluation import EvalInputs, VECTOR_METHODS, rank_all
+    from sdr_search.core.evaluation import EvalInputs, VECTOR_METHODS, cut_source, parse_source_cut, rank_all, weights_by_kind
+    from sdr_search.core.fusion import SourceShape
     from sdr_search.core.metrics import evaluate, read_qrels, write_run
 
+    parse_source_cut(getattr(args, "source_cut", None))  # validated before any reading
     if args.store is not None or args.opensearch is not None:
         from sdr_search.reranker.commands import cmd_eval_store
 
@@ -354,6 +374,8 @@ def cmd_eval(args) -> int:
     corpus_report, query_report = ReadReport(), ReadReport()
     corpus_docs = list(read_documents(args.corpus, settings=seg, report=corpus_report, strict=args.strict))
     query_docs = list(read_documents(args.queries, settings=seg, report=query_report, strict=args.strict))
+    cut = parse_source_cut(args.source_cut)
+    query_docs = [cut_source(q, cut) for q in query_docs]
     if not corpus_docs:
         raise SDRError("the corpus has no usable document")
     if not query_docs:
@@ -377,8 +399,17 @@ def cmd_eval(args) -> int:
         extra["stats"] = args.stats if args.stats == "exact" else f"sampled(R={args.sample}, seed={args.seed})"
     if hybrid is not None:
         extra["hybrid"] = {**hybrid.to_dict(), "candidates": args.candidates or 100}
+    weights_used: dict = {}
     runs = rank_all(args.method, inputs, stats=args.stats, sample_size=args.sample, seed=args.seed, progress=progress,
-                    hybrid=hybrid, candidates=args.candidates or 100)
+                    hybrid=hybrid, candidates=args.candidates or 100, weights_used=weights_used)
+    if hybrid is not None:  # the fusion weights it used, per query kind (one paragraph / several)
+        by_kind = weights_by_kind(weights_used, {q.id: SourceShape.of(q) for q in query_docs})
+        extra["hybrid"]["weights_used"] = by_kind
+        for kind, entry in by_kind.items():
+            logger.info("fusion weights, %s (%d queries, %d-%d sentences): %s", kind, entry["queries"],
+                        *entry["sentences"], ", ".join(f"{s} {entry[s]['mean']:.2f}" for s in ("bm25", "sdr", "mean")))
+    if cut is not None:
+        extra["source_cut"] = str(cut)
     result = evaluate({q: [d for d, _ in r] for q, r in runs.items()}, qrels)
     if args.run:
         args.run.parent.mkdir(parents=True, exist_ok=True)

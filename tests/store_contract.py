@@ -448,3 +448,48 @@ class StoreContract:
         ids = [d.id for d, _ in items]
         for own, default in zip(store.paragraph_centroids(ids), DocumentStore.paragraph_centroids(store, ids)):
             np.testing.assert_allclose(own, default, atol=1e-6)
+
+    # -- a metadata filter inside the candidate stage (capabilities.filtered_knn) ----------------------------
+    def test_a_metadata_filter_restricts_knn_lexical_search_and_ids_matching(self, store):
+        if not store.capabilities.filtered_knn:
+            pytest.skip("this store filters no candidate search (capabilities.filtered_knn is false)")
+        import dataclasses
+
+        from sdr_search.core.filters import matches
+
+        def metadata(i: int) -> dict:  # strings, integers, floats, booleans, lists, a rare field
+            return {"court": ["supreme", "high", "Low Court"][i % 3], "year": 2000 + i % 4, "score": 0.5 * (i % 3),
+                    "flag": i % 2 == 0, "tags": ["a", "b"] if i % 5 == 0 else ["c"], "rare": i % 20 == 7}
+
+        items = [(dataclasses.replace(d, metadata=metadata(i)), v) for i, (d, v) in enumerate(make_docs(60, seed=23))]
+        store.put(items)
+        by_id = {d.id: d.metadata for d, _ in items}
+        filters = [{"court": "supreme"}, {"year": [2001, 2002]}, {"year": 2001.0, "flag": False}, {"flag": True},
+                   {"score": [0.5, 1]}, {"tags": "a"}, {"rare": True}, {"court": ["high", "Low Court"], "year": [2000, 2003]},
+                   {"rare": 1}, {"year": "2001"}, {"missing": 1}, {"year": 2001.5}]
+        q = np.concatenate([items[0][1].vectors[:2], items[31][1].vectors[:1]])
+        for flt in filters:
+            want = sorted(i for i, m in by_id.items() if matches(m, flt))
+            assert sorted(store.ids_matching(flt)) == want, flt
+            allowed = [i for i in want if i != "d000"]
+            ids, best = brute_force_best(q, [(d, v) for d, v in items if d.id in set(allowed)]) if allowed else ([], None)
+            hits = store.sentence_knn(q, 4, exclude_ids=["d000"], filter=flt)
+            for r, got in enumerate(hits.doc_ids):
+                expected = [ids[j] for j in np.argsort(-best[r], kind="stable")[:4]] if allowed else []
+                assert got == expected, (flt, r)
+                if allowed:
+                    np.testing.assert_allclose(hits.scores[r], np.sort(best[r])[::-1][:len(got)], atol=1e-4)
+        # filter and allowed ids together: the documents in both
+        both = store.sentence_knn(q, 10, filter={"court": "supreme"}, allowed_ids=["d003", "d004", "d006", "d009"])
+        assert all(sorted(row) == ["d003", "d006", "d009"] for row in both.doc_ids)
+        assert store.sentence_knn(q, 3, allowed_ids=[]).doc_ids == [[], [], []]
+        # lexical: the top k among the matching documents, with the unfiltered scores
+        text = items[7][0].text
+        every = store.lexical_search(text, 0, score_ids=list(by_id))
+        for flt in ({"rare": True}, {"court": "high", "flag": False}, {"missing": 1}):
+            matching = [i for i, m in by_id.items() if matches(m, flt) and i != "d007"]
+            ranked = sorted((i for i in matching if every.scored[i] > 0), key=lambda i: (-every.scored[i], i))[:5]
+            got = store.lexical_search(text, 5, exclude_ids=["d007"], score_ids=["d001"], filter=flt)
+            assert set(got.ids) == set(ranked) and len(got.ids) == len(ranked), flt
+            np.testing.assert_allclose(got.scores, [every.scored[i] for i in got.ids], rtol=1e-4)
+            assert got.score_of("d001") == pytest.approx(every.scored["d001"], rel=1e-4)  # scored whatever the filter

@@ -120,3 +120,30 @@ def test_every_subcommand_has_help():
     for argv in (["--help"], ["eval", "--help"]):
         proc = subprocess.run([sys.executable, "-m", "sdr_search", *argv], capture_output=True, text=True)
         assert proc.returncode == 0 and "usage: sdr" in proc.stdout
+
+
+@pytest.mark.parametrize("fusion", ["adaptive", "zscore"])
+def test_eval_prints_the_fusion_weights_per_query_kind(dataset, capsys, caplog, fusion):
+    # whole queries have two paragraphs ("several paragraphs", paragraphs not merged); cut to 2
+    # sentences they have one
+    for cut, kind in (("full", "several paragraphs"), ("sentences:2", "one paragraph")):
+        with caplog.at_level("INFO", logger="sdr"):
+            assert main(_args(dataset, "hybrid", "--fusion", fusion, "--candidates", "2", "--source-cut", cut,
+                              "--min-paragraph-sentences", "1")) == 0
+        out = json.loads(capsys.readouterr().out)
+        used = out["hybrid"]["weights_used"]
+        assert list(used) == [kind] and used[kind]["queries"] == 3
+        assert sum(used[kind][s]["mean"] for s in ("bm25", "sdr", "mean")) == pytest.approx(1.0, abs=2e-3)
+        assert f"fusion weights, {kind}" in caplog.text
+        assert out.get("source_cut") == (None if cut == "full" else cut)
+        if fusion == "zscore":  # fixed: the given weights, divided by their sum
+            assert used[kind]["bm25"] == {"mean": 0.333, "min": 0.333, "max": 0.333}
+        else:
+            assert out["hybrid"]["adaptive"]["half_sentences"] == 32.0
+        if cut != "full":
+            assert used[kind]["sentences"] == [2, 2]
+
+
+def test_eval_bad_source_cut_is_one_line_exit_2(dataset):
+    assert main(_args(dataset, "bm25", "--source-cut", "words:3")) == 2
+    assert main(_args(dataset, "bm25", "--source-cut", "sentences:0")) == 2

@@ -113,3 +113,66 @@ def test_thread_budget_limits_blas_in_this_process():
     finally:
         for n in set(before.values()):
             threadpool_limits(limits=n, user_api="blas")
+
+
+# -- the CPU gate: an encoder batch holds the CPU whole --------------------------------------------------
+def test_an_encoder_batch_waits_for_running_computations_and_holds_back_new_ones():
+    from sdr_search.reranker.compute import CpuGate
+
+    gate = CpuGate()
+    events: list[str] = []
+    inside, release = threading.Event(), threading.Event()
+
+    def rerank(name, hold=None):
+        with gate.shared():
+            events.append(f"{name} start")
+            if hold is not None:
+                inside.set()
+                assert hold.wait(10)
+            events.append(f"{name} end")
+
+    def model():
+        with gate.exclusive():
+            events.append("model start")
+            time.sleep(0.05)
+            events.append("model end")
+
+    first = threading.Thread(target=rerank, args=("a", release))
+    first.start()
+    assert inside.wait(10)
+    enc = threading.Thread(target=model)
+    enc.start()
+    time.sleep(0.05)
+    late = threading.Thread(target=rerank, args=("b",))  # arrives while the model waits: waits behind it
+    late.start()
+    time.sleep(0.05)
+    assert events == ["a start"]
+    release.set()
+    for t in (first, enc, late):
+        t.join(10)
+    assert events == ["a start", "a end", "model start", "model end", "b start", "b end"]
+
+
+def test_requests_holding_the_gate_that_wait_for_the_encoder_do_not_block_it():
+    from sdr_search.reranker.compute import CpuGate
+
+    gate = CpuGate()
+    slow = _SlowEncoder(delay=0.05)
+    encoder = BatchingEncoder(slow, gate=gate)
+    results: dict[int, np.ndarray] = {}
+
+    def request(k):  # a request's compute: holds the gate shared, then encodes its text
+        with gate.shared():
+            results[k] = encoder.encode([f"s{k}", f"t{k}x"])
+            assert getattr(gate._local, "held", 0) == 1  # held again once the encoder returned
+
+    threads = [threading.Thread(target=request, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert not any(t.is_alive() for t in threads)  # no deadlock
+    assert sorted(results) == [0, 1, 2, 3] and slow.max_running == 1
+    for k, rows in results.items():
+        assert rows[:, 0].tolist() == [len(f"s{k}"), len(f"t{k}x")]
+    assert gate._shared == 0 and not gate._exclusive

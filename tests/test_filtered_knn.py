@@ -108,7 +108,7 @@ def test_a_rare_filter_still_returns_size_hits_ranked_as_exhaustive_sdr(store_pa
         for src in sources:
             res = engine.run(Query(id=src, size=size, filter={field: True}))
             exhaustive = engine.run(Query(id=src, size=size, candidate_ids=allowed))
-            assert len(res.hits) == min(size, len(allowed)) and "filter" in res.timings_ms
+            assert len(res.hits) == min(size, len(allowed))
             assert all(h.id in set(allowed) for h in res.hits)
             agree.append(len({h.id for h in res.hits} & {h.id for h in exhaustive.hits}) / len(exhaustive.hits))
         assert np.mean(agree) >= 0.99, agree

@@ -187,9 +187,74 @@ def test_merge_bound_is_the_setting(tmp_path, caplog):
         assert _merges(caplog) == 0 and store._lexical.index.pending == 5
         store.delete(["d001"])
         live.pop("d001")
-        _assert_exact(store, live, rng)
+        _assert_exact(store, live, rng)  # past the bound: answered from base + delta, merged in the background
+        _join_merge(store)
         assert _merges(caplog) == 1 and store._lexical.index.pending == 0
+        _assert_exact(store, live, rng)
         assert _builds(caplog) == 1
+
+
+def _join_merge(store: EmbeddedStore) -> None:
+    thread = store._lexical._merging
+    if thread is not None:
+        thread.join(30)
+        assert not thread.is_alive()
+
+
+def test_a_search_past_the_bound_does_not_wait_for_the_merge(tmp_path, monkeypatch, caplog):
+    """The search that finds the delta over the bound answers at once (base + delta, exact); a
+    thread merges. Writes applied during the merge are recorded and replayed onto the merged base
+    (nothing lost, no merge thrown away); past HARD_BOUND_FACTOR x the bound the search merges
+    itself before answering."""
+    from sdr_search.indexer.embedded.lexical import HARD_BOUND_FACTOR
+
+    caplog.set_level(logging.INFO, logger="sdr_search.indexer.embedded")
+    rng = np.random.default_rng(5)
+    from sdr_search.indexer.embedded.lexical import LexicalIndex
+
+    gate, started = threading.Event(), threading.Event()
+    real = LexicalIndex._save
+
+    def slow(self, index):  # the background merge is held after it has read the index
+        if threading.current_thread().name == "sdr-lexical-merge":
+            started.set()
+            assert gate.wait(30)
+        return real(self, index)
+
+    monkeypatch.setattr(LexicalIndex, "_save", slow)
+    with _open(tmp_path / "s", create=True, merge_min_docs=3, merge_fraction=0.0) as store:
+        store.ensure_meta(META)
+        items = [_doc(f"d{i:03d}", rng) for i in range(40)]
+        store.put(items)
+        store.refresh_lexical()
+        live = {d.id: d for d, _ in items}
+        merges = _merges(caplog)
+        for i in range(4):  # bound 3: the fourth write is past it
+            doc, vec = _doc(f"n{i}", rng)
+            store.put([(doc, vec)])
+            live[doc.id] = doc
+        _assert_exact(store, live, rng)  # answered while the merge is held back
+        assert started.wait(30) and store._lexical._merging.is_alive()
+        doc, vec = _doc("late", rng)
+        store.put([(doc, vec)])  # applied by the next search while the merge waits
+        live["late"] = doc
+        store.delete(["d003"])
+        live.pop("d003")
+        _assert_exact(store, live, rng)
+        gate.set()
+        _join_merge(store)
+        assert _merges(caplog) == merges + 1
+        assert store._lexical.index.pending == 2  # the two writes made during the merge, replayed
+        _assert_exact(store, live, rng)
+        started.clear()
+        gate.clear()
+        for i in range(HARD_BOUND_FACTOR * 3 + 1):  # a bulk load past the hard bound: merged before answering
+            doc, vec = _doc(f"b{i}", rng)
+            store.put([(doc, vec)])
+            live[doc.id] = doc
+        gate.set()
+        _assert_exact(store, live, rng)
+        assert store._lexical.index.pending == 0 and _merges(caplog) == merges + 2
 
 
 def test_another_store_object_writing_the_directory_keeps_a_reader_exact(tmp_path, caplog):

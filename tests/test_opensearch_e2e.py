@@ -212,7 +212,7 @@ def test_mlt_by_id_sdr_and_hybrid(indexed, corpus):
 
     res = sdr_json("mlt", *os_args(indexed), "--id", "wiki_308", "--method", "hybrid", "--size", "5", "--json")
     assert res["method"] == "hybrid"
-    assert res["hybrid"]["fusion"] == "zscore" and res["hybrid"]["weights"] == {"bm25": 1.0, "sdr": 1.0, "mean": 1.0}
+    assert res["hybrid"]["fusion"] == "adaptive" and res["hybrid"]["weights"] == {"bm25": 1.0, "sdr": 1.0, "mean": 1.0}
     assert len(res["hits"]) == 5 and "wiki_308" not in {h["id"] for h in res["hits"]}
     assert "lexical" in res["timings_ms"]
 
@@ -264,7 +264,7 @@ def test_mlt_explain_levels_match_the_stored_documents(indexed, corpus):
     res = sdr_json("mlt", *os_args(indexed), "--id", "wiki_12", "--method", "hybrid", "--size", "2", "--explain", "--json")
     for hit in res["hits"]:
         hybrid = hit["explanation"]["hybrid"]
-        assert hybrid["score"] == pytest.approx(hit["score"], abs=TOL) and hybrid["fusion"] == "zscore"
+        assert hybrid["score"] == pytest.approx(hit["score"], abs=TOL) and hybrid["fusion"] == "adaptive"
         assert set(hybrid["signals"]) == {"bm25", "sdr", "mean"}
         assert hybrid["signals"]["sdr"]["raw"] == pytest.approx(hit["explanation"]["score"], abs=TOL)
 
@@ -273,7 +273,7 @@ def test_mlt_explain_levels_match_the_stored_documents(indexed, corpus):
     assert lines[0].split() == ["rank", "score", "id"]
     assert any(line.strip().startswith("bm25 ") for line in lines)  # each signal's raw and normalised score
     assert any(line.strip().startswith("paragraph ") for line in lines)
-    assert "fused (zscore" in lines[-1]
+    assert "fused (adaptive" in lines[-1]
 
 
 def _free_port() -> int:

@@ -353,8 +353,9 @@ def test_hybrid_requests(client):
     r = client.post(MLT, json={"id": "land_0", "size": 4, "method": "hybrid"})
     assert r.status_code == 200, r.text
     body = r.json()
-    assert body["method"] == "hybrid" and body["hybrid"]["fusion"] == "zscore"
-    assert body["hybrid"]["weights"] == {"bm25": 1.0, "sdr": 1.0, "mean": 1.0}  # the default: all three
+    assert body["method"] == "hybrid" and body["hybrid"]["fusion"] == "adaptive"  # the default
+    assert body["hybrid"]["weights"] == {"bm25": 1.0, "sdr": 1.0, "mean": 1.0}
+    assert body["hybrid"]["adaptive"]["half_sentences"] == 32.0
     assert [h["id"][:5] for h in body["hits"]] == ["land_"] * 4 and "land_0" not in {h["id"] for h in body["hits"]}
     assert "lexical" in body["timings_ms"]
 

@@ -27,8 +27,11 @@ deletes).
 Merging. When the delta's documents plus the masked ones exceed the bound
 ``max(lexical_merge_min_docs, lexical_merge_fraction x base documents)`` (settings
 ``SDR_STORE_LEXICAL_MERGE_MIN_DOCS``, default 500, and ``SDR_STORE_LEXICAL_MERGE_FRACTION``,
-default 0.05), the next search merges delta and base into a new base (postings are moved, no text
-is tokenised again) and saves it. So a write costs tokenising that one document; a search after it
+default 0.05), the next search starts a background thread that merges delta and base into a new
+base (postings are moved, no text is tokenised again), saves it and swaps it in; that search and
+the ones after it answer from base + delta meanwhile, exactly. Only a delta over
+:data:`HARD_BOUND_FACTOR` times the bound (a bulk load) is merged by the search itself before it
+answers. So a write costs tokenising that one document; a search after it
 scores base + delta (weights computed at query time, cached until the next change); the index is
 never rebuilt whole because of a write. A full build (every text
 tokenised) happens only when no usable base exists: a new store, a damaged or missing
@@ -241,6 +244,9 @@ class Segments:
         # depends on N and the average length)
         self._wcache: dict[int, tuple[np.ndarray, np.ndarray] | None] = {}
         self._rw = _ReadWriteLock()
+        # the changes made since a background merge read this index (merged(journal=True)),
+        # replayed onto the merged base before it replaces this one; None: not recorded
+        self._journal: list[tuple[Any, ...]] | None = None
 
     # -- construction ---------------------------------------------------------------------------
     @classmethod
@@ -304,6 +310,8 @@ class Segments:
         slot = self._slot_of.pop(doc_id, None)
         if slot is None:
             return
+        if self._journal is not None:
+            self._journal.append(("remove", doc_id))
         del self._key_of[doc_id]
         self._alive[slot] = False
         self._wcache = {}
@@ -314,6 +322,8 @@ class Segments:
 
     def _add(self, doc_id: str, key: Key, toks: Sequence[str]) -> None:
         self._remove(doc_id)
+        if self._journal is not None:
+            self._journal.append(("add", doc_id, key, list(toks)))
         slot = self._n_slots
         if slot == self._lengths.size:
             grow = max(64, slot // 2)
@@ -482,62 +492,91 @@ class Segments:
         return ids, top, scored
 
     # -- merging ------------------------------------------------------------------------------
-    def merged(self) -> "Segments":
+    def merged(self, *, journal: bool = False) -> "Segments":
         """A new base over the live documents (base postings moved, delta postings sorted in; no
-        text is tokenised again). The live documents keep their relative slot order."""
+        text is tokenised again). The live documents keep their relative slot order. The index is
+        read under its read lock only long enough to copy what changes (the delta's postings, the
+        mask, the ids); the merge itself runs on that copy, so writes wait milliseconds, not the
+        merge. With ``journal``, the changes made to this index from then on are recorded
+        (:meth:`replay` brings the merged base up to date with them)."""
         with self._rw.read():
+            if journal:  # under the read lock: no change falls between what is merged and the journal
+                self._journal = []
             n = self._n_slots
-            alive = self._alive[:n]
-            new_of = np.cumsum(alive, dtype=np.int64) - 1
-            n_terms = len(self._terms)
-            nb = self._n_base_terms
-            # base postings, masked ones dropped, already in (term, slot) order
-            if self._deleted_base:
-                keep = alive[self._docs]
-                kept = np.concatenate([[0], np.cumsum(keep, dtype=np.int64)])
-                cb = kept[self._indptr[1:]] - kept[self._indptr[:-1]]
-                b_docs = new_of[self._docs[keep]]
-                b_tfs = self._tfs[keep]
-            else:
-                cb = np.diff(self._indptr)
-                b_docs, b_tfs = self._docs, self._tfs  # base slots keep their numbers
-            count_b = np.zeros(n_terms, dtype=np.int64)
-            count_b[:nb] = cb
-            # delta postings, masked ones dropped, sorted by (term, slot)
-            if self._delta:
-                tids = np.fromiter(self._delta.keys(), dtype=np.int64, count=len(self._delta))
-                sizes = np.fromiter((len(v[0]) for v in self._delta.values()), dtype=np.int64, count=len(self._delta))
-                d_t = np.repeat(tids, sizes)
-                d_docs = np.fromiter((s for v in self._delta.values() for s in v[0]), dtype=np.int64, count=int(sizes.sum()))
-                d_tfs = np.fromiter((f for v in self._delta.values() for f in v[1]), dtype=np.int32, count=int(sizes.sum()))
-                keep = alive[d_docs]
-                d_t, d_docs, d_tfs = d_t[keep], new_of[d_docs[keep]], d_tfs[keep]
-                order = np.lexsort((d_docs, d_t))
-                d_t, d_docs, d_tfs = d_t[order], d_docs[order], d_tfs[order]
-            else:
-                d_t = d_docs = np.zeros(0, dtype=np.int64)
-                d_tfs = np.zeros(0, dtype=np.int32)
-            count_d = np.bincount(d_t, minlength=n_terms).astype(np.int64)
-            counts = count_b + count_d
-            indptr = np.zeros(n_terms + 1, dtype=np.int64)
-            np.cumsum(counts, out=indptr[1:])
-            start_d = np.zeros(n_terms + 1, dtype=np.int64)  # exclusive cumulative delta counts
-            np.cumsum(count_d, out=start_d[1:])
-            docs = np.empty(int(indptr[-1]), dtype=np.int32)
-            tfs = np.empty(int(indptr[-1]), dtype=np.int32)
-            # a term's base postings first, then its delta postings (higher slots)
-            pos_b = np.arange(b_docs.size, dtype=np.int64) + np.repeat(start_d[:nb], cb)
-            docs[pos_b], tfs[pos_b] = b_docs, b_tfs
-            pos_d = np.arange(d_docs.size, dtype=np.int64) - start_d[d_t] + indptr[d_t] + count_b[d_t]
-            docs[pos_d], tfs[pos_d] = d_docs, d_tfs
-            used = counts > 0  # terms whose documents are all gone leave the vocabulary
-            terms = [t for t, u in zip(self._terms, used.tolist()) if u]
-            indptr = np.concatenate([[0], np.cumsum(counts[used])]).astype(np.int64)
-            live = np.flatnonzero(alive)
-            ids = [self._ids[s] for s in live.tolist()]
-            keys = [self._key_of[i] for i in ids]
-            lengths = self._lengths[:n][alive].copy()
+            alive = self._alive[:n].copy()
+            deleted_base = self._deleted_base
+            terms = list(self._terms)
+            delta = [(tid, list(v[0]), list(v[1])) for tid, v in self._delta.items()]
+            ids_all = list(self._ids)
+            key_of = dict(self._key_of)
+            lengths_all = self._lengths[:n].copy()
+        nb = self._n_base_terms  # the base segment (indptr, docs, tfs) never changes
+        new_of = np.cumsum(alive, dtype=np.int64) - 1
+        n_terms = len(terms)
+        # base postings, masked ones dropped, already in (term, slot) order
+        if deleted_base:
+            keep = alive[self._docs]
+            kept = np.concatenate([[0], np.cumsum(keep, dtype=np.int64)])
+            cb = kept[self._indptr[1:]] - kept[self._indptr[:-1]]
+            b_docs = new_of[self._docs[keep]]
+            b_tfs = self._tfs[keep]
+        else:
+            cb = np.diff(self._indptr)
+            b_docs, b_tfs = self._docs, self._tfs  # base slots keep their numbers
+        count_b = np.zeros(n_terms, dtype=np.int64)
+        count_b[:nb] = cb
+        # delta postings, masked ones dropped, sorted by (term, slot)
+        if delta:
+            tids = np.fromiter((t for t, _, _ in delta), dtype=np.int64, count=len(delta))
+            sizes = np.fromiter((len(sl) for _, sl, _ in delta), dtype=np.int64, count=len(delta))
+            d_t = np.repeat(tids, sizes)
+            d_docs = np.fromiter((x for _, sl, _ in delta for x in sl), dtype=np.int64, count=int(sizes.sum()))
+            d_tfs = np.fromiter((f for _, _, tf in delta for f in tf), dtype=np.int32, count=int(sizes.sum()))
+            keep = alive[d_docs]
+            d_t, d_docs, d_tfs = d_t[keep], new_of[d_docs[keep]], d_tfs[keep]
+            order = np.lexsort((d_docs, d_t))
+            d_t, d_docs, d_tfs = d_t[order], d_docs[order], d_tfs[order]
+        else:
+            d_t = d_docs = np.zeros(0, dtype=np.int64)
+            d_tfs = np.zeros(0, dtype=np.int32)
+        count_d = np.bincount(d_t, minlength=n_terms).astype(np.int64)
+        counts = count_b + count_d
+        indptr = np.zeros(n_terms + 1, dtype=np.int64)
+        np.cumsum(counts, out=indptr[1:])
+        start_d = np.zeros(n_terms + 1, dtype=np.int64)  # exclusive cumulative delta counts
+        np.cumsum(count_d, out=start_d[1:])
+        docs = np.empty(int(indptr[-1]), dtype=np.int32)
+        tfs = np.empty(int(indptr[-1]), dtype=np.int32)
+        # a term's base postings first, then its delta postings (higher slots)
+        pos_b = np.arange(b_docs.size, dtype=np.int64) + np.repeat(start_d[:nb], cb)
+        docs[pos_b], tfs[pos_b] = b_docs, b_tfs
+        pos_d = np.arange(d_docs.size, dtype=np.int64) - start_d[d_t] + indptr[d_t] + count_b[d_t]
+        docs[pos_d], tfs[pos_d] = d_docs, d_tfs
+        used = counts > 0  # terms whose documents are all gone leave the vocabulary
+        terms = [t for t, u in zip(terms, used.tolist()) if u]
+        indptr = np.concatenate([[0], np.cumsum(counts[used])]).astype(np.int64)
+        live = np.flatnonzero(alive)
+        ids = [ids_all[s] for s in live.tolist()]
+        keys = [key_of[i] for i in ids]
+        lengths = lengths_all[alive].copy()
         return Segments(self.analyzer, terms, indptr, docs, tfs, ids, keys, lengths)
+
+    def take_journal(self) -> list[tuple[Any, ...]]:
+        """The changes recorded since :meth:`merged` ``(journal=True)``; stops recording."""
+        with self._rw.write():
+            ops, self._journal = self._journal or [], None
+        return ops
+
+    def replay(self, ops: Sequence[tuple[Any, ...]]) -> None:
+        """Apply changes recorded by another index's journal (``remove`` and ``add`` in order),
+        as one change that searches see whole."""
+        with self._rw.write():
+            for op in ops:
+                if op[0] == "remove":
+                    self._remove(op[1])
+                else:
+                    self._add(op[1], op[2], op[3])
+            self._wcache = {}
 
     # -- persistence (bases only) -------------------------------------------------------------
     def fingerprint(self) -> str:
@@ -628,6 +667,11 @@ class Update:
     rows: list[tuple[Any, ...]] = field(default_factory=list)
 
 
+HARD_BOUND_FACTOR = 4
+"""A search merges in the background past the merge bound, and itself (before answering) only
+past this many times the bound."""
+
+
 class LexicalIndex:
     """The lexical index of the store directory ``directory`` (see the module docstring).
 
@@ -651,6 +695,7 @@ class LexicalIndex:
         self._queued = 0  # documents and ids held by the queue
         self._qlock = threading.Lock()  # a leaf lock: nothing is acquired while holding it
         self._looked_on_disk = False
+        self._merging: threading.Thread | None = None
 
     @property
     def analyzer(self) -> BM25Ranker:
@@ -769,6 +814,8 @@ class LexicalIndex:
         return the index."""
         if update is None:
             assert self.index is not None
+            if self.index.pending > self.merge_bound(self.index):  # a dropped background merge: again
+                self._merge_soon()
             return self.index
         t0 = time.perf_counter()
         if update.full:
@@ -793,11 +840,61 @@ class LexicalIndex:
                     logger.debug("store %s: lexical index caught up with the catalogue: %d removed, %d (re)indexed "
                                  "in %.3f s", self.directory, len(update.removed), len(update.rows),
                                  time.perf_counter() - t0)
-        if index.pending > self.merge_bound(index):
+        pending, bound = index.pending, self.merge_bound(index)
+        if pending > HARD_BOUND_FACTOR * bound:  # too far behind (a bulk load): merge before answering
             index = self.merge(index)
         with self._qlock:
             self.index, self.generation = index, update.generation
+        if bound < pending <= HARD_BOUND_FACTOR * bound:
+            self._merge_soon()  # this search goes on with base + delta (exact); a thread folds them
         return index
+
+    def _merge_soon(self) -> None:
+        """Start :meth:`merge_concurrently` in a daemon thread unless one is running."""
+        with self._qlock:
+            if self._merging is not None and self._merging.is_alive():
+                return
+            self._merging = threading.Thread(target=self._merge_quietly, name="sdr-lexical-merge", daemon=True)
+            self._merging.start()
+
+    def wait_merge(self, timeout: float = 60.0) -> None:
+        """Wait for a background merge in progress (at most ``timeout`` seconds)."""
+        thread = self._merging
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+    def _merge_quietly(self) -> None:
+        try:
+            self.merge_concurrently()
+        except Exception as e:  # the next search over the bound tries again; scores stay exact meanwhile
+            logger.warning("store %s: background lexical merge failed: %s", self.directory, e)
+
+    def merge_concurrently(self) -> Segments | None:
+        """Merge the current index's delta into a new base while searches and writes go on
+        (searches read base + delta; a write applied meanwhile waits only for the merge's read of
+        the index, and is recorded), save the base, then, under :attr:`lock`, replay the recorded
+        writes onto it and swap it in. Dropped (None) only when the index was replaced meanwhile
+        (a merge of its own, or a rebuild). Returns the new index."""
+        with self.lock:
+            index = self.index
+        if index is None or not index.pending:
+            return index
+        t0 = time.perf_counter()
+        pending = index.pending
+        merged = index.merged(journal=True)
+        self._save(merged)  # outside the lock: searches go on meanwhile
+        with self.lock:
+            ops = index.take_journal()
+            if self.index is not index:
+                logger.debug("store %s: lexical index replaced during a background merge; merge dropped", self.directory)
+                return None
+            merged.replay(ops)  # the writes applied since the merge read the index
+            with self._qlock:
+                self.index = merged
+        logger.info("store %s: merged %d pending changes into the lexical index (%d documents) in %.2f s, in the "
+                    "background (%d changes replayed)", self.directory, pending, merged.size, time.perf_counter() - t0,
+                    len(ops))
+        return merged
 
     def merge(self, index: Segments | None = None) -> Segments:
         """Fold ``index``'s delta and deletions into a new base and save it (becomes :attr:`index`

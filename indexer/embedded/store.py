@@ -473,6 +473,7 @@ class EmbeddedStore(DocumentStore):
     # =========================================================================================
     def sentence_knn(
         self, vectors: np.ndarray, k: int, *, exclude_ids: Sequence[str] = (), allowed_ids: Sequence[str] | None = None,
+        filter: Mapping[str, Any] | None = None,
     ) -> SentenceHits:
         """Nested k-NN: for each query row the top-``k`` documents by their best sentence, and any
         further documents tied with the k-th.
@@ -487,10 +488,13 @@ class EmbeddedStore(DocumentStore):
         rows) when they hold at most ``filter_exact_rows`` sentences, else the HNSW search with the
         other documents' rows masked out, fetching ``1 / selectivity`` times as many hits (and up
         to 4x more in up to three rounds for rows left short). A FAISS ID selector was measured
-        slower: a graph search that skips 90 % of what it visits (bench/filters.py).
+        slower: a graph search that skips 90 % of what it visits (bench/filters.py). ``filter``
+        (a metadata filter) is the same restriction to :meth:`ids_matching` (with ``allowed_ids``
+        too: the documents in both).
         """
         if k < 1:
             raise InvalidInputError(f"k must be >= 1, got {k}")
+        allowed_ids = self._restriction(allowed_ids, filter)
         with self._snapshot() as conn:
             q = query_matrix(vectors, self._vectors.dim, self.path)
             rows = self._row_map()
@@ -528,6 +532,17 @@ class EmbeddedStore(DocumentStore):
                                  rounds=self.settings.knn_rounds)
         ids = [[rows.seq_ids[int(s)] for s in seqs] for seqs, _ in results]
         return SentenceHits(ids, [np.asarray(d, dtype=np.float32) for _, d in results])
+
+    def _restriction(self, allowed_ids: Sequence[str] | None, flt: Mapping[str, Any] | None) -> Sequence[str] | None:
+        """The documents a search is restricted to: ``allowed_ids``, those ``flt`` matches, or
+        both (None: no restriction; an empty filter restricts nothing)."""
+        if not flt:
+            return allowed_ids
+        matching = self.ids_matching(flt)
+        if allowed_ids is None:
+            return matching
+        wanted = {str(i) for i in allowed_ids}
+        return [i for i in matching if i in wanted]
 
     def ids_matching(self, flt: Mapping[str, Any]) -> list[str]:
         """Every document whose metadata matches ``flt`` (the parsed metadata is kept per store
@@ -571,11 +586,13 @@ class EmbeddedStore(DocumentStore):
         return index.size
 
     def lexical_search(
-        self, text: str, k: int, *, exclude_ids: Sequence[str] = (), score_ids: Sequence[str] = ()
+        self, text: str, k: int, *, exclude_ids: Sequence[str] = (), score_ids: Sequence[str] = (),
+        filter: Mapping[str, Any] | None = None,
     ) -> LexicalHits:
         """BM25 (bm25s, Lucene variant; :class:`sdr_search.core.lexical.BM25Ranker`) of ``text`` against
         every live document's text; exact, the same scores as ``sdr eval --method bm25`` over the
-        live texts, whatever writes came before."""
+        live texts, whatever writes came before. With ``filter``, the top ``k`` are the best
+        documents it matches (score > 0, ties by id): every matching document is scored."""
         if k < 0:
             raise InvalidInputError(f"k must be >= 0, got {k}")
         if not isinstance(text, str):
@@ -583,8 +600,17 @@ class EmbeddedStore(DocumentStore):
         index = self._lexical_ranker()
         if index.size == 0:
             return LexicalHits([], np.zeros(0, dtype=np.float32), {str(i): 0.0 for i in score_ids})
-        ids, top, scored = index.search(text, k, exclude_ids=[str(i) for i in exclude_ids], score_ids=score_ids)
-        return LexicalHits(ids, top, scored)
+        exclude = [str(i) for i in exclude_ids]
+        if not filter:
+            ids, top, scored = index.search(text, k, exclude_ids=exclude, score_ids=score_ids)
+            return LexicalHits(ids, top, scored)
+        matching = self.ids_matching(filter)
+        wanted = [str(i) for i in score_ids]
+        _, _, scored = index.search(text, 0, score_ids=list(dict.fromkeys(wanted + matching)))
+        skip = set(exclude)
+        ranked = sorted((i for i in matching if scored[i] > 0 and i not in skip), key=lambda i: (-scored[i], i))[:k]
+        return LexicalHits(ranked, np.asarray([scored[i] for i in ranked], dtype=np.float32),
+                           {i: scored[i] for i in wanted})
 
     def _corpus(self, ids: Sequence[str], located: Mapping[str, Location], *, view: bool = False) -> CorpusVectors:
         """Gather the documents ``ids`` (in that order) into one float32 CorpusVectors.
@@ -765,7 +791,9 @@ class EmbeddedStore(DocumentStore):
                     "bytes_before": before["bytes"], "bytes_after": after}
 
     def close(self) -> None:
-        """Save the FAISS index if it has unsaved rows, then release every file and connection."""
+        """Save the FAISS index if it has unsaved rows, then release every file and connection
+        (after a background lexical merge in progress has finished)."""
+        self._lexical.wait_merge()
         with self._mutex:
             if self._conn is not None and self._ann.index is not None and not self.read_only:
                 try:

@@ -112,6 +112,12 @@ __all__ = [
     "build_reference_delete_actions",
     "bulk_lines",
     "chunk_by_size",
+    "MetadataField",
+    "metadata_fields",
+    "build_metadata_filter",
+    "build_candidate_filter",
+    "MATCH_NONE",
+    "MAX_ALLOWED_IDS",
     "build_nested_knn_query",
     "build_msearch_body",
     "build_msearch_bodies",
@@ -151,6 +157,11 @@ LEXICAL_FIELD = "text"
 """The whole-document text field (analyzer ``sdr_text``, similarity ``sdr_bm25``) of lexical search."""
 MAX_ID_BYTES = 512
 """OpenSearch refuses a document ``_id`` longer than 512 bytes."""
+MAX_ALLOWED_IDS = 10_000
+"""The most document ids one filtered search names (``allowed_ids``; a ``terms`` query, sent once
+per source sentence). A broader restriction is given as a metadata filter (``filter=``)."""
+MATCH_NONE: dict[str, Any] = {"match_none": {}}
+"""The filter of a metadata filter that no stored document can match (nothing to search)."""
 
 STATE_DOC_ID = "state"
 _HASHED_ID_PREFIX = "sha256-"
@@ -509,18 +520,171 @@ def chunk_by_size(sizes: Sequence[int], *, max_items: int, max_bytes: int) -> li
 
 
 # =============================================================================================
+# metadata filters (inside the k-NN search and the lexical search)
+# =============================================================================================
+_INTEGER_TYPES = {"long": (-2**63, 2**63 - 1), "integer": (-2**31, 2**31 - 1), "short": (-2**15, 2**15 - 1),
+                  "byte": (-2**7, 2**7 - 1), "unsigned_long": (0, 2**64 - 1)}
+_FLOAT_TYPES = frozenset({"double", "float", "half_float", "scaled_float"})
+
+
+@dataclass(frozen=True)
+class MetadataField:
+    """How one metadata field is mapped, for exact-value filters.
+
+    ``kind``: ``string`` (a ``keyword``, or the ``keyword`` sub-field of a ``text`` field, as
+    OpenSearch's dynamic mapping makes for JSON strings), ``integer``, ``float``, ``boolean``,
+    ``object``, or ``other`` (a mapping no exact filter can use: ``text`` without a ``keyword``
+    sub-field, dates, ...). ``path`` is the full field name that holds exact values;
+    ``ignore_above`` the longest string it indexes (longer values are not indexed)."""
+
+    kind: str
+    path: str | None = None
+    ignore_above: int | None = None
+    type: str = ""  # the OpenSearch field type, as mapped
+
+
+def metadata_fields(mapping: Mapping[str, Any]) -> dict[str, MetadataField]:
+    """``name -> MetadataField`` for every field under ``metadata`` in an index mapping (the
+    ``mappings`` of a ``GET _mapping`` answer, or the whole index body). A field inside a metadata
+    object is named with dots (``a.b``), as OpenSearch names it."""
+    mappings = mapping.get("mappings", mapping)
+    root = (mappings.get("properties") or {}).get("metadata") or {}
+    out: dict[str, MetadataField] = {}
+
+    def walk(props: Mapping[str, Any], prefix: str) -> None:
+        for name, spec in props.items():
+            full = f"{prefix}{name}"
+            ftype = str(spec.get("type", "object"))
+            path = f"metadata.{full}"
+            if ftype in ("object", "nested") or "properties" in spec:
+                out[full] = MetadataField("object", None, None, ftype)
+                walk(spec.get("properties") or {}, f"{full}.")
+            elif ftype == "keyword":
+                out[full] = MetadataField("string", path, spec.get("ignore_above"), ftype)
+            elif ftype in ("text", "match_only_text"):
+                sub = next(((n, f) for n, f in (spec.get("fields") or {}).items() if f.get("type") == "keyword"), None)
+                out[full] = (MetadataField("string", f"{path}.{sub[0]}", sub[1].get("ignore_above"), ftype) if sub
+                             else MetadataField("other", None, None, ftype))
+            elif ftype in _INTEGER_TYPES:
+                out[full] = MetadataField("integer", path, None, ftype)
+            elif ftype in _FLOAT_TYPES:
+                out[full] = MetadataField("float", path, None, ftype)
+            elif ftype == "boolean":
+                out[full] = MetadataField("boolean", path, None, ftype)
+            else:
+                out[full] = MetadataField("other", None, None, ftype)
+
+    walk(root.get("properties") or {}, "")
+    return out
+
+
+def _exact_values(field: MetadataField, wanted: Sequence[Any]) -> list[Any]:
+    """The filter values that can equal a stored value of ``field`` under the filter semantics
+    (:mod:`sdr_search.core.filters`: a boolean only equals a boolean, ``1`` equals ``1.0``,
+    otherwise same type and value), as the JSON values a ``term`` query on ``field.path`` takes.
+    Values of another type, and strings longer than ``ignore_above`` (never indexed), are dropped."""
+    out: list[Any] = []
+    for v in wanted:
+        if field.kind == "boolean":
+            keep = v if isinstance(v, bool) else None
+        elif field.kind == "string":
+            keep = v if isinstance(v, str) and (field.ignore_above is None or len(v) <= int(field.ignore_above)) else None
+        elif field.kind in ("integer", "float") and isinstance(v, (int, float)) and not isinstance(v, bool):
+            if field.kind == "float":
+                keep = float(v)
+            elif isinstance(v, int) or (np.isfinite(v) and float(v).is_integer()):
+                lo, hi = _INTEGER_TYPES[field.type]
+                keep = int(v) if lo <= int(v) <= hi else None
+            else:
+                keep = None
+        else:
+            keep = None
+        if keep is not None and not any(type(keep) is type(o) and keep == o for o in out):
+            out.append(keep)
+    return out
+
+
+def build_metadata_filter(flt: Mapping[str, Any], fields: Mapping[str, MetadataField]) -> dict[str, Any] | None:
+    """The OpenSearch query of a metadata equality filter (``{field: scalar or list}``: every field
+    must match, a list matches any of its items; :mod:`sdr_search.core.filters`), for the
+    document index: ``None`` for an empty filter (no restriction), :data:`MATCH_NONE` when no stored
+    document can match (a field no document has, or values of another type than the field's).
+
+    Each value is a ``term`` query on the field's exact-value path (``fields``: the index mapping,
+    :func:`metadata_fields`), the values of one field OR-ed in a ``bool.should``, the fields AND-ed
+    in a ``bool.filter``. Never a ``terms`` query: inside a nested k-NN query the k-NN plugin
+    (2.19) joins a filter on the parent document's fields down to the sentences only when it
+    recognises every required clause as a parent-field query, and a ``terms`` query on a numeric
+    field (a point-set query) is not recognised: it is then applied to the sentences themselves
+    and matches nothing (measured on a 2.19.1 node). A field mapped in a way no exact filter can
+    use (``text`` without a ``keyword`` sub-field) raises :class:`StoreError`."""
+    if not flt:
+        return None
+    clauses: list[dict[str, Any]] = []
+    for name, wanted in flt.items():
+        field = fields.get(str(name))
+        if field is None:
+            return copy.deepcopy(MATCH_NONE)  # no stored document has the field
+        if field.kind == "other":
+            raise StoreError(
+                f"metadata field {name!r} is mapped as {field.type!r}, which has no exact values to filter on "
+                "inside OpenSearch (a text field needs a keyword sub-field)"
+            )
+        values = _exact_values(field, wanted if isinstance(wanted, list) else [wanted])
+        if not values:
+            return copy.deepcopy(MATCH_NONE)
+        terms = [{"term": {field.path: v}} for v in values]
+        clauses.append(terms[0] if len(terms) == 1 else {"bool": {"should": terms, "minimum_should_match": 1}})
+    return {"bool": {"filter": clauses}}
+
+
+def build_candidate_filter(
+    metadata_filter: Mapping[str, Any] | None, allowed_ids: Sequence[str] | None = None,
+) -> dict[str, Any] | None:
+    """The restriction of a candidate search (document level): a metadata filter
+    (:func:`build_metadata_filter`) AND-ed with a list of allowed document ids (``terms`` on
+    ``doc_id``, at most :data:`MAX_ALLOWED_IDS`); ``None`` when there is neither, :data:`MATCH_NONE`
+    when nothing can match (an empty id list, or a filter no document matches)."""
+    if allowed_ids is not None:
+        allowed = list(dict.fromkeys(str(i) for i in allowed_ids))
+        if not allowed:
+            return copy.deepcopy(MATCH_NONE)
+        if len(allowed) > MAX_ALLOWED_IDS:
+            raise ValueError(f"at most {MAX_ALLOWED_IDS} allowed ids per search, got {len(allowed)}; "
+                             "give the metadata filter itself (filter=)")
+        by_id: dict[str, Any] | None = {"terms": {"doc_id": allowed}}
+    else:
+        by_id = None
+    if metadata_filter == MATCH_NONE:
+        return copy.deepcopy(MATCH_NONE)
+    parts = [q for q in (metadata_filter, by_id) if q is not None]
+    if not parts:
+        return None
+    if len(parts) == 1:
+        return copy.deepcopy(dict(parts[0]))
+    return {"bool": {"filter": [copy.deepcopy(dict(q)) for q in parts]}}
+
+
+# =============================================================================================
 # nested k-NN
 # =============================================================================================
 def build_nested_knn_query(
-    vector: Sequence[float] | np.ndarray, k: int, *, exclude_ids: Sequence[str] = (), ef_search: int | None = None
+    vector: Sequence[float] | np.ndarray, k: int, *, exclude_ids: Sequence[str] = (), ef_search: int | None = None,
+    filter: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Top-``k`` documents by their best sentence for one query vector.
 
-    Excluded documents are removed after the k-NN (``must_not`` on ``doc_id``), so the k-NN asks
-    for ``k + len(exclude_ids)`` documents (at most :data:`MAX_KNN_K`, the k-NN query's limit; past
-    it, excluded documents may leave fewer than ``k`` hits). ``ef_search`` (the HNSW candidate
-    list, at least ``k``) goes in ``method_parameters``, which both engines read (2.16+).
-    """
+    Without ``filter``, excluded documents are removed after the k-NN (``must_not`` on
+    ``doc_id``), so the k-NN asks for ``k + len(exclude_ids)`` documents (at most
+    :data:`MAX_KNN_K`, the k-NN query's limit; past it, excluded documents may leave fewer than
+    ``k`` hits). ``ef_search`` (the HNSW candidate list, at least ``k``) goes in
+    ``method_parameters``, which both engines read (2.16+).
+
+    ``filter`` (a document-level query, :func:`build_candidate_filter`) is the k-NN query's own
+    ``filter`` ("efficient filtering"): the search visits only the sentences of matching
+    documents, so it returns ``k`` matching documents however rare they are. The k-NN plugin
+    (2.12+) joins a filter on the parent document's fields down to its nested sentences; the
+    excluded ids go inside it (``must_not``), so the k-NN asks for ``k`` documents."""
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     if k > MAX_KNN_K:
@@ -528,36 +692,43 @@ def build_nested_knn_query(
     if ef_search is not None and ef_search < MIN_EF_SEARCH:
         raise ValueError(f"ef_search must be >= {MIN_EF_SEARCH}, got {ef_search}")
     excluded = list(dict.fromkeys(str(i) for i in exclude_ids))
-    asked = min(int(k) + len(excluded), MAX_KNN_K)
+    asked = min(int(k) + (0 if filter is not None else len(excluded)), MAX_KNN_K)
     knn: dict[str, Any] = {"vector": np.asarray(vector, dtype=np.float32).ravel().tolist(), "k": asked}
     if ef_search is not None:
         knn["method_parameters"] = {"ef_search": max(int(ef_search), asked)}
+    if filter is not None:
+        restricted: dict[str, Any] = {"filter": [copy.deepcopy(dict(filter))]}
+        if excluded:
+            restricted["must_not"] = [{"terms": {"doc_id": excluded}}]
+        knn["filter"] = {"bool": restricted}
     query: dict[str, Any] = {"nested": {"path": "sentences", "score_mode": "max", "query": {"knn": {KNN_FIELD: knn}}}}
-    if excluded:
+    if excluded and filter is None:
         query = {"bool": {"must": [query], "must_not": [{"terms": {"doc_id": excluded}}]}}
     return {"size": int(k), "_source": False, "docvalue_fields": ["doc_id"], "track_total_hits": False, "query": query}
 
 
 def build_msearch_body(
-    vectors: np.ndarray, k: int, index: str, *, exclude_ids: Sequence[str] = (), ef_search: int | None = None
+    vectors: np.ndarray, k: int, index: str, *, exclude_ids: Sequence[str] = (), ef_search: int | None = None,
+    filter: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """``_msearch`` body (header, query, header, query, ...) with one nested k-NN per row."""
     body: list[dict[str, Any]] = []
     for row in np.atleast_2d(np.asarray(vectors, dtype=np.float32)):
         body.append({"index": index})
-        body.append(build_nested_knn_query(row, k, exclude_ids=exclude_ids, ef_search=ef_search))
+        body.append(build_nested_knn_query(row, k, exclude_ids=exclude_ids, ef_search=ef_search, filter=filter))
     return body
 
 
 def build_msearch_bodies(
     vectors: np.ndarray, k: int, index: str, *, exclude_ids: Sequence[str] = (), batch_size: int = 100,
-    ef_search: int | None = None,
+    ef_search: int | None = None, filter: Mapping[str, Any] | None = None,
 ) -> list[list[dict[str, Any]]]:
     """The ``_msearch`` bodies for all rows, at most ``batch_size`` searches each, rows in order."""
     if batch_size < 1:
         raise ValueError("batch_size must be >= 1")
     q = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
-    return [build_msearch_body(q[a : a + batch_size], k, index, exclude_ids=exclude_ids, ef_search=ef_search)
+    return [build_msearch_body(q[a : a + batch_size], k, index, exclude_ids=exclude_ids, ef_search=ef_search,
+                               filter=filter)
             for a in range(0, q.shape[0], batch_size)]
 
 
@@ -656,17 +827,20 @@ def build_stats_count_query(version: int | None = None) -> dict[str, Any]:
 
 def build_scan_query(
     *, size: int, source: Sequence[str] | bool, search_after: Sequence[Any] | None = None,
-    pit_id: str | None = None, keep_alive: str = "2m",
+    pit_id: str | None = None, keep_alive: str = "2m", query: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One page of a scan over all documents in ``doc_id`` order (unique, so ``search_after``
     pages neither repeat nor skip a document). With ``pit_id`` the page reads that point in time
-    (the request then names no index)."""
+    (the request then names no index). ``query`` (a filter: it does not score) restricts the
+    scan to the documents it matches."""
     body: dict[str, Any] = {
         "size": int(size),
         "_source": source if isinstance(source, bool) else list(source),
         "sort": [{"doc_id": "asc"}],
         "track_total_hits": False,
     }
+    if query is not None:
+        body["query"] = {"bool": {"filter": [copy.deepcopy(dict(query))]}}
     if source is False:
         body["docvalue_fields"] = ["doc_id"]
     if search_after is not None:
@@ -687,18 +861,24 @@ def build_alias_swap(alias: str, new_index: str, old_indices: Iterable[str]) -> 
 # lexical (BM25) search
 # =============================================================================================
 def _lexical_body(query: dict[str, Any], size: int, *, exclude_ids: Sequence[str] = (),
-                  only_ids: Sequence[str] | None = None) -> dict[str, Any]:
+                  only_ids: Sequence[str] | None = None, filter: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Wrap a scoring ``query``: ids and scores only, ``exclude_ids`` removed, restricted to
-    ``only_ids`` (a filter: it does not change the scores) when given."""
+    ``only_ids`` and to the documents ``filter`` matches (filters: they do not change the scores)
+    when given."""
     if size < 0:
         raise ValueError(f"size must be >= 0, got {size}")
     excluded = list(dict.fromkeys(str(i) for i in exclude_ids))
-    if excluded or only_ids is not None:
+    if excluded or only_ids is not None or filter is not None:
         wrapped: dict[str, Any] = {"must": [query]}
         if excluded:
             wrapped["must_not"] = [{"terms": {"doc_id": excluded}}]
+        filters: list[dict[str, Any]] = []
         if only_ids is not None:
-            wrapped["filter"] = [{"terms": {"doc_id": list(dict.fromkeys(str(i) for i in only_ids))}}]
+            filters.append({"terms": {"doc_id": list(dict.fromkeys(str(i) for i in only_ids))}})
+        if filter is not None:
+            filters.append(copy.deepcopy(dict(filter)))
+        if filters:
+            wrapped["filter"] = filters
         query = {"bool": wrapped}
     return {"size": int(size), "_source": False, "docvalue_fields": ["doc_id"], "track_total_hits": False,
             "query": query}
@@ -706,24 +886,25 @@ def _lexical_body(query: dict[str, Any], size: int, *, exclude_ids: Sequence[str
 
 def build_terms_query(
     terms: Mapping[str, int], size: int, *, exclude_ids: Sequence[str] = (), only_ids: Sequence[str] | None = None,
-    field: str = LEXICAL_FIELD,
+    field: str = LEXICAL_FIELD, filter: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """BM25 of a source given as its terms with counts (:func:`sdr_search.core.lexical.query_terms`):
     one ``term`` query per term, boosted by its count, summed (``bool.should``). With the
     ``sdr_text`` analyzer and ``sdr_bm25`` similarity of the mapping this is the embedded store's
     BM25 (``sum_t count(t) * BM25(t, d)``) over the given terms. One clause per term: keep the
-    terms under the cluster's ``indices.query.bool.max_clause_count`` (1024 by default)."""
+    terms under the cluster's ``indices.query.bool.max_clause_count`` (1024 by default).
+    ``filter`` (a document-level query, :func:`build_candidate_filter`) restricts the hits."""
     if not terms:
-        return _lexical_body({"match_none": {}}, size, exclude_ids=exclude_ids, only_ids=only_ids)
+        return _lexical_body({"match_none": {}}, size, exclude_ids=exclude_ids, only_ids=only_ids, filter=filter)
     should = [{"term": {field: {"value": t, "boost": float(c)}}} for t, c in terms.items()]
-    return _lexical_body({"bool": {"should": should}}, size, exclude_ids=exclude_ids, only_ids=only_ids)
+    return _lexical_body({"bool": {"should": should}}, size, exclude_ids=exclude_ids, only_ids=only_ids, filter=filter)
 
 
 def build_more_like_this_query(
     size: int, *, like_text: str | None = None, like_ids: Sequence[str] = (), index: str | None = None,
     exclude_ids: Sequence[str] = (), only_ids: Sequence[str] | None = None, field: str = LEXICAL_FIELD,
     max_query_terms: int = 1000, min_term_freq: int = 1, min_doc_freq: int = 1,
-    minimum_should_match: str = "1",
+    minimum_should_match: str = "1", filter: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """OpenSearch ``more_like_this`` over ``field``: ``like`` a text, or indexed documents by id
     (OpenSearch reads their ``text`` and leaves them out of the hits). OpenSearch's defaults
@@ -749,7 +930,7 @@ def build_more_like_this_query(
         "min_term_freq": int(min_term_freq), "min_doc_freq": int(min_doc_freq),
         "minimum_should_match": str(minimum_should_match), "include": False,
     }}
-    return _lexical_body(mlt, size, exclude_ids=exclude_ids, only_ids=only_ids)
+    return _lexical_body(mlt, size, exclude_ids=exclude_ids, only_ids=only_ids, filter=filter)
 
 
 def build_lexical_msearch(index: str, top: Mapping[str, Any] | None, scored: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:

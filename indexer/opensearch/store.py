@@ -83,16 +83,21 @@ from sdr_search.core.vectors import CorpusVectors, DocVectors
 
 from .bulk import run_bulk
 from .requests import (
+    MATCH_NONE,
+    MAX_ALLOWED_IDS,
     MAX_KNN_K,
+    MetadataField,
     STATE_DOC_ID,
     backoff_delay,
     build_alias_swap,
     build_bulk_actions,
+    build_candidate_filter,
     build_counts_query,
     build_delete_actions,
     build_index_body,
     build_lexical_msearch,
     build_meta,
+    build_metadata_filter,
     build_more_like_this_query,
     build_mget_body,
     build_msearch_bodies,
@@ -111,6 +116,7 @@ from .requests import (
     bm25_k1,
     initial_state,
     knn_method,
+    metadata_fields,
     parse_knn_responses,
     parse_lexical_response,
     reference_os_id,
@@ -208,8 +214,9 @@ class OpenSearchStore(DocumentStore):
     """
 
     # metadata by _mget without vectors; BM25 is the node's own (nothing to build); paragraph
-    # centroids are computed from fetched vectors (the interface's default)
-    capabilities = StoreCapabilities(metadata_lookup=True)
+    # centroids are computed from fetched vectors (the interface's default); a metadata filter is
+    # the nested k-NN query's own filter (k-NN "efficient filtering" on the parent documents' fields)
+    capabilities = StoreCapabilities(metadata_lookup=True, filtered_knn=True)
 
     def __init__(
         self,
@@ -229,6 +236,7 @@ class OpenSearchStore(DocumentStore):
         self._lock = threading.RLock()
         self._target: _Target | None = None
         self._state_checked = False
+        self._metadata_fields: tuple[str, dict[str, MetadataField]] | None = None  # (index, fields) as last read
 
     # =========================================================================================
     # client, errors, target
@@ -632,15 +640,16 @@ class OpenSearchStore(DocumentStore):
             for doc_id, src in found.items()
         }
 
-    def _scan(self, target: _Target, source: Sequence[str] | bool, size: int) -> Iterator[dict[str, Any]]:
-        """Every document's hit, in ``doc_id`` order, page by page (``search_after``), reading one
-        point in time when the cluster offers it."""
+    def _scan(self, target: _Target, source: Sequence[str] | bool, size: int,
+              query: Mapping[str, Any] | None = None) -> Iterator[dict[str, Any]]:
+        """Every document's hit (or every one ``query`` matches), in ``doc_id`` order, page by page
+        (``search_after``), reading one point in time when the cluster offers it."""
         pit_id = self._open_pit(target) if source is not False else None
         try:
             after = None
             while True:
                 body = build_scan_query(size=size, source=source, search_after=after, pit_id=pit_id,
-                                        keep_alive=self.settings.pit_keep_alive)
+                                        keep_alive=self.settings.pit_keep_alive, query=query)
                 try:
                     r = self._call("scanning documents", lambda body=body, pit_id=pit_id: self._os().search(body=body)
                                    if pit_id else self._os().search(index=target.name, body=body), index=target.name)
@@ -694,20 +703,59 @@ class OpenSearchStore(DocumentStore):
     # =========================================================================================
     # retrieval
     # =========================================================================================
+    # -- metadata filters ---------------------------------------------------------------------
+    def _fields_of(self, target: _Target, names: Sequence[str]) -> dict[str, MetadataField]:
+        """How the index maps the metadata fields (:func:`metadata_fields`), read from the mapping
+        once and again only when a field asked for is not in what was read (a field's type never
+        changes once mapped; a new field appears with the first document that has it)."""
+        cached = self._metadata_fields
+        if cached is None or cached[0] != target.name or any(str(n) not in cached[1] for n in names):
+            mapping = self._call("reading the metadata mapping",
+                                 lambda: self._os().indices.get_mapping(index=target.name), index=target.name)
+            cached = (target.name, metadata_fields(mapping.get(target.name, {}).get("mappings", {})))
+            self._metadata_fields = cached
+        return cached[1]
+
+    def _candidate_filter(self, target: _Target, flt: Mapping[str, Any] | None,
+                          allowed_ids: Sequence[str] | None) -> dict[str, Any] | None:
+        """The document-level query of a metadata filter and allowed ids (None: no restriction;
+        :data:`MATCH_NONE`: nothing can match)."""
+        metadata = build_metadata_filter(flt, self._fields_of(target, list(flt))) if flt else None
+        if allowed_ids is not None and len(set(map(str, allowed_ids))) > MAX_ALLOWED_IDS:
+            raise InvalidInputError(f"the OpenSearch store takes at most {MAX_ALLOWED_IDS} allowed_ids per search, "
+                                    f"got {len(allowed_ids)}; pass the metadata filter itself (filter=)")
+        return build_candidate_filter(metadata, allowed_ids)
+
+    def ids_matching(self, flt: Mapping[str, Any]) -> list[str]:
+        """The ids of every document whose metadata matches ``flt``, in ``doc_id`` order (a
+        filtered scan of doc values; one page per 10 x ``scan_page_size`` ids). The filter is the
+        one the k-NN search applies (:func:`build_metadata_filter`): equal to
+        :func:`sdr_search.core.filters.matches` except that a string longer than its field's
+        ``ignore_above`` (256 in OpenSearch's dynamic mapping) is not indexed and never matches."""
+        target = self._read_target()
+        query = self._candidate_filter(target, flt, None)
+        if query == MATCH_NONE:
+            return []
+        return [str(h["fields"]["doc_id"][0])
+                for h in self._scan(target, False, 10 * self.settings.scan_page_size, query=query)]
+
     def sentence_knn(
         self, vectors: np.ndarray, k: int, *, exclude_ids: Sequence[str] = (), allowed_ids: Sequence[str] | None = None,
+        filter: Mapping[str, Any] | None = None,
     ) -> SentenceHits:
         """Nested k-NN, one ``_msearch`` per ``msearch_batch`` query rows; scores are cosines.
-        (No ``allowed_ids``: this store does not declare ``capabilities.filtered_knn``; a filtered
-        query is over-fetched and filtered by the engine.)"""
-        if allowed_ids is not None:
-            raise InvalidInputError("the OpenSearch store does not filter inside the k-NN search (capabilities.filtered_knn)")
+
+        ``filter`` (a metadata filter) and ``allowed_ids`` (at most :data:`MAX_ALLOWED_IDS`) are
+        the k-NN query's own filter: OpenSearch searches only the sentences of the documents they
+        match (the k-NN plugin joins a filter on the parent documents' fields down to their
+        nested sentences, 2.12+), so a rare filter still gets ``k`` documents per row."""
         if k < 1:
             raise InvalidInputError(f"k must be >= 1, got {k}")
         q = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
         if q.ndim != 2:
             raise InvalidInputError(f"query vectors must be a 2-D array, got shape {np.shape(vectors)}")
         target = self._read_target()
+        restriction = self._candidate_filter(target, filter, allowed_ids)
         if q.shape[1] != int(target.recorded.dim):
             raise ModelMismatchError(
                 f"query vectors have dimension {q.shape[1]}, OpenSearch index {target.name!r} holds dimension "
@@ -717,10 +765,13 @@ class OpenSearchStore(DocumentStore):
             raise InvalidInputError("query vectors contain NaN or infinity")
         if k > MAX_KNN_K:
             raise InvalidInputError(f"k must be <= {MAX_KNN_K} on OpenSearch (the k-NN query's limit), got {k}")
+        if restriction == MATCH_NONE:
+            return SentenceHits([[] for _ in range(q.shape[0])], [np.zeros(0, np.float32) for _ in range(q.shape[0])])
         ids: list[list[str]] = []
         scores: list[np.ndarray] = []
         for body in build_msearch_bodies(q, k, target.name, exclude_ids=[str(i) for i in exclude_ids],
-                                         batch_size=self.settings.msearch_batch, ef_search=self.settings.hnsw_ef_search):
+                                         batch_size=self.settings.msearch_batch, ef_search=self.settings.hnsw_ef_search,
+                                         filter=restriction):
             def search(body: list[dict[str, Any]] = body) -> tuple[list[list[str]], list[np.ndarray]]:
                 r = self._os().msearch(body=body)
                 return parse_knn_responses(r["responses"], k=k, index=target.name, space_type=target.space_type)
@@ -731,12 +782,14 @@ class OpenSearchStore(DocumentStore):
         return SentenceHits(ids, scores)
 
     def lexical_search(
-        self, text: str, k: int, *, exclude_ids: Sequence[str] = (), score_ids: Sequence[str] = ()
+        self, text: str, k: int, *, exclude_ids: Sequence[str] = (), score_ids: Sequence[str] = (),
+        filter: Mapping[str, Any] | None = None,
     ) -> LexicalHits:
         """OpenSearch BM25 on the ``text`` field (``settings.lexical_query``: boosted term queries
-        or ``more_like_this``), one ``_msearch``: the top ``k``, then the same query filtered to
-        ``score_ids`` (up to 1000 ids per search) for their scores; an id that does not match
-        scores 0."""
+        or ``more_like_this``), one ``_msearch``: the top ``k`` (restricted to the documents the
+        metadata ``filter`` matches, a filter clause: scores unchanged), then the same query
+        filtered to ``score_ids`` (up to 1000 ids per search) for their scores; an id that does
+        not match scores 0."""
         if k < 0:
             raise InvalidInputError(f"k must be >= 0, got {k}")
         if not isinstance(text, str):
@@ -745,16 +798,19 @@ class OpenSearchStore(DocumentStore):
         s = self.settings
         exclude = [str(i) for i in exclude_ids]
         wanted = list(dict.fromkeys(str(i) for i in score_ids))
+        restriction = self._candidate_filter(target, filter, None) if filter else None
         if s.lexical_query == "terms":
             terms = query_terms(text, s.lexical_max_terms)
 
-            def make(size: int, only: Sequence[str] | None, skip: Sequence[str]) -> dict[str, Any]:
-                return build_terms_query(terms, size, exclude_ids=skip, only_ids=only)
+            def make(size: int, only: Sequence[str] | None, skip: Sequence[str],
+                     restrict: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                return build_terms_query(terms, size, exclude_ids=skip, only_ids=only, filter=restrict)
         else:
-            def make(size: int, only: Sequence[str] | None, skip: Sequence[str]) -> dict[str, Any]:
+            def make(size: int, only: Sequence[str] | None, skip: Sequence[str],
+                     restrict: Mapping[str, Any] | None = None) -> dict[str, Any]:
                 return build_more_like_this_query(size, like_text=text, exclude_ids=skip, only_ids=only,
-                                                  max_query_terms=s.lexical_max_terms)
-        top = make(k, None, exclude) if k > 0 else None
+                                                  max_query_terms=s.lexical_max_terms, filter=restrict)
+        top = make(k, None, exclude, restriction) if k > 0 and restriction != MATCH_NONE else None
         chunks = list(_chunks(wanted, _SCORE_IDS_PER_SEARCH))
         scored_bodies = [make(len(c), list(c), ()) for c in chunks]
         if top is None and not scored_bodies:
@@ -1008,6 +1064,7 @@ class OpenSearchStore(DocumentStore):
         existing = self._call("deleting the index", delete, index=name)
         self._target = None
         self._state_checked = False
+        self._metadata_fields = None
         return bool(existing)
 
     def close(self) -> None:
@@ -1018,6 +1075,7 @@ class OpenSearchStore(DocumentStore):
                 self._client = None
             self._target = None
             self._state_checked = False
+            self._metadata_fields = None
 
     def __repr__(self) -> str:
         return f"OpenSearchStore({self.url!r}, index={self.index!r})"
