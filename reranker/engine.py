@@ -303,11 +303,6 @@ class Query:
         if self.filter is not None:
             check_filter(self.filter)
 
-    def new_document(self, settings: SegmentationSettings) -> Document:
-        """The new source document segmented with ``settings`` (not for ``id`` or ``document``)."""
-        return source_document(text=self.text, paragraphs=self.paragraphs, sections=self.sections, title=self.title,
-                               settings=settings)
-
     @property
     def needs_encoder(self) -> bool:
         """Whether a source is new text (to be encoded); indexed and pre-encoded sources are not."""
@@ -470,13 +465,8 @@ def request_text(query: Query) -> str | None:
     """The text a new-text source's offsets index: ``text`` as sent; ``paragraphs``, or every
     section's paragraphs in order, joined by a blank line (``"\\n\\n"``; section titles are not
     part of it). None for an indexed or pre-encoded source (their offsets index the stored text)."""
-    if query.text is not None:
-        return query.text
-    if query.paragraphs is not None:
-        return "\n\n".join(query.paragraphs)
-    if query.sections is not None:
-        return "\n\n".join(p for section in query.sections for p in section.get("paragraphs", ()))
-    return None
+    likes = query.likes() if query.like is None else None  # several sources: each has its own (Like.request_text)
+    return likes[0].request_text() if likes else None
 
 
 def aligned_spans(text: str, doc: Document) -> list[list[tuple[int, int] | None]]:

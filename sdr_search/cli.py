@@ -287,21 +287,26 @@ def build_parser() -> argparse.ArgumentParser:
         "train", help="adapt the encoder to a corpus without labels (MLM + contrastive, or triplet)",
         description="Self-supervised SDR training (paper section 3.2): sentence pairs from the same paragraph "
         "(positives) and from different documents (negatives), MLM + contrastive loss (eq. 1, margin m) or "
-        "MetricBERT's angular triplet loss with the hardest in-batch negative. Writes a HuggingFace model "
+        "MetricBERT's angular triplet loss with the hardest in-batch negative, or an in-batch-negatives (InfoNCE) "
+        "loss; --trainable-layers freezes the lower layers. Writes a HuggingFace model "
         "directory that --model accepts everywhere, with provenance in its config.json. Checkpoints every "
         "--checkpoint-every steps; re-running the same command resumes. Settings: env SDR_TRAIN_*.",
     )
     tr.add_argument("--corpus", required=True, nargs="+", metavar="PATH", help="training documents: .jsonl[.gz] files or .txt directories")
     tr.add_argument("--out", required=True, type=Path, metavar="DIR", help="output model directory (checkpoints in DIR/checkpoints)")
     tr.add_argument("--base", metavar="MODEL", help="base model directory (default: bundled all-MiniLM-L6-v2)")
-    tr.add_argument("--objective", choices=["sdr", "triplet"], help="training objective (default sdr)")
+    tr.add_argument("--objective", choices=["sdr", "triplet", "inbatch"], help="training objective (default sdr; "
+                    "inbatch: in-batch-negatives contrastive loss, InfoNCE)")
     tr.add_argument("--steps", type=int, help="optimiser steps (default 1000)")
     tr.add_argument("--batch-size", type=int, help="sentence pairs per step (default 32)")
     tr.add_argument("--lr", type=float, help="peak learning rate (default 1e-5)")
     tr.add_argument("--max-tokens", type=int, help="tokens per training sentence (default 64)")
     tr.add_argument("--margin", type=float, help="contrastive margin m for --objective sdr (default 1)")
     tr.add_argument("--triplet-margin", type=float, help="angular margin for --objective triplet (default 0.1)")
+    tr.add_argument("--temperature", type=float, help="softmax temperature for --objective inbatch (default 0.05)")
     tr.add_argument("--mlm-weight", type=float, help="weight of the MLM loss (default 1)")
+    tr.add_argument("--trainable-layers", type=int, metavar="N", help="train only the top N transformer layers "
+                    "and what sits above them; embeddings and lower layers frozen (default: all)")
     tr.add_argument("--head-warmup-steps", type=int, help="steps before --steps that train only a newly initialised "
                     "MLM head, encoder frozen (default 200; 0: off)")
     tr.add_argument("--head-warmup-lr", type=float, help="learning rate of the MLM head warm-up (default 5e-4)")

@@ -364,3 +364,112 @@ def test_head_warmup_is_skipped_without_the_mlm_term(tmp_path):
     assert [r["head_warmup"] for r in rows] == [False, False]
     assert all(r["loss"] == r["metric"] for r in rows)
     assert read_provenance(out)["head_warmup_steps"] == 0
+
+
+# -- in-batch negatives and frozen layers ----------------------------------------------------------
+def test_inbatch_loss_is_infonce_over_other_documents_positives():
+    torch = pytest.importorskip("torch")
+    from sdr_search.core.training.losses import inbatch_negatives_loss
+
+    def unit(theta):
+        return [np.cos(theta), np.sin(theta)]
+
+    # pair 0 (doc 0): anchor at 0, positive at 0.2 rad; pair 1 (doc 1): anchor at 1.0, positive at 1.1;
+    # pair 2 (doc 0): positive at 0.05 rad is closer to anchor 0 than its own positive, but from the
+    # same document, so it is no negative of anchor 0 (nor is positive 0 of anchor 2).
+    anchors = torch.tensor([unit(0.0), unit(1.0), unit(0.3)], dtype=torch.float32)
+    positives = torch.tensor([unit(0.2), unit(1.1), unit(0.05)], dtype=torch.float32)
+    docs = torch.tensor([0, 1, 0])
+    t = 0.1
+    c = lambda x: float(np.cos(x)) / t  # noqa: E731
+
+    def row(own, others):
+        return -own + float(np.log(np.exp(own) + sum(np.exp(o) for o in others)))
+
+    expected = [
+        row(c(0.2), [c(1.1)]),  # anchor 0: own positive, positive 1 (doc 1); positive 2 masked
+        row(c(0.1), [c(1.0 - 0.2), c(1.0 - 0.05)]),  # anchor 1: both doc-0 positives are negatives
+        row(c(0.25), [c(0.8)]),  # anchor 2: positive 1 only
+    ]
+    loss = inbatch_negatives_loss(anchors, positives, docs, temperature=t)
+    assert loss.item() == pytest.approx(float(np.mean(expected)), abs=1e-4)
+    # a lower temperature sharpens: the well-separated batch's loss falls
+    assert inbatch_negatives_loss(anchors, positives, docs, temperature=0.01).item() < loss.item()
+    # swapping the positives of two documents makes every anchor's target the wrong one: the loss rises
+    swapped = positives[[1, 0, 2]]
+    assert inbatch_negatives_loss(anchors, swapped, docs, temperature=t).item() > loss.item()
+    # one document only: no negatives, nothing to learn
+    assert inbatch_negatives_loss(anchors, positives, torch.tensor([0, 0, 0])).item() == pytest.approx(0.0, abs=1e-6)
+
+
+def test_inbatch_training_step_runs_and_logs_the_metric_alone(tmp_path):
+    from sdr_search.core.training.model import read_provenance
+    from sdr_search.core.training.trainer import train
+
+    out = tmp_path / "m"
+    train(tiny_docs(), out, settings=_settings(objective="inbatch", steps=3, mlm_weight=0.0, temperature=0.1),
+          progress=False, threads=1)
+    rows = [json.loads(line) for line in (out / "training_log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert all(np.isfinite(r["loss"]) and r["loss"] == r["metric"] > 0 for r in rows)
+    assert all(r["mlm"] > 0 for r in rows)  # still computed and logged, without gradients
+    prov = read_provenance(out)
+    assert prov["objective"] == "inbatch" and prov["settings"]["temperature"] == 0.1
+
+
+def test_trainable_layers_freeze_embeddings_and_lower_layers(tmp_path):
+    """After training with ``trainable_layers=2`` on the 6-layer MiniLM, the embeddings and layers
+    0-3 keep the base weights and layers 4-5 have changed."""
+    from safetensors.numpy import load_file
+
+    from sdr_search.core.encoder import resolve_model_dir
+    from sdr_search.core.training.model import load_for_training, read_provenance
+    from sdr_search.core.training.trainer import train
+
+    base, _, _ = load_for_training(resolve_model_dir(None), seed=0)
+    base_state = {k: v.detach().numpy().copy() for k, v in base.state_dict().items()}
+    out = tmp_path / "m"
+    train(tiny_docs(), out, settings=_settings(objective="inbatch", steps=2, mlm_weight=0.0, trainable_layers=2),
+          progress=False, threads=1)
+    final = load_file(str(out / "model.safetensors"))
+    frozen = [k for k in base_state if k.startswith("bert.embeddings.")
+              or any(k.startswith(f"bert.encoder.layer.{i}.") for i in range(4))]
+    trainable = [k for k in base_state if any(k.startswith(f"bert.encoder.layer.{i}.") for i in (4, 5))]
+    assert len(frozen) > 20 and len(trainable) > 10
+    assert all(np.array_equal(final[k], base_state[k]) for k in frozen if k in final)
+    changed = [k for k in trainable if not np.array_equal(final[k], base_state[k])]
+    assert all(k in final for k in trainable)
+    assert len(changed) >= len(trainable) // 2  # weights (layer norms' biases aside) moved
+    assert any(".attention." in k for k in changed) and any(".output.dense.weight" in k for k in changed)
+    prov = read_provenance(out)
+    assert prov["trainable_layers"] == 2 and prov["frozen_parameters"] == len(frozen)
+
+
+def test_trainable_layers_is_checked_against_the_model(tmp_path):
+    from sdr_search.core.training.trainer import train
+
+    with pytest.raises(InvalidInputError, match="has 6 layers"):
+        train(tiny_docs(), tmp_path / "m", settings=_settings(steps=1, trainable_layers=7), progress=False, threads=1)
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
+        _settings(trainable_layers=0)
+
+
+def test_cli_train_new_flags_reach_the_settings(monkeypatch):
+    from sdr_search.cli import build_parser
+    from sdr_search.core.training.settings import TrainSettings
+
+    monkeypatch.setenv("SDR_TRAIN_TRAINABLE_LAYERS", "3")
+    monkeypatch.setenv("SDR_TRAIN_OBJECTIVE", "inbatch")
+    assert (TrainSettings().trainable_layers, TrainSettings().objective) == (3, "inbatch")
+    monkeypatch.delenv("SDR_TRAIN_TRAINABLE_LAYERS")
+    monkeypatch.delenv("SDR_TRAIN_OBJECTIVE")
+    from sdr_search.core.training.commands import train_settings
+
+    args = build_parser().parse_args(["train", "--corpus", "c.jsonl", "--out", "m", "--objective", "inbatch",
+                                      "--temperature", "0.1", "--trainable-layers", "2"])
+    s = train_settings(args)
+    assert (s.objective, s.temperature, s.trainable_layers) == ("inbatch", 0.1, 2)
+    default = train_settings(build_parser().parse_args(["train", "--corpus", "c.jsonl", "--out", "m"]))
+    assert (default.temperature, default.trainable_layers) == (0.05, None)

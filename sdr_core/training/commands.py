@@ -15,6 +15,7 @@ logger = logging.getLogger("sdr")
 _FLAGS = {
     "objective": "objective", "steps": "steps", "batch_size": "batch_size", "lr": "learning_rate",
     "max_tokens": "max_tokens", "margin": "margin", "triplet_margin": "triplet_margin",
+    "temperature": "temperature", "trainable_layers": "trainable_layers",
     "mlm_weight": "mlm_weight", "head_warmup_steps": "head_warmup_steps", "head_warmup_lr": "head_warmup_lr",
     "max_sentences_per_paragraph": "max_sentences_per_paragraph", "positive_fraction": "positive_fraction",
     "checkpoint_every": "checkpoint_every", "seed": "seed", "device": "device", "precision": "precision",

@@ -9,6 +9,10 @@ computes them at inference).
 - :func:`triplet_hardest_loss` - MetricBERT eq. 1-3: ``max(0, m + d(a, p) - d(a, n))`` with the
   angular distance ``d = arccos(C) / pi`` and, for each anchor, the hardest (closest) in-batch
   negative among the sentences of *other documents*.
+- :func:`inbatch_negatives_loss` - InfoNCE / multiple-negatives ranking loss: for each anchor, a
+  softmax cross-entropy over ``C(a, p_j) / t`` with its own positive as the target and the other
+  pairs' positives as negatives; positives of pairs from the anchor's own document are left out
+  (they may be paraphrases, not negatives).
 - :func:`mask_tokens` - RoBERTa-style dynamic masking: of the selected tokens 80 % become the mask
   token, 10 % a random token, 10 % stay; labels are -100 elsewhere.
 """
@@ -17,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["contrastive_loss", "angular_distance", "triplet_hardest_loss", "mask_tokens"]
+__all__ = ["contrastive_loss", "angular_distance", "triplet_hardest_loss", "inbatch_negatives_loss", "mask_tokens"]
 
 _EPS = 1e-6
 
@@ -57,6 +61,22 @@ def triplet_hardest_loss(
     d_an = angular_distance(hardest)
     loss = torch.clamp(margin + d_ap - d_an, min=0.0)
     return loss[has_neg].mean()
+
+
+def inbatch_negatives_loss(
+    anchors: torch.Tensor, positives: torch.Tensor, docs: torch.Tensor, temperature: float = 0.05
+) -> torch.Tensor:
+    """In-batch-negatives contrastive loss (see module docstring) on unit vectors (B, d).
+
+    ``docs``: (B,) document index of each pair. Row ``i`` is ``-log softmax_j(C(a_i, p_j) / t)[i]``
+    over its own positive and the positives of pairs from other documents; the mean over anchors.
+    A batch from one document has no negatives: each row's loss is then 0."""
+    logits = (anchors @ positives.T) / temperature  # (B, B)
+    same_doc = docs.unsqueeze(1) == docs.unsqueeze(0)
+    own = torch.eye(len(docs), dtype=torch.bool, device=logits.device)
+    logits = logits.masked_fill(same_doc & ~own, float("-inf"))
+    target = torch.arange(len(docs), device=logits.device)
+    return torch.nn.functional.cross_entropy(logits.float(), target)
 
 
 def mask_tokens(

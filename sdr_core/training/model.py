@@ -14,9 +14,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from ..errors import ModelNotFoundError
+from ..errors import InvalidInputError, ModelNotFoundError
 
-__all__ = ["load_for_training", "mlm_head", "save_model", "read_provenance"]
+__all__ = ["load_for_training", "mlm_head", "encoder_layers", "freeze_below", "save_model", "read_provenance"]
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +63,42 @@ def mlm_head(model) -> Any | None:
         if head is not None and callable(head):
             return head
     return None
+
+
+def encoder_layers(model):
+    """The transformer layers of ``model``'s encoder, bottom first: the ``ModuleList`` of the base
+    model with ``config.num_hidden_layers`` entries (``encoder.layer`` in BERT, RoBERTa, MPNet;
+    ``transformer.layer`` in DistilBERT)."""
+    import torch
+
+    n = getattr(model.config, "num_hidden_layers", None)
+    for _, module in model.base_model.named_modules():
+        if isinstance(module, torch.nn.ModuleList) and len(module) == n:
+            return module
+    raise ModelNotFoundError(f"cannot find the {n} transformer layers of {type(model).__name__}; "
+                             "--trainable-layers needs them")
+
+
+def freeze_below(model, trainable_layers: int) -> list[str]:
+    """Freeze the embeddings and every transformer layer below the top ``trainable_layers`` (their
+    parameters stop requiring gradients, so autograd builds no graph through them). What sits above
+    the layers (a final norm, the pooler, the MLM head's own weights) keeps learning; a decoder tied
+    to the word embeddings is frozen with them. Returns the frozen parameters' names."""
+    layers = encoder_layers(model)
+    if not 1 <= trainable_layers <= len(layers):
+        raise InvalidInputError(f"--trainable-layers {trainable_layers}: the encoder has {len(layers)} layers")
+    frozen_modules = [model.get_input_embeddings()]
+    embeddings = getattr(model.base_model, "embeddings", None)
+    if embeddings is not None:
+        frozen_modules.append(embeddings)
+    frozen_modules.extend(layers[: len(layers) - trainable_layers])
+    frozen_ids = {id(p) for m in frozen_modules for p in m.parameters()}
+    names = []
+    for name, p in model.named_parameters():
+        if id(p) in frozen_ids:
+            p.requires_grad_(False)
+            names.append(name)
+    return names
 
 
 def save_model(model, tokenizer, out_dir: Path, provenance: dict[str, Any]) -> None:

@@ -15,16 +15,19 @@ class TrainSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="SDR_TRAIN_", extra="ignore")
 
-    objective: Literal["sdr", "triplet"] = Field(
+    objective: Literal["sdr", "triplet", "inbatch"] = Field(
         "sdr",
         description="'sdr': MLM + contrastive loss on sentence pairs (paper eq. 1, margin m). "
-        "'triplet': MLM + MetricBERT's angular-distance triplet loss with the hardest in-batch negative.",
+        "'triplet': MLM + MetricBERT's angular-distance triplet loss with the hardest in-batch negative. "
+        "'inbatch': MLM + in-batch-negatives contrastive loss (InfoNCE / multiple-negatives ranking): each "
+        "anchor against its same-paragraph positive, the other documents' positives in the batch as negatives "
+        "(use with mlm_weight 0 for contrastive only).",
     )
     steps: int = Field(1000, gt=0, description="Optimiser steps.")
     batch_size: int = Field(
         32, gt=1,
         description="Sentence pairs per step ('sdr': each pair is a positive or a negative; "
-        "'triplet': anchor-positive pairs, negatives mined in the batch).",
+        "'triplet', 'inbatch': anchor-positive pairs, negatives taken from the batch).",
     )
     learning_rate: float = Field(
         1e-5, gt=0,
@@ -54,6 +57,17 @@ class TrainSettings(BaseSettings):
     )
     triplet_margin: float = Field(
         0.1, gt=0, le=1, description="'triplet' margin on the angular distance arccos(cos)/pi (in [0, 1]).",
+    )
+    temperature: float = Field(
+        0.05, gt=0, le=1,
+        description="'inbatch' softmax temperature on the cosines (0.05 = sentence-transformers' scale 20).",
+    )
+    trainable_layers: int | None = Field(
+        None, ge=1,
+        description="Train only the top N transformer layers of the encoder (and what sits above them: a final "
+        "norm or pooler, the MLM head); the embeddings and the lower layers stay frozen, and the frozen part "
+        "runs without gradients. N equal to the number of layers freezes the embeddings only. Unset: everything "
+        "learns.",
     )
     positive_fraction: float = Field(0.5, gt=0, lt=1, description="'sdr': probability that a sampled pair is a positive.")
     max_sentences_per_paragraph: int = Field(

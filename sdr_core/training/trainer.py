@@ -12,10 +12,17 @@ to the longest, ``max_tokens`` cap), mask them RoBERTa-style, run the encoder on
 
 - the MLM loss (cross-entropy on the masked positions; the head is applied to those positions only),
 - the metric loss on the mean-pooled last-layer vectors of the same pass: SDR's contrastive loss
-  (``objective="sdr"``) or MetricBERT's hardest-negative angular triplet loss (``"triplet"``),
+  (``objective="sdr"``), MetricBERT's hardest-negative angular triplet loss (``"triplet"``) or the
+  in-batch-negatives InfoNCE loss (``"inbatch"``, every other document's positive in the batch is
+  a negative, at ``temperature``),
 
 as ``mlm_weight * MLM + metric`` (the paper's total is the plain sum). As in the reference code,
-the sentence vectors come from the masked input, so masking doubles as augmentation.
+the sentence vectors come from the masked input, so masking doubles as augmentation. With
+``mlm_weight`` 0 the MLM loss is still computed and logged, without gradients.
+
+With ``trainable_layers`` N only the top N transformer layers (and what sits above them) learn:
+the embeddings and the lower layers are frozen (no gradients, no optimiser state), which also
+makes the backward pass cheaper.
 
 AdamW with linear warm-up and decay, gradient clipping at 1.0. The forward pass runs under
 autocast: bf16 on CUDA (fp16 with a gradient scaler where bf16 is missing) and on CPUs with native
@@ -140,6 +147,8 @@ def _param_groups(model, head, weight_decay: float) -> tuple[list[dict], list[bo
     base_ids = {id(p) for p in model.base_model.parameters()}
     buckets: dict[tuple[bool, bool], list] = {(h, d): [] for h in (False, True) for d in (True, False)}
     for name, p in model.named_parameters():
+        if not p.requires_grad:  # frozen by --trainable-layers
+            continue
         is_head = id(p) in head_ids and id(p) not in base_ids
         decays = not (p.ndim < 2 or "LayerNorm" in name or "layer_norm" in name)
         buckets[(is_head, decays)].append(p)
@@ -240,8 +249,8 @@ def train(
     import torch
 
     from ..encoder import mean_pool
-    from .losses import contrastive_loss, mask_tokens, triplet_hardest_loss
-    from .model import load_for_training, mlm_head, save_model
+    from .losses import contrastive_loss, inbatch_negatives_loss, mask_tokens, triplet_hardest_loss
+    from .model import freeze_below, load_for_training, mlm_head, save_model
 
     settings = settings or TrainSettings()
     out_dir = Path(out_dir)
@@ -263,6 +272,12 @@ def train(
     precision = resolve_precision(settings.precision, device)
     model, tokenizer, head_initialised = load_for_training(base_dir, seed=settings.seed)
     model.to(device).train()
+    frozen_names: list[str] = []
+    if settings.trainable_layers is not None:
+        frozen_names = freeze_below(model, settings.trainable_layers)
+        n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        logger.info("trainable layers: top %d; %d parameter tensors frozen, %d parameters learn",
+                    settings.trainable_layers, len(frozen_names), n_trainable)
     probe = probe_pairs(pool, settings.seed, settings.probe_pairs) if settings.probe_pairs else None
     cos_before = pair_cosines(model, tokenizer, probe, device, settings.max_tokens) if probe else None
     if cos_before:
@@ -344,8 +359,9 @@ def train(
                             hidden = base_model(input_ids=input_ids, attention_mask=attention).last_hidden_state
                         sel = labels != -100
                         if bool(sel.any()):
-                            logits = head(hidden[sel])
-                            mlm = torch.nn.functional.cross_entropy(logits.float(), labels[sel])
+                            with torch.set_grad_enabled(frozen or settings.mlm_weight > 0):
+                                logits = head(hidden[sel])
+                                mlm = torch.nn.functional.cross_entropy(logits.float(), labels[sel])
                         else:
                             mlm = hidden.sum() * 0.0
                     else:
@@ -356,6 +372,9 @@ def train(
                 fp, fq = vecs[:b], vecs[b:]
                 if settings.objective == "sdr":
                     metric = contrastive_loss(fp, fq, torch.as_tensor(batch.labels, device=device), settings.margin)
+                elif settings.objective == "inbatch":
+                    metric = inbatch_negatives_loss(fp, fq, torch.as_tensor(batch.left_doc, device=device),
+                                                    settings.temperature)
                 else:
                     metric = triplet_hardest_loss(fp, fq, torch.as_tensor(batch.left_doc, device=device), settings.triplet_margin)
                 loss = mlm if frozen else settings.mlm_weight * mlm + metric
@@ -410,6 +429,8 @@ def train(
         "objective": settings.objective,
         "steps": settings.steps,
         "head_warmup_steps": head_warmup,
+        "trainable_layers": settings.trainable_layers,
+        "frozen_parameters": len(frozen_names),
         "corpus_hash": corpus_hash,
         "segmentation": dict(segmentation) if segmentation is not None else None,
         "corpus_documents": pool.n_docs,
