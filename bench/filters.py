@@ -68,30 +68,40 @@ def main() -> None:
             members = set(subset)
             store.ids_matching = lambda flt, _s=subset: list(_s)  # the stand-in filter
             sources = [i for i in rng.permutation(ids) if i not in members][: args.queries]
-            truth, rows = {}, {}
+            truth: dict = {}
             for way in ("exhaustive", "in-knn", "over-fetch"):
                 type(store).capabilities = StoreCapabilities(
                     metadata_lookup=True, lexical_refresh=True, cheap_centroids=True, filtered_knn=way != "over-fetch")
                 if way == "over-fetch":  # the engine filters by metadata: answer from the subset
                     store.metadata_of = lambda part, _m=members: {i: ({"in": True} if i in _m else {}) for i in part}
-                lat, full, agree = [], [], []
-                for src in sources:
-                    t = time.perf_counter()
-                    if way == "exhaustive":
-                        res = engine.run(Query(id=src, size=args.size, candidate_ids=subset, candidates=len(subset)))
-                    else:
-                        res = engine.run(Query(id=src, size=args.size, filter={"in": True}))
-                    lat.append((time.perf_counter() - t) * 1e3)
-                    got = [h.id for h in res.hits]
-                    if way == "exhaustive":
-                        truth[src] = got
-                    full.append(len(got) == min(args.size, len(subset)))
-                    agree.append(len(set(got) & set(truth[src])) / max(1, len(truth[src])))
-                rows[way] = (np.mean(full), np.mean(agree), np.percentile(lat, 50), np.percentile(lat, 99))
-                print(f"{len(subset):>9} {way:<11} {rows[way][0]:6.2f} {rows[way][1]:7.3f} {rows[way][2]:8.1f} {rows[way][3]:8.1f}")
+                _measure(engine, way, sources, subset, {"in": True}, args.size, truth)
             del store.metadata_of
         type(store).capabilities = StoreCapabilities(metadata_lookup=True, lexical_refresh=True, cheap_centroids=True,
                                                      filtered_knn=True)
+
+
+def _measure(engine, way: str, sources, subset: list, flt: dict, size: int, truth: dict) -> tuple:
+    """One row: each source asked one way (``exhaustive``: exact SDR over ``subset``, recorded in
+    ``truth``; otherwise with the filter ``flt``); the share of queries with ``size`` hits (or all
+    of ``subset``), the top-10 agreement with ``truth``, p50 and p99 ms. Printed, and returned."""
+    from sdr_search.reranker.engine import Query
+
+    lat, full, agree = [], [], []
+    for src in sources:
+        t = time.perf_counter()
+        if way == "exhaustive":
+            res = engine.run(Query(id=src, size=size, candidate_ids=subset, candidates=len(subset)))
+        else:
+            res = engine.run(Query(id=src, size=size, filter=flt))
+        lat.append((time.perf_counter() - t) * 1e3)
+        got = [h.id for h in res.hits]
+        if way == "exhaustive":
+            truth[src] = got
+        full.append(len(got) == min(size, len(subset)))
+        agree.append(len(set(got) & set(truth[src])) / max(1, len(truth[src])))
+    row = (np.mean(full), np.mean(agree), np.percentile(lat, 50), np.percentile(lat, 99))
+    print(f"{len(subset):>9} {way:<11} {row[0]:6.2f} {row[1]:7.3f} {row[2]:8.1f} {row[3]:8.1f}")
+    return row
 
 
 def _copy_into(store, source, n: int) -> None:
@@ -139,21 +149,7 @@ def opensearch_main(args) -> None:
         truth = {}
         for way in ("exhaustive", "in-knn", "over-fetch"):
             store.capabilities = StoreCapabilities(metadata_lookup=True, filtered_knn=way != "over-fetch")
-            lat, full, agree = [], [], []
-            for src in sources:
-                t = time.perf_counter()
-                if way == "exhaustive":
-                    res = engine.run(Query(id=src, size=args.size, candidate_ids=subset, candidates=len(subset)))
-                else:
-                    res = engine.run(Query(id=src, size=args.size, filter=flt))
-                lat.append((time.perf_counter() - t) * 1e3)
-                got = [h.id for h in res.hits]
-                if way == "exhaustive":
-                    truth[src] = got
-                full.append(len(got) == min(args.size, len(subset)))
-                agree.append(len(set(got) & set(truth[src])) / max(1, len(truth[src])))
-            print(f"{len(subset):>9} {way:<11} {np.mean(full):6.2f} {np.mean(agree):7.3f} "
-                  f"{np.percentile(lat, 50):8.1f} {np.percentile(lat, 99):8.1f}")
+            _measure(engine, way, sources, subset, flt, args.size, truth)
         del store.capabilities
     store.close()
 

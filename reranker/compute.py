@@ -32,6 +32,8 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from sdr_search.core.locks import ReadWriteLock
+
 __all__ = ["available_cores", "ThreadBudget", "CpuGate", "BatchingEncoder", "estimate_tokens"]
 
 logger = logging.getLogger(__name__)
@@ -84,10 +86,7 @@ class CpuGate:
     """
 
     def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
-        self._shared = 0
-        self._exclusive = False
-        self._waiting = 0  # exclusive holders waiting: new shared holders wait behind them
+        self._rw = ReadWriteLock()  # shared = read, exclusive = write (a waiting encoder holds new reads back)
         self._local = threading.local()
 
     @contextmanager
@@ -99,18 +98,12 @@ class CpuGate:
             self._release_shared()
 
     def _acquire_shared(self) -> None:
-        with self._cond:
-            while self._exclusive or self._waiting:
-                self._cond.wait()
-            self._shared += 1
+        self._rw.acquire_read()
         self._local.held = getattr(self._local, "held", 0) + 1
 
     def _release_shared(self) -> None:
         self._local.held -= 1
-        with self._cond:
-            self._shared -= 1
-            if not self._shared:
-                self._cond.notify_all()
+        self._rw.release_read()
 
     @contextmanager
     def released(self) -> Iterator[None]:
@@ -124,22 +117,9 @@ class CpuGate:
             for _ in range(held):
                 self._acquire_shared()
 
-    @contextmanager
-    def exclusive(self) -> Iterator[None]:
-        with self._cond:
-            self._waiting += 1
-            try:
-                while self._exclusive or self._shared:
-                    self._cond.wait()
-            finally:
-                self._waiting -= 1
-            self._exclusive = True
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._exclusive = False
-                self._cond.notify_all()
+    def exclusive(self):
+        """Hold the CPU alone (a context manager): waits for the shared holders to finish."""
+        return self._rw.write()
 
 
 def estimate_tokens(sentence: str, cap: int) -> int:

@@ -48,6 +48,7 @@ import threading
 import time
 from bisect import bisect_right
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
@@ -355,7 +356,7 @@ class Source:
         """The indexed documents among the sources (left out of the results)."""
         return tuple(dict.fromkeys(m.indexed_id for m in self.members if m.indexed_id is not None))
 
-    @property
+    @cached_property
     def part_offsets(self) -> np.ndarray:
         """Source ``p`` owns paragraphs ``part_offsets[p]:part_offsets[p + 1]``."""
         return np.concatenate([[0], np.cumsum([m.vectors.n_paragraphs for m in self.members])]).astype(np.int64)
@@ -649,14 +650,15 @@ class MoreLikeThis:
         vector_ids, lexical_ids, docs = self._prerank_and_fetch(source, pool, pool_scores, lexical_ranked, K, timings)
         cand_ids = vector_ids + lexical_ids
         t5 = time.perf_counter()
-        hits = self._ranked(source, against, unlike_weight, cand_ids, docs, lexical, spec, query.offset, query.size)
+        every = source if against is None else merge_sources([source, against])
+        hits = self._ranked(every, len(source.members), unlike_weight, cand_ids, docs, lexical, spec, query.offset,
+                            query.size)
         t6 = time.perf_counter()
         timings["rerank"] = _ms(t6 - t5)
         if hits and (query.details or query.explain):
             fetched = dict(zip(cand_ids, docs))
             hits = self._presented(source, hits, [fetched[h.id] for h in hits], spec, query.explain)
             timings["explain" if query.explain else "snippets"] = _ms(time.perf_counter() - t6)
-        every = source if against is None else merge_sources([source, against])
         return MLTResult(
             hits, len(cand_ids), every.stats_origin, state.stats.stale, timings,
             method="sdr" if spec is None else "hybrid", hybrid=spec.to_dict() if spec is not None else None,
@@ -860,17 +862,16 @@ class MoreLikeThis:
 
     # -- scoring ----------------------------------------------------------------------------------
     def _ranked(
-        self, source: Source, against: Source | None, unlike_weight: float, cand_ids: list[str], docs: list[DocVectors],
+        self, every: Source, n_like: int, unlike_weight: float, cand_ids: list[str], docs: list[DocVectors],
         lexical: LexicalHits | None, spec: HybridSpec | None, offset: int, size: int,
     ) -> list[Hit]:
-        """Score ``cand_ids`` exactly and return the hits ``offset:offset + size``. Each source
-        (the like sources of ``source``, then the unlike ones of ``against``) gets its own score,
-        SDR, or hybrid: BM25 of its text, its SDR and its mean-vector cosine fused over the
-        candidates; the hit's score is :func:`like_unlike` of them (one source: its score)."""
+        """Score ``cand_ids`` exactly and return the hits ``offset:offset + size``. Each source of
+        ``every`` (the ``n_like`` like sources, then the unlike ones) gets its own score, SDR, or
+        hybrid: BM25 of its text, its SDR and its mean-vector cosine fused over the candidates; the
+        hit's score is :func:`like_unlike` of them (one source: its score)."""
         if not cand_ids:
             return []
-        every = source if against is None else merge_sources([source, against])
-        parts, n_like = every.members, len(source.members)
+        parts = every.members
         best = document_best(every.vectors, docs)  # one product for every source's paragraphs
         if len(parts) == 1:
             sdr_rows = sdr_scores(best, every.stats)[None, :]
@@ -937,8 +938,7 @@ class MoreLikeThis:
                 ex = explain_pair(source, doc, vecs, source_spans=source_spans, P=P)
                 first = ex["paragraph_pairs"][0]
                 snippet = {**first["sentence_pairs"][0], "source_paragraph": first["source_paragraph"],
-                           "candidate_paragraph": first["candidate_paragraph"],
-                           **({"source": first["source"]} if "source" in first else {})}
+                           "candidate_paragraph": first["candidate_paragraph"]}
                 if spec is not None and h.signals is not None:
                     ex["hybrid"] = {"score": h.score, "fusion": spec.fusion, "signals": h.signals}
                     if spec.fusion == "rrf":

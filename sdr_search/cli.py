@@ -358,7 +358,7 @@ def cmd_eval(args) -> int:
     from sdr_search.core.fusion import SourceShape
     from sdr_search.core.metrics import evaluate, read_qrels, write_run
 
-    parse_source_cut(getattr(args, "source_cut", None))  # validated before any reading
+    cut = parse_source_cut(getattr(args, "source_cut", None))  # validated before any reading
     if args.store is not None or args.opensearch is not None:
         from sdr_search.reranker.commands import cmd_eval_store
 
@@ -379,7 +379,6 @@ def cmd_eval(args) -> int:
     corpus_report, query_report = ReadReport(), ReadReport()
     corpus_docs = list(read_documents(args.corpus, settings=seg, report=corpus_report, strict=args.strict))
     query_docs = list(read_documents(args.queries, settings=seg, report=query_report, strict=args.strict))
-    cut = parse_source_cut(args.source_cut)
     query_docs = [cut_source(q, cut) for q in query_docs]
     if not corpus_docs:
         raise SDRError("the corpus has no usable document")

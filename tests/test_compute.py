@@ -175,4 +175,4 @@ def test_requests_holding_the_gate_that_wait_for_the_encoder_do_not_block_it():
     assert sorted(results) == [0, 1, 2, 3] and slow.max_running == 1
     for k, rows in results.items():
         assert rows[:, 0].tolist() == [len(f"s{k}"), len(f"t{k}x")]
-    assert gate._shared == 0 and not gate._exclusive
+    assert gate._rw.readers == 0 and not gate._rw.writing

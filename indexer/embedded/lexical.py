@@ -76,15 +76,15 @@ import shutil
 import threading
 import time
 from collections import Counter
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from sdr_search.core.documents import Document
 from sdr_search.core.lexical import RANKER_FILE, BM25Ranker
+from sdr_search.core.locks import ReadWriteLock
 from sdr_search.core.scoring import top_of
 
 from .durable import fsync_path
@@ -151,47 +151,6 @@ def _fsync_tree(directory: Path) -> None:
     fsync_path(directory)
 
 
-class _ReadWriteLock:
-    """Many readers or one writer; a waiting writer holds new readers back."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
-        self._readers = 0
-        self._writer = False
-        self._waiting = 0
-
-    @contextmanager
-    def read(self) -> Iterator[None]:
-        with self._cond:
-            while self._writer or self._waiting:
-                self._cond.wait()
-            self._readers += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._readers -= 1
-                if not self._readers:
-                    self._cond.notify_all()
-
-    @contextmanager
-    def write(self) -> Iterator[None]:
-        with self._cond:
-            self._waiting += 1
-            try:
-                while self._writer or self._readers:
-                    self._cond.wait()
-            finally:
-                self._waiting -= 1
-            self._writer = True
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._writer = False
-                self._cond.notify_all()
-
-
 Key = tuple[str, "str | None"]
 """What identifies a document's text in the catalogue: ``(content_key, title)``."""
 
@@ -243,7 +202,7 @@ class Segments:
         # weigh 0; None: no live document holds the term); any change empties it (every weight
         # depends on N and the average length)
         self._wcache: dict[int, tuple[np.ndarray, np.ndarray] | None] = {}
-        self._rw = _ReadWriteLock()
+        self._rw = ReadWriteLock()
         # the changes made since a background merge read this index (merged(journal=True)),
         # replayed onto the merged base before it replaces this one; None: not recorded
         self._journal: list[tuple[Any, ...]] | None = None
