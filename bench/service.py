@@ -170,10 +170,14 @@ def main() -> int:
                 texts.append("\n\n".join(" ".join(p) for p in doc.paragraphs))
             if len(texts) >= args.requests_text:
                 break
-    bodies = {
-        "id": {c: [{"id": rng.choice(all_ids), "size": args.size} for _ in range(args.requests_id)] for c in args.levels},
-        "text": {c: [{"text": rng.choice(texts), "size": args.size} for _ in range(args.requests_text)] for c in args.levels},
+    # Every level sends the same requests (in its own order), so levels differ in concurrency only:
+    # request costs are skewed (a source of 10 or of 250 sentences), and a different draw per level
+    # moved the rate by as much as the concurrency did.
+    workload = {
+        "id": [{"id": rng.choice(all_ids), "size": args.size} for _ in range(args.requests_id)],
+        "text": [{"text": rng.choice(texts), "size": args.size} for _ in range(args.requests_text)],
     }
+    bodies = {kind: {c: rng.sample(reqs, len(reqs)) for c in args.levels} for kind, reqs in workload.items()}
     warmup = [{"id": i, "size": args.size} for i in all_ids[:3]] + [{"text": t, "size": args.size} for t in texts[:2]]
 
     rows = []

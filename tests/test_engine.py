@@ -380,6 +380,25 @@ def test_a_query_reads_the_store_state_once(with_metadata, encoder, monkeypatch)
         assert calls[1] == {"reference_version": calls[1]["reference_version"]} and calls[1]["reference_version"] is not None
 
 
+def test_queries_by_id_read_the_reference_sample_once_per_version(with_metadata, encoder, monkeypatch):
+    # a query by id with stored statistics never needs the sample, and used to read and decode it on
+    # every request (the engine only adopted it when a text query needed it)
+    with EmbeddedStore(with_metadata) as store:
+        engine = MoreLikeThis(store=store, encoder=encoder)
+        samples = []
+        real = store.query_state
+        monkeypatch.setattr(store, "query_state", lambda **kw: (lambda st: samples.append(st.reference) or st)(real(**kw)))
+        first = [engine.run(Query(id=i, size=3, method="sdr")) for i in ("land_2", "tax_1", "land_2")]
+        assert [r is not None for r in samples] == [True, False, False]
+        text = engine.run(Query(text="The accused killed the deceased with a knife.", size=3))  # the adopted copy
+        assert samples[-1] is None and text.hits
+        assert first[0].hits == first[2].hits
+        refresh_stats(store, exact=True, sample_size=30, seed=1)  # a new version: read once more
+        engine.run(Query(id="tax_1", size=3, method="sdr"))
+        engine.run(Query(id="tax_1", size=3, method="sdr"))
+        assert [r is not None for r in samples[-2:]] == [True, False]
+
+
 def test_query_objects_refuse_bad_input():
     with pytest.raises(InvalidInputError, match="exactly one source"):
         Query()
