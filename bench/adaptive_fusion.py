@@ -100,6 +100,7 @@ def main() -> int:
     qrels, queries, docs = read_irled(args)
     ids = [d.id for d in docs]
     position = {d: k for k, d in enumerate(ids)}
+    paragraphs = np.asarray([len(d.paragraphs) for d in docs])
     data: dict[str, dict] = {}
     missing = [(kind, cut) for kind, cut in kinds if not signals_path(args, kind, cut).exists()]
     if missing:
@@ -137,7 +138,7 @@ def main() -> int:
                 ranking = [kept[i] for i in rank(kept, data[kind][single][k][keep])]
             else:
                 ranking = [d for d, _ in hybrid_ranking(ids, signals_of(kind, k), spec, args.candidates, exclude=own,
-                                                        source=shape_of(kind, k))]
+                                                        source=shape_of(kind, k), paragraphs=paragraphs)]
             out[k] = per_query(ranking, qrels[q.id])
         return out
 

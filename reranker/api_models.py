@@ -360,7 +360,7 @@ class Fusion(BaseModel):
     rank_constant: int | None = None
     adaptive: dict[str, float] | None = Field(
         None, description="Adaptive fusion: its parameters (half_sentences n0, mean_weight, evidence_power, "
-        "evidence_top; docs/scoring.md). Each hit's signals give the weights this query used."
+        "evidence_top, length_correction c; docs/scoring.md). Each hit's signals give the weights this query used."
     )
 
 

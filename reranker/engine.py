@@ -898,6 +898,7 @@ class MoreLikeThis:
             self.store.lexical_search(m.document.text, 0, score_ids=cand_ids) for m in parts
         ]
         signals, fused = [], []
+        paragraphs = np.asarray([d.n_paragraphs for d in docs], dtype=np.int64)
         for m, lex, sdr in zip(parts, lexicals, sdr_rows):
             part_signals = {
                 "bm25": np.asarray([lex.score_of(i) if lex is not None else 0.0 for i in cand_ids], dtype=np.float64),
@@ -905,7 +906,7 @@ class MoreLikeThis:
                 "mean": mean_cosines(m.vectors, docs),
             }
             signals.append(part_signals)
-            fused.append(fuse(cand_ids, part_signals, spec, source=SourceShape.of(m.document)))
+            fused.append(fuse(cand_ids, part_signals, spec, source=SourceShape.of(m.document), paragraphs=paragraphs))
         scores = like_unlike(np.stack([f.scores for f in fused]), n_like, unlike_weight)
         hits = []
         for i in rank(cand_ids, scores)[offset : offset + size]:

@@ -159,7 +159,7 @@ def candidate_set(ids: Sequence[str], signals: Mapping[str, np.ndarray], k: int,
 def hybrid_ranking(
     ids: Sequence[str], signals: Mapping[str, np.ndarray], spec: HybridSpec, k: int, *,
     exclude: int | None = None, depth: int | None = None, source: SourceShape | None = None,
-    used: dict | None = None,
+    used: dict | None = None, paragraphs: np.ndarray | Sequence[int] | None = None,
 ) -> Ranking:
     """Rank every document (but ``exclude``) for one query by fusing ``signals`` (name -> one
     score per id) as the hybrid engine does: the candidate set is the union of each signal's top
@@ -169,7 +169,8 @@ def hybrid_ranking(
 
     ``source``: the query source's shape (for ``adaptive`` fusion). The weights are those of the
     candidate set, and the documents outside it are fused with the same weights. ``used``, when
-    given, receives them (``used["weights"]``: signal -> weight, summing to 1)."""
+    given, receives them (``used["weights"]``: signal -> weight, summing to 1). ``paragraphs``:
+    each document's number of paragraphs (for adaptive fusion's length correction of SDR)."""
     head = candidate_set(ids, signals, k, exclude=exclude)
     in_head = np.zeros(len(ids), dtype=bool)
     in_head[head] = True
@@ -184,7 +185,8 @@ def hybrid_ranking(
             continue
         block_ids = [ids[i] for i in block]
         fused = fuse(block_ids, {s: np.asarray(v, dtype=np.float64)[block] for s, v in signals.items()}, spec,
-                     source=source, weights=weights)
+                     source=source, weights=weights,
+                     paragraphs=None if paragraphs is None else np.asarray(paragraphs)[block])
         if weights is None:
             weights = fused.weights
             if used is not None:
@@ -289,6 +291,7 @@ def rank_all(
     names = HYBRID_SIGNALS if method == "hybrid" else (method,)
     scorers = signal_scorers(names, inputs, stats=stats, sample_size=sample_size, seed=seed, on_sample=on_sample)
     spec = hybrid or DEFAULT_HYBRID
+    paragraphs = np.asarray([len(d.paragraphs) for d in inputs.corpus_docs], dtype=np.int64)
     runs: dict[str, Ranking] = {}
     bar = None
     if progress:
@@ -302,7 +305,7 @@ def rank_all(
                 signals = {name: np.asarray(fn(k, q), dtype=np.float64) for name, fn in scorers.items()}
                 used: dict = {}
                 runs[q.id] = hybrid_ranking(ids, signals, spec, candidates, exclude=own, depth=depth,
-                                            source=SourceShape.of(q), used=used)
+                                            source=SourceShape.of(q), used=used, paragraphs=paragraphs)
                 if weights_used is not None and "weights" in used:
                     weights_used[q.id] = used["weights"]
             else:

@@ -68,6 +68,7 @@ __all__ = [
     "SourceShape",
     "AdaptiveParams",
     "adaptive_weights",
+    "length_corrected",
     "Fused",
     "parse_weights",
     "format_weights",
@@ -141,16 +142,20 @@ class AdaptiveParams:
       same prior weight; shorter sources lean to BM25, longer ones to SDR;
     - ``mean_weight`` (``m``): the prior share of the single-vector cosine;
     - ``evidence_power`` (``g``): how much each signal's evidence (the mean z-score of its top
-      ``evidence_top`` documents over the set) scales its weight; 0 ignores the evidence.
+      ``evidence_top`` documents over the set) scales its weight; 0 ignores the evidence;
+    - ``length_correction`` (``c``): before it is normalised, the SDR signal of a candidate of
+      ``n`` paragraphs becomes ``SDR - c sqrt(2 ln n)`` (:func:`length_corrected`); 0 leaves SDR
+      as it is.
     """
 
     half_sentences: float = 32.0
     mean_weight: float = 0.0
     evidence_power: float = 0.0
     evidence_top: int = 10
+    length_correction: float = 0.375
 
     def __post_init__(self) -> None:
-        for name in ("half_sentences", "mean_weight", "evidence_power"):
+        for name in ("half_sentences", "mean_weight", "evidence_power", "length_correction"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 raise InvalidInputError(f"adaptive {name} must be a finite number >= 0, got {v!r}")
@@ -164,17 +169,35 @@ class AdaptiveParams:
 
     def __str__(self) -> str:
         return (f"n0={self.half_sentences:g},m={self.mean_weight:g},g={self.evidence_power:g}"
-                + (f",top={self.evidence_top}" if self.evidence_top != 10 else ""))
+                + (f",top={self.evidence_top}" if self.evidence_top != 10 else "")
+                + f",c={self.length_correction:g}")
 
     def to_dict(self) -> dict[str, float]:
         return {"half_sentences": self.half_sentences, "mean_weight": self.mean_weight,
-                "evidence_power": self.evidence_power, "evidence_top": self.evidence_top}
+                "evidence_power": self.evidence_power, "evidence_top": self.evidence_top,
+                "length_correction": self.length_correction}
 
     @staticmethod
-    def grid() -> list["AdaptiveParams"]:
-        """The candidates the cross-validation of ``bench/adaptive_fusion.py`` chooses from (45)."""
-        return [AdaptiveParams(n0, m, g) for n0 in (8.0, 16.0, 32.0, 64.0, 128.0)
+    def grid(length_correction: float = 0.375) -> list["AdaptiveParams"]:
+        """The candidates the cross-validation of ``bench/adaptive_fusion.py`` chooses from (45),
+        each with ``length_correction``."""
+        return [AdaptiveParams(n0, m, g, length_correction=length_correction) for n0 in (8.0, 16.0, 32.0, 64.0, 128.0)
                 for m in (0.0, 0.1, 0.25) for g in (0.0, 1.0, 2.0)]
+
+
+def length_corrected(sdr: np.ndarray | Sequence[float], paragraphs: np.ndarray | Sequence[int], c: float) -> np.ndarray:
+    """``sdr - c * sqrt(2 ln n)`` per candidate, ``n`` its number of paragraphs (at least 1).
+
+    An SDR score averages, over the source's paragraphs, the best z-scored match among the
+    candidate's paragraphs; a maximum over ``n`` draws grows like ``sqrt(2 ln n)`` (the expected
+    maximum of ``n`` standard normal scores), so a long candidate scores higher by chance alone.
+    BM25 normalises for document length; SDR as defined does not. ``c`` scales the correction
+    (0: none). Pure; NaN (a missing score) stays NaN."""
+    x = np.asarray(sdr, dtype=np.float64)
+    n = np.asarray(paragraphs, dtype=np.float64)
+    if n.shape != x.shape:
+        raise ValueError(f"{x.size} SDR scores but {n.size} paragraph counts")
+    return x - float(c) * np.sqrt(2.0 * np.log(np.maximum(n, 1.0)))
 
 
 def _evidence(z: np.ndarray, top: int) -> float:
@@ -425,14 +448,20 @@ class Fused:
 
 
 def fuse(ids: Sequence[str], signals: Mapping[str, np.ndarray | Sequence[float]], spec: HybridSpec, *,
-         source: SourceShape | None = None, weights: Mapping[str, float] | None = None) -> Fused:
+         source: SourceShape | None = None, weights: Mapping[str, float] | None = None,
+         paragraphs: np.ndarray | Sequence[int] | None = None) -> Fused:
     """Fuse the ``signals`` (name -> one score per id, NaN = missing) of one query's set.
 
     Every active signal of ``spec`` must be given; the others are ignored. ``source``: the shape
     of the query's source, used by ``adaptive`` fusion (None: unknown, a neutral length prior).
     ``weights``: for ``adaptive``, use these weights instead of computing them (e.g. the weights
-    of the query's candidate set, reused for the documents outside it).
+    of the query's candidate set, reused for the documents outside it). ``paragraphs``: each
+    document's number of paragraphs, which ``adaptive`` fusion with a ``length_correction``
+    needs for SDR (:func:`length_corrected`; ``raw`` keeps the uncorrected SDR).
     """
+    correction = spec.adaptive.length_correction if spec.fusion == "adaptive" and "sdr" in spec.active else 0.0
+    if correction > 0 and paragraphs is None:
+        raise ValueError("adaptive fusion with a length correction needs each document's paragraph count")
     n = len(ids)
     normalised: dict[str, np.ndarray] = {}
     raw: dict[str, np.ndarray] = {}
@@ -446,7 +475,7 @@ def fuse(ids: Sequence[str], signals: Mapping[str, np.ndarray | Sequence[float]]
         if spec.fusion == "rrf":
             normalised[s] = rrf_scores(ids, x, spec.rank_constant)
         elif spec.fusion == "adaptive":
-            normalised[s] = zscore(x)
+            normalised[s] = zscore(length_corrected(x, paragraphs, correction) if s == "sdr" and correction > 0 else x)
         else:
             normalised[s] = normalise(x, spec.fusion)
     if spec.fusion == "adaptive":

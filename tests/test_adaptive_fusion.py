@@ -13,12 +13,13 @@ from sdr_search.core.evaluation import (
 )
 from sdr_search.core.fusion import (
     ADAPTIVE_HYBRID, FUSIONS, AdaptiveParams, HybridSpec, SourceShape, adaptive_weights, check_search_defaults, fuse,
+    length_corrected,
 )
 
 pytestmark = pytest.mark.unit
 
 IDS = [f"d{i}" for i in range(6)]
-FLAT_EVIDENCE = AdaptiveParams(half_sentences=10, mean_weight=0.2, evidence_power=0)
+FLAT_EVIDENCE = AdaptiveParams(half_sentences=10, mean_weight=0.2, evidence_power=0, length_correction=0)
 
 
 def _signals(rng=None):
@@ -78,13 +79,15 @@ def test_base_weights_multiply_and_zero_leaves_a_signal_out():
 
 def test_params_validation_and_grid():
     for bad in (dict(half_sentences=0), dict(half_sentences=-1), dict(mean_weight=1.0), dict(mean_weight=-0.1),
-                dict(evidence_power=float("nan")), dict(evidence_top=0)):
+                dict(evidence_power=float("nan")), dict(evidence_top=0), dict(length_correction=-0.1),
+                dict(length_correction=float("inf"))):
         with pytest.raises(InvalidInputError):
             AdaptiveParams(**bad)
     grid = AdaptiveParams.grid()
     assert len(grid) == len(set(grid)) == 45 and AdaptiveParams() in grid
-    assert str(AdaptiveParams(16, 0.1, 1)) == "n0=16,m=0.1,g=1"
-    assert AdaptiveParams() == AdaptiveParams(32, 0.0, 0.0)  # the shipped parameters
+    assert str(AdaptiveParams(16, 0.1, 1)) == "n0=16,m=0.1,g=1,c=0.375"
+    assert AdaptiveParams() == AdaptiveParams(32, 0.0, 0.0, length_correction=0.375)  # the shipped parameters
+    assert {p.length_correction for p in AdaptiveParams.grid(0.0)} == {0.0}
     with pytest.raises(ValueError):
         SourceShape(-1, 1)
 
@@ -107,6 +110,30 @@ def test_adaptive_fuse_is_zscore_with_the_adaptive_weights():
     np.testing.assert_allclose(given.scores, long.scores)
 
 
+def test_length_correction_of_sdr():
+    sdr = np.array([2.0, 2.0, 2.0, np.nan])
+    out = length_corrected(sdr, [1, 10, 100, 5], 0.5)
+    assert out[0] == 2.0 and out[1] == pytest.approx(2.0 - 0.5 * np.sqrt(2 * np.log(10)))
+    assert out[1] > out[2] and np.isnan(out[3])  # more paragraphs, a larger correction; NaN stays missing
+    assert length_corrected(sdr[:3], [0, 1, 2], 0.0).tolist() == [2.0, 2.0, 2.0]
+    with pytest.raises(ValueError):
+        length_corrected(sdr, [1, 2], 0.5)
+    # in adaptive fusion: SDR is corrected before it is normalised; raw keeps the exact SDR
+    ids = ["long", "short", "mid"]
+    sig = {"bm25": np.array([1.0, 1.0, 1.0]), "sdr": np.array([3.0, 2.9, 1.0])}
+    paragraphs = [400, 2, 10]
+    spec = HybridSpec("adaptive", {"bm25": 1, "sdr": 1})
+    out = fuse(ids, sig, spec, source=SourceShape(100, 10), paragraphs=paragraphs)
+    assert [ids[i] for i in out.order(ids)][0] == "short" and out.raw["sdr"].tolist() == [3.0, 2.9, 1.0]
+    off = spec.replace(adaptive=AdaptiveParams(length_correction=0))
+    assert [ids[i] for i in fuse(ids, sig, off, source=SourceShape(100, 10)).order(ids)][0] == "long"
+    with pytest.raises(ValueError, match="paragraph count"):
+        fuse(ids, sig, spec, source=SourceShape(100, 10))
+    # a fixed fusion, or adaptive without SDR, needs no paragraph counts
+    fuse(ids, sig, HybridSpec("zscore", {"bm25": 1, "sdr": 1}))
+    fuse(ids, {"bm25": sig["bm25"]}, HybridSpec("adaptive", {"bm25": 1}), source=SourceShape(100, 10))
+
+
 def test_adaptive_spec_round_trips():
     assert "adaptive" in FUSIONS
     assert ADAPTIVE_HYBRID.to_dict()["adaptive"] == AdaptiveParams().to_dict()
@@ -122,8 +149,11 @@ def test_hybrid_ranking_reports_and_reuses_the_head_weights():
     ids = [f"d{i:02d}" for i in range(40)]
     sig = {s: rng.normal(size=40) for s in ("bm25", "sdr", "mean")}
     used: dict = {}
-    ranking = hybrid_ranking(ids, sig, ADAPTIVE_HYBRID, 5, source=SourceShape(9, 1), used=used)
+    paragraphs = rng.integers(1, 50, size=40)
+    ranking = hybrid_ranking(ids, sig, ADAPTIVE_HYBRID, 5, source=SourceShape(9, 1), used=used, paragraphs=paragraphs)
     assert len(ranking) == 40 and sum(used["weights"].values()) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="paragraph count"):
+        hybrid_ranking(ids, sig, ADAPTIVE_HYBRID, 5, source=SourceShape(9, 1))
     scores = [s for _, s in ranking]
     assert scores == sorted(scores, reverse=True)
     fixed: dict = {}
