@@ -66,7 +66,7 @@ def main() -> None:
         for sel in args.selectivity:
             subset = [ids[i] for i in rng.choice(len(ids), size=max(1, int(sel * len(ids))), replace=False)]
             members = set(subset)
-            store.ids_matching = lambda flt, _s=subset: list(_s)  # the stand-in filter
+            store.ids_matching = lambda flt, limit=None, _s=subset: list(_s)[:limit]  # the stand-in filter
             sources = [i for i in rng.permutation(ids) if i not in members][: args.queries]
             truth: dict = {}
             for way in ("exhaustive", "in-knn", "over-fetch"):

@@ -269,10 +269,11 @@ class DocumentStore(ABC):
         matches and to those ids (both: the documents in both). A store may bound the number of
         ``allowed_ids`` (OpenSearch: 10,000 per search); a filter is never bounded."""
 
-    def ids_matching(self, flt: Mapping[str, Any]) -> list[str]:
+    def ids_matching(self, flt: Mapping[str, Any], *, limit: int | None = None) -> list[str]:
         """The ids of every document whose metadata matches the equality filter ``flt``
-        (:func:`sdr_search.core.filters.matches`). Only for a store that declares
-        ``capabilities.filtered_knn``."""
+        (:func:`sdr_search.core.filters.matches`); with ``limit``, at most that many (the first in
+        the store's order; the engine asks whether a filter matches few enough documents to rank
+        them all). Only for a store that declares ``capabilities.filtered_knn``."""
         from sdr_search.core.errors import StoreError
 
         raise StoreError(f"{type(self).__name__} cannot filter inside the candidate stage "

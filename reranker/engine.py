@@ -17,6 +17,7 @@ inside it:
    hybrid, one BM25 search of the whole source text that also scores every vector candidate; a
    metadata filter runs inside both searches when the store can (``capabilities.filtered_knn``:
    both stores), else the candidates are over-fetched and filtered (:mod:`sdr_search.reranker.filters`);
+   a filter that matches at most K documents skips the searches: they are all ranked exactly;
    several like sources search as one (:func:`merge_sources`);
 5. the centroid pre-rank narrows the vector pool to K (:mod:`sdr_search.indexer.prerank`);
 6. fetch once: the vectors of the K vector candidates and the lexical-only ones (a store whose
@@ -614,8 +615,13 @@ class MoreLikeThis:
         timings = {"source": _ms(t1 - t0)}
         exclude = list(dict.fromkeys(source.indexed_ids + (against.indexed_ids if against is not None else ())))
         lexical: LexicalHits | None = None
-        if query.candidate_ids is not None:  # rank exactly these: no candidate generation, no pre-rank
-            pool, pool_scores = [i for i in dict.fromkeys(query.candidate_ids) if i not in exclude], None
+        everything: list[str] | None = None  # rank exactly these: no candidate generation, no pre-rank
+        if query.candidate_ids is not None:
+            everything = [i for i in dict.fromkeys(query.candidate_ids) if i not in exclude]
+        elif query.filter and self.store.capabilities.filtered_knn:
+            everything = self._all_matching(query.filter, K, exclude)  # None: more than K match
+        if everything is not None:
+            pool, pool_scores = everything, None
             if spec is not None and against is None and not source.parts:  # several sources: searched each in _ranked
                 lexical = self.store.lexical_search(source.document.text, 0, score_ids=pool)
             lexical_ranked: list[str] = []
@@ -828,6 +834,19 @@ class MoreLikeThis:
         return stats_against_sample(vectors, sample, exclude_doc=exclude, if_empty="identity" if own_id else "raise")
 
     # -- candidates ----------------------------------------------------------------------------
+    def _all_matching(self, flt: Mapping[str, Any], k: int, exclude: Sequence[str]) -> list[str] | None:
+        """The documents ``flt`` matches (but ``exclude``) when they are at most ``k``, else None.
+        Ranking them all is the exhaustive answer, and cheaper than the filtered k-NN: on
+        OpenSearch 3.5 with 1,500 documents a 1 % filter took 290 ms this way against 911 ms through
+        the k-NN (docs/results/filters.md)."""
+        limit = k + len(exclude) + 1
+        found = self.store.ids_matching(dict(flt), limit=limit)
+        if len(found) >= limit:
+            return None
+        skip = set(exclude)
+        kept = [i for i in found if i not in skip]
+        return kept if len(kept) <= k else None
+
     def _aggregated(
         self, source: Source, k: int, exclude: Sequence[str], flt: Mapping[str, Any] | None = None,
     ) -> tuple[list[str], np.ndarray]:

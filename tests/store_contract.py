@@ -471,6 +471,9 @@ class StoreContract:
         for flt in filters:
             want = sorted(i for i, m in by_id.items() if matches(m, flt))
             assert sorted(store.ids_matching(flt)) == want, flt
+            for limit in (0, 1, 7):  # at most limit of them, each a match
+                some = store.ids_matching(flt, limit=limit)
+                assert len(some) == min(limit, len(want)) and set(some) <= set(want), (flt, limit)
             allowed = [i for i in want if i != "d000"]
             ids, best = brute_force_best(q, [(d, v) for d, v in items if d.id in set(allowed)]) if allowed else ([], None)
             hits = store.sentence_knn(q, 4, exclude_ids=["d000"], filter=flt)

@@ -365,6 +365,23 @@ def test_a_filtered_query_ranks_the_matching_documents_as_exhaustive_sdr_does(wi
         assert engine.run(Query(id="tax_1", filter={"court": "nowhere"})).hits == []
 
 
+def test_a_filter_matching_at_most_k_documents_ranks_them_all_without_a_search(with_metadata, encoder, monkeypatch):
+    with EmbeddedStore(with_metadata) as store:
+        engine = MoreLikeThis(store=store, encoder=encoder, settings=MLTSettings(knn_k=24))
+        searched = []
+        real = store.sentence_knn
+        monkeypatch.setattr(store, "sentence_knn", lambda *a, **k: searched.append(k.get("filter")) or real(*a, **k))
+        matching = [d for d in store.iter_ids() if _court(d) == "supreme"]  # 12
+        for method in ("sdr", "hybrid"):
+            every = engine.run(Query(id="tax_1", method=method, size=12, candidates=12, filter={"court": "supreme"}))
+            assert searched == [] and every.candidates == 12 and {h.id for h in every.hits} == set(matching)
+            # K under the matches: the filtered k-NN (the same top, found by search)
+            found = engine.run(Query(id="tax_1", method=method, size=3, candidates=11, filter={"court": "supreme"}))
+            assert searched == [{"court": "supreme"}]
+            assert [h.id for h in found.hits] == [h.id for h in every.hits][:3]
+            searched.clear()
+
+
 def test_a_query_reads_the_store_state_once(with_metadata, encoder, monkeypatch):
     with EmbeddedStore(with_metadata) as store:
         engine = MoreLikeThis(store=store, encoder=encoder)

@@ -20,6 +20,7 @@ merged into a new base in bounded steps, never rebuilt whole because of a write.
 from __future__ import annotations
 
 import fcntl
+import itertools
 import json
 import logging
 import os
@@ -544,14 +545,16 @@ class EmbeddedStore(DocumentStore):
         wanted = {str(i) for i in allowed_ids}
         return [i for i in matching if i in wanted]
 
-    def ids_matching(self, flt: Mapping[str, Any]) -> list[str]:
-        """Every document whose metadata matches ``flt`` (the parsed metadata is kept per store
-        generation, so repeated filtered queries do not re-read it)."""
+    def ids_matching(self, flt: Mapping[str, Any], *, limit: int | None = None) -> list[str]:
+        """Every document whose metadata matches ``flt``, at most ``limit`` (the scan stops there;
+        the parsed metadata is kept per store generation, so repeated filtered queries do not
+        re-read it)."""
         with self._snapshot() as conn:
             if "metadata" not in self._cache:
                 self._cache["metadata"] = [(doc_id, json.loads(text) if text else {})
                                            for doc_id, text in catalog.in_seq_order(conn, "doc_id, metadata")]
-            return [doc_id for doc_id, meta in self._cache["metadata"] if matches(meta, flt)]
+            found = (doc_id for doc_id, meta in self._cache["metadata"] if matches(meta, flt))
+            return list(itertools.islice(found, limit))
 
     def _lexical_ranker(self) -> Segments:
         """The BM25 index over every live document, brought up to date with the catalogue: the

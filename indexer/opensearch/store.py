@@ -40,6 +40,7 @@ body size). The store retries a request answered 429, 502, 503 or 504, or that c
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -726,18 +727,20 @@ class OpenSearchStore(DocumentStore):
                                     f"got {len(allowed_ids)}; pass the metadata filter itself (filter=)")
         return build_candidate_filter(metadata, allowed_ids)
 
-    def ids_matching(self, flt: Mapping[str, Any]) -> list[str]:
+    def ids_matching(self, flt: Mapping[str, Any], *, limit: int | None = None) -> list[str]:
         """The ids of every document whose metadata matches ``flt``, in ``doc_id`` order (a
         filtered scan of doc values; one page per 10 x ``scan_page_size`` ids). The filter is the
         one the k-NN search applies (:func:`build_metadata_filter`): equal to
         :func:`sdr_search.core.filters.matches` except that a string longer than its field's
-        ``ignore_above`` (256 in OpenSearch's dynamic mapping) is not indexed and never matches."""
+        ``ignore_above`` (256 in OpenSearch's dynamic mapping) is not indexed and never matches.
+        With ``limit``, at most that many: one page of ``limit`` ids when it is under a scan page."""
         target = self._read_target()
         query = self._candidate_filter(target, flt, None)
-        if query == MATCH_NONE:
+        if query == MATCH_NONE or limit == 0:
             return []
-        return [str(h["fields"]["doc_id"][0])
-                for h in self._scan(target, False, 10 * self.settings.scan_page_size, query=query)]
+        page = 10 * self.settings.scan_page_size
+        hits = self._scan(target, False, page if limit is None else max(1, min(limit, page)), query=query)
+        return [str(h["fields"]["doc_id"][0]) for h in itertools.islice(hits, limit)]
 
     def sentence_knn(
         self, vectors: np.ndarray, k: int, *, exclude_ids: Sequence[str] = (), allowed_ids: Sequence[str] | None = None,
