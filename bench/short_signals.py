@@ -93,6 +93,21 @@ def main() -> int:
             out[k] = per_query(ranking, qrels[q.id])[0]
         return out
 
+    folds = np.array_split(np.random.default_rng(0).permutation(nq), args.folds)
+
+    def cross_validate(name: str, grid, per_query_ap) -> None:
+        """Each fold picks from ``grid`` by the mean MAP of full and short on its training queries."""
+        scores = {kind: np.zeros(nq) for kind, _ in af.KINDS}
+        chosen = []
+        for test in folds:
+            train = np.setdiff1d(np.arange(nq), test)
+            best = max(grid, key=lambda g: np.mean([per_query_ap(g, kind)[train].mean() for kind, _ in af.KINDS]))
+            chosen.append(best)
+            for kind in scores:
+                scores[kind][test] = per_query_ap(best, kind)[test]
+        print(f"  CV of {name}: folds chose {chosen}; " + ", ".join(
+            f"{k} {v.mean():.4f} ({100 * (v.mean() / base[k] - 1):+.0f} % vs BM25)" for k, v in scores.items()))
+
     base = {kind: single(data[kind]["bm25"]).mean() for kind, _ in af.KINDS}
     default = {kind: hybrid(kind, {}).mean() for kind, _ in af.KINDS}
     shipped = {kind: hybrid(kind, {}, ADAPTIVE_HYBRID).mean() for kind, _ in af.KINDS}
@@ -139,10 +154,13 @@ def main() -> int:
             weights[t] += (1 - lam) * v / sum(chosen.values())
         return sum((v * term(t) for t, v in weights.items()), np.zeros(len(ids)))
 
+    rm3_fused = {}
     for kind, _ in af.KINDS:
         for params in RM3_PARAMS:
             expanded = np.array([rm3(s.text, position.get(q.id), *params) for s, q in zip(sources[kind], queries)])
-            row(f"RM3 {params}", kind, single(expanded).mean(), hybrid(kind, {"bm25": expanded}).mean())
+            rm3_fused[params, kind] = hybrid(kind, {"bm25": expanded})
+            row(f"RM3 {params}", kind, single(expanded).mean(), rm3_fused[params, kind].mean())
+    cross_validate("RM3 in the fusion", RM3_PARAMS, lambda params, kind: rm3_fused[params, kind])
 
     # 2. sentence max-sim
     print("\n2. sentence max-sim in place of SDR")
@@ -176,17 +194,8 @@ def main() -> int:
             corrected = np.stack([length_corrected(row_, paragraphs, c) for row_ in data[kind]["sdr"]])
             per[c, kind, "alone"], per[c, kind, "fused"] = single(corrected), hybrid(kind, {}, spec)
             row(f"c = {c}", kind, per[c, kind, "alone"].mean(), per[c, kind, "fused"].mean())
-    folds = np.array_split(np.random.default_rng(0).permutation(nq), args.folds)
     for what in ("alone", "fused"):
-        cv_scores = {kind: np.zeros(nq) for kind, _ in af.KINDS}
-        chosen = []
-        for test in folds:
-            train = np.setdiff1d(np.arange(nq), test)
-            best = max(LENGTH_GRID, key=lambda c: np.mean([per[c, kind, what][train].mean() for kind, _ in af.KINDS]))
-            chosen.append(best)
-            for kind in cv_scores:
-                cv_scores[kind][test] = per[best, kind, what][test]
-        print(f"  CV ({what}): folds chose c = {chosen}; " + ", ".join(f"{k} {v.mean():.4f}" for k, v in cv_scores.items()))
+        cross_validate(f"c ({what})", LENGTH_GRID, lambda c, kind, what=what: per[c, kind, what])
     return 0
 
 
