@@ -144,6 +144,9 @@ def main() -> int:
     ap.add_argument("--requests-id", type=int, default=100, help="by-id requests per level (default 100)")
     ap.add_argument("--requests-text", type=int, default=30, help="by-text requests per level (default 30)")
     ap.add_argument("--max-text-sentences", type=int, default=250, help="by-text sources: stored documents up to this size")
+    ap.add_argument("--text-sentences", type=int, metavar="N",
+                    help="by-text sources: each stored document's first N sentences only, as one paragraph (a pasted "
+                    "paragraph; e.g. 9, the short sources of docs/results/relevance.md)")
     ap.add_argument("--size", type=int, default=10, help="hits per request (default 10)")
     ap.add_argument("--config", action="append", metavar="NAME:VAR=VALUE,...",
                     help="a server configuration (repeatable); default: 'now:' (defaults) and the defaults before issue 24")
@@ -166,7 +169,9 @@ def main() -> int:
         texts = []
         for doc_id in rng.sample(all_ids, min(len(all_ids), 400)):
             doc = store.get(doc_id).document
-            if doc.n_sentences <= args.max_text_sentences:
+            if args.text_sentences:
+                texts.append(" ".join(doc.sentences[: args.text_sentences]))
+            elif doc.n_sentences <= args.max_text_sentences:
                 texts.append("\n\n".join(" ".join(p) for p in doc.paragraphs))
             if len(texts) >= args.requests_text:
                 break

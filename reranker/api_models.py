@@ -271,6 +271,11 @@ class MoreLikeThisRequest(BaseModel):
     rank_constant: int = Field(  # type: ignore[assignment]
         None, ge=1, le=MAX_RANK_CONSTANT, description="Hybrid rrf only: k in 1 / (k + rank). Default 60."
     )
+    feedback: bool = Field(  # type: ignore[assignment]
+        None,
+        description="Hybrid adaptive only: document feedback, where a short source is ranked again with its top hits "
+        "as further sources (docs/scoring.md 'Document feedback'). Default: the server's SDR_FEEDBACK (true).",
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> "MoreLikeThisRequest":
@@ -354,14 +359,22 @@ class Explanation(BaseModel):
     hybrid: HybridExplanation | None = Field(None, description="Hybrid hits: how the fused score was made.")
 
 
+class FeedbackUsed(BaseModel):
+    ids: list[str] = Field(..., description="The feedback documents: the top hits of the first ranking, in order.")
+    share: float = Field(..., description="Their share of each hit's score: f h / (h + n) for a source of n sentences.")
+
+
 class Fusion(BaseModel):
     fusion: Literal["zscore", "minmax", "rrf", "adaptive"]
     weights: dict[str, float]
     rank_constant: int | None = None
     adaptive: dict[str, float] | None = Field(
         None, description="Adaptive fusion: its parameters (half_sentences n0, mean_weight, evidence_power, "
-        "evidence_top, length_correction c; docs/scoring.md). Each hit's signals give the weights this query used."
+        "evidence_top, length_correction c, feedback_docs k, feedback_weight f, feedback_half h; docs/scoring.md). "
+        "Each hit's signals give the weights this query used."
     )
+    feedback: FeedbackUsed | None = Field(
+        None, description="Set when document feedback ranked this query: the feedback documents and their share.")
 
 
 class SourceScore(BaseModel):
@@ -484,7 +497,7 @@ def query_from_request(req: MoreLikeThisRequest):
         id=req.id, text=req.text, paragraphs=list(req.paragraphs) if req.paragraphs is not None else None,
         sections=[s.model_dump(exclude_none=True) for s in req.sections] if req.sections is not None else None,
         size=req.size, offset=req.offset, candidates=req.candidates, filter=req.filter, explain=req.explain,
-        method=req.method, fusion=req.fusion, rank_constant=req.rank_constant,
+        method=req.method, fusion=req.fusion, rank_constant=req.rank_constant, feedback=req.feedback,
         weights=req.weights.as_dict() if req.weights is not None else None,
         like=_sources(req.like), unlike=_sources(req.unlike), unlike_weight=req.unlike_weight,
     )

@@ -62,7 +62,7 @@ def source_args(args) -> dict:
 
 
 def fusion_args(args) -> dict:
-    """``method``/``fusion``/``weights``/``rank_constant`` given on the command line (for
+    """``method``/``fusion``/``weights``/``rank_constant``/``feedback`` given on the command line (for
     :meth:`sdr_search.reranker.engine.MoreLikeThis.resolve`); absent ones are left to the defaults."""
     out: dict = {}
     if getattr(args, "method", None):
@@ -73,6 +73,8 @@ def fusion_args(args) -> dict:
         out["weights"] = parse_weights(args.weights)
     if getattr(args, "rank_constant", None) is not None:
         out["rank_constant"] = args.rank_constant
+    if getattr(args, "feedback", None) is not None:
+        out["feedback"] = args.feedback
     return out
 
 
@@ -261,6 +263,8 @@ def cmd_eval_store(args) -> int:
             if signals:  # the weights the engine reports for this query's fusion
                 total = sum(float(signals[s]["weight"]) for s in SIGNALS if s in signals) or 1.0
                 weights_used[doc.id] = {s: float(signals[s]["weight"]) / total for s in SIGNALS if s in signals}
+                if spec.feedback:  # the share document feedback took (0: the source was too long for it)
+                    weights_used[doc.id]["feedback"] = float((result.hybrid or {}).get("feedback", {}).get("share", 0.0))
             if bar is not None:
                 bar.update(1)
         if bar is not None:

@@ -27,6 +27,11 @@ inside it:
    query (:func:`sdr_search.core.fusion.fuse`: z-score or min-max and a weighted mean, or RRF);
    several sources: each one's own score, the like mean minus the weighted unlike mean
    (:func:`sdr_search.core.scoring.like_unlike`, docs/scoring.md "Several sources");
+   adaptive fusion with document feedback (one like source, short enough that
+   :func:`sdr_search.core.fusion.feedback_share` is above 0): the top ``feedback_docs`` hits
+   become further sources, steps 4-7 run again with them, and each hit's score is
+   :func:`sdr_search.core.fusion.with_feedback` of its fused scores (docs/scoring.md "Document
+   feedback");
 8. present the returned hits only (at most ``size``): title and metadata read in one bulk call
    without vectors (:meth:`DocumentStore.documents_of`), and a snippet, the hit's best sentence
    pair (the best sentence pair of its best paragraph pair), from the vectors the rerank already
@@ -66,7 +71,7 @@ from sdr_search.core.errors import (
     SourceTooLargeError,
     StatsUnavailableError,
 )
-from sdr_search.core.fusion import METHODS, SIGNALS, HybridSpec, SourceShape, fuse
+from sdr_search.core.fusion import METHODS, SIGNALS, HybridSpec, SourceShape, feedback_share, fuse, with_feedback, without_own
 from sdr_search.core.scoring import (
     NormStats,
     document_best,
@@ -242,7 +247,8 @@ class Query:
     reranked exactly; default ``SDR_CANDIDATES``, raised to offset + size); ``filter`` is a metadata
     equality filter (:mod:`sdr_search.reranker.filters`); ``method``/``fusion``/``weights``/
     ``rank_constant`` override the index's and the settings' defaults; ``candidate_ids`` skips
-    candidate generation and ranks exactly those documents.
+    candidate generation and ranks exactly those documents; ``feedback`` turns adaptive fusion's
+    document feedback on or off for this query (None: ``SDR_FEEDBACK``).
     """
 
     id: str | None = None
@@ -263,6 +269,7 @@ class Query:
     rank_constant: int | None = None
     candidate_ids: Sequence[str] | None = None
     details: bool = True
+    feedback: bool | None = None
     like: Sequence[Any] | None = None
     unlike: Sequence[Any] | None = None
     unlike_weight: float | None = None
@@ -289,6 +296,8 @@ class Query:
             n_sources = len(getattr(self, name) or ())
             if n_sources > MAX_SOURCES:
                 raise InvalidInputError(f"{n_sources} sources in {name}, over the limit of {MAX_SOURCES}")
+        if self.feedback is not None and not isinstance(self.feedback, bool):
+            raise InvalidInputError(f"feedback must be true or false, got {self.feedback!r}")
         if self.unlike_weight is not None and (isinstance(self.unlike_weight, bool)
                                                or not isinstance(self.unlike_weight, (int, float))
                                                or not np.isfinite(self.unlike_weight) or self.unlike_weight < 0):
@@ -613,6 +622,54 @@ class MoreLikeThis:
         t1 = time.perf_counter()
         timings = {"source": _ms(t1 - t0)}
         exclude = list(dict.fromkeys(source.indexed_ids + (against.indexed_ids if against is not None else ())))
+        cand_ids, docs, lexical = self._candidates(source, against, exclude, query, spec, K, timings)
+        t5 = time.perf_counter()
+        every = source if against is None else merge_sources([source, against])
+        share = feedback_share(SourceShape.of(source.document), spec.adaptive) if (
+            spec is not None and spec.feedback and len(source.members) == 1) else 0.0
+        feedback: list[str] = []
+        if share > 0 and cand_ids:  # document feedback: the top hits become further sources
+            first = self._ranked(every, 1, unlike_weight, cand_ids, docs, lexical, spec, 0, spec.adaptive.feedback_docs)
+            feedback = [h.id for h in first]
+            expanded = merge_sources([source, *(self.source_from_id(i, state) for i in feedback)])
+            timings["feedback_sources"] = _ms(time.perf_counter() - t5)
+            round_two: dict[str, float] = {}
+            more_ids, more_docs, lexical = self._candidates(expanded, against, exclude, query, spec, K, round_two)
+            timings.update({f"feedback_{k}": v for k, v in round_two.items()})
+            # the first round's candidates stay (fetched already): the feedback search adds to them
+            have = set(cand_ids)
+            new = [k for k, i in enumerate(more_ids) if i not in have]
+            cand_ids, docs = cand_ids + [more_ids[k] for k in new], docs + [more_docs[k] for k in new]
+            t5 = time.perf_counter()
+            scored = expanded if against is None else merge_sources([expanded, against])
+            hits = self._ranked(scored, 1 + len(feedback), unlike_weight, cand_ids, docs, lexical, spec, query.offset,
+                                query.size, feedback=len(feedback), share=share)
+        else:
+            hits = self._ranked(every, len(source.members), unlike_weight, cand_ids, docs, lexical, spec, query.offset,
+                                query.size)
+        t6 = time.perf_counter()
+        timings["rerank"] = _ms(t6 - t5)
+        if hits and (query.details or query.explain):
+            fetched = dict(zip(cand_ids, docs))
+            hits = self._presented(source, hits, [fetched[h.id] for h in hits], spec, query.explain)
+            timings["explain" if query.explain else "snippets"] = _ms(time.perf_counter() - t6)
+        return MLTResult(
+            hits, len(cand_ids), every.stats_origin, state.stats.stale, timings,
+            method="sdr" if spec is None else "hybrid",
+            hybrid=None if spec is None else {**spec.to_dict(), **({"feedback": {"ids": feedback, "share": share}}
+                                                                    if feedback else {})},
+            source_offsets=every.offsets,
+            sources=_described(source, against, unlike_weight) if len(every.members) > 1 else None,
+        )
+
+    def _candidates(
+        self, source: Source, against: Source | None, exclude: list[str], query: Query, spec: HybridSpec | None, K: int,
+        timings: dict[str, float],
+    ) -> tuple[list[str], list[DocVectors], LexicalHits | None]:
+        """Steps 4-6 for ``source``: the candidate ids (the vector ones, then the lexical-only
+        ones), their vectors, and the BM25 hits of the source's text (None when each source is
+        searched on its own, in :meth:`_ranked`)."""
+        t1 = time.perf_counter()
         lexical: LexicalHits | None = None
         everything: list[str] | None = None  # rank exactly these: no candidate generation, no pre-rank
         if query.candidate_ids is not None:
@@ -655,38 +712,24 @@ class MoreLikeThis:
                 timings["filter"] = _ms(time.perf_counter() - t3)
         vector_ids, lexical_ids, docs = self._prerank_and_fetch(source, pool, pool_scores, lexical_ranked, K, timings)
         cand_ids = vector_ids + lexical_ids
-        t5 = time.perf_counter()
-        every = source if against is None else merge_sources([source, against])
-        hits = self._ranked(every, len(source.members), unlike_weight, cand_ids, docs, lexical, spec, query.offset,
-                            query.size)
-        t6 = time.perf_counter()
-        timings["rerank"] = _ms(t6 - t5)
-        if hits and (query.details or query.explain):
-            fetched = dict(zip(cand_ids, docs))
-            hits = self._presented(source, hits, [fetched[h.id] for h in hits], spec, query.explain)
-            timings["explain" if query.explain else "snippets"] = _ms(time.perf_counter() - t6)
-        return MLTResult(
-            hits, len(cand_ids), every.stats_origin, state.stats.stale, timings,
-            method="sdr" if spec is None else "hybrid", hybrid=spec.to_dict() if spec is not None else None,
-            source_offsets=every.offsets,
-            sources=_described(source, against, unlike_weight) if len(every.members) > 1 else None,
-        )
+        return cand_ids, docs, lexical
 
     # -- settings -------------------------------------------------------------------------------
     def _resolve(self, state: QueryState, query: Query) -> HybridSpec | None:
         return self.resolve(method=query.method, fusion=query.fusion, weights=query.weights,
-                            rank_constant=query.rank_constant, defaults=state.search_defaults)
+                            rank_constant=query.rank_constant, defaults=state.search_defaults, feedback=query.feedback)
 
     def resolve(
         self, *, method: str | None = None, fusion: str | None = None, weights: Mapping[str, float] | None = None,
-        rank_constant: int | None = None, defaults: Mapping[str, Any] | None = None,
+        rank_constant: int | None = None, defaults: Mapping[str, Any] | None = None, feedback: bool | None = None,
     ) -> HybridSpec | None:
         """The fusion to search with: ``None`` for method ``sdr``, else a :class:`HybridSpec`.
 
         Each value comes from the arguments, else the index's search defaults (``defaults``; read
         from the store when None), else the settings; fusion options without a method mean
         ``hybrid``. Raises :class:`InvalidInputError` for an unknown method, invalid weights, or
-        fusion options with method ``sdr``.
+        fusion options with method ``sdr``. ``feedback`` turns document feedback on or off (None:
+        the settings' ``SDR_FEEDBACK``); it only acts with adaptive fusion.
         """
         defaults = dict(self.store.search_defaults() or {}) if defaults is None else dict(defaults)
         implied = "hybrid" if any(v is not None for v in (fusion, weights, rank_constant)) else None
@@ -694,7 +737,8 @@ class MoreLikeThis:
         if chosen not in METHODS:
             raise InvalidInputError(f"unknown method {chosen!r}; choose from {', '.join(METHODS)}")
         if chosen == "sdr":
-            given = [n for n, v in (("fusion", fusion), ("weights", weights), ("rank_constant", rank_constant)) if v is not None]
+            given = [n for n, v in (("fusion", fusion), ("weights", weights), ("rank_constant", rank_constant),
+                                    ("feedback", feedback or None)) if v is not None]
             if given:
                 verb = "applies" if len(given) == 1 else "apply"
                 raise InvalidInputError(f"{', '.join(given)} {verb} to method 'hybrid' only; this search uses method 'sdr'")
@@ -702,7 +746,7 @@ class MoreLikeThis:
         base = self.settings.spec().replace(
             fusion=defaults.get("fusion"), weights=defaults.get("weights"), rank_constant=defaults.get("rank_constant"),
         )
-        return base.replace(fusion=fusion, weights=weights, rank_constant=rank_constant)
+        return base.replace(fusion=fusion, weights=weights, rank_constant=rank_constant, feedback=feedback)
 
     def segmentation(self, meta: IndexMeta | None = None) -> SegmentationSettings:
         """How new text is segmented for this store: as its documents were (the recorded
@@ -889,12 +933,16 @@ class MoreLikeThis:
     # -- scoring ----------------------------------------------------------------------------------
     def _ranked(
         self, every: Source, n_like: int, unlike_weight: float, cand_ids: list[str], docs: list[DocVectors],
-        lexical: LexicalHits | None, spec: HybridSpec | None, offset: int, size: int,
+        lexical: LexicalHits | None, spec: HybridSpec | None, offset: int, size: int, *, feedback: int = 0,
+        share: float = 0.0,
     ) -> list[Hit]:
         """Score ``cand_ids`` exactly and return the hits ``offset:offset + size``. Each source of
         ``every`` (the ``n_like`` like sources, then the unlike ones) gets its own score, SDR, or
         hybrid: BM25 of its text, its SDR and its mean-vector cosine fused over the candidates; the
-        hit's score is :func:`like_unlike` of them (one source: its score)."""
+        hit's score is :func:`like_unlike` of them (one source: its score). ``feedback``: the last
+        that many like sources are feedback documents (hybrid only): the like score is then
+        :func:`with_feedback` of the first like source's fused scores and theirs, with ``share``,
+        each feedback document's own signals left out of its fusion (:func:`without_own`)."""
         if not cand_ids:
             return []
         parts = every.members
@@ -913,27 +961,37 @@ class MoreLikeThis:
         ]
         signals, fused = [], []
         paragraphs = np.asarray([d.n_paragraphs for d in docs], dtype=np.int64)
-        for m, lex, sdr in zip(parts, lexicals, sdr_rows):
+        user = n_like - feedback  # the like sources the query named
+        at = {c: i for i, c in enumerate(cand_ids)}
+        own = [at.get(m.indexed_id) for m in parts[user:n_like]]  # a feedback document's place among the candidates
+        for p, (m, lex, sdr) in enumerate(zip(parts, lexicals, sdr_rows)):
             part_signals = {
                 "bm25": np.asarray([lex.score_of(i) if lex is not None else 0.0 for i in cand_ids], dtype=np.float64),
                 "sdr": sdr,
                 "mean": mean_cosines(m.vectors, docs),
             }
             signals.append(part_signals)
-            fused.append(fuse(cand_ids, part_signals, spec, source=SourceShape.of(m.document), paragraphs=paragraphs))
-        scores = like_unlike(np.stack([f.scores for f in fused]), n_like, unlike_weight)
+            fused.append(fuse(cand_ids, without_own(part_signals, own[p - user]) if user <= p < n_like else part_signals,
+                              spec, source=SourceShape.of(m.document), paragraphs=paragraphs))
+        rows = np.stack([f.scores for f in fused])
+        if feedback:
+            liked = with_feedback(rows[:user].mean(axis=0), rows[user:n_like], share, own)
+            scores = like_unlike(np.vstack([liked[None, :], rows[n_like:]]), 1, unlike_weight)
+        else:
+            scores = like_unlike(rows, n_like, unlike_weight)
         hits = []
         for i in rank(cand_ids, scores)[offset : offset + size]:
-            detail = {  # each signal of the like sources (their mean with several); adaptive: the weights used
-                name: {"raw": float(np.mean([sig[name][i] for sig in signals[:n_like]])),
-                       "weight": float(np.mean([f.weights.get(name, 0.0) for f in fused[:n_like]]))
+            detail = {  # each signal of the named like sources (their mean with several); adaptive: the weights used
+                name: {"raw": float(np.mean([sig[name][i] for sig in signals[:user]])),
+                       "weight": float(np.mean([f.weights.get(name, 0.0) for f in fused[:user]]))
                        if spec.fusion == "adaptive" else float(spec.weights[name]),
-                       **({"normalised": float(np.mean([f.normalised[name][i] for f in fused[:n_like]]))}
+                       **({"normalised": float(np.mean([f.normalised[name][i] for f in fused[:user]]))}
                           if name in fused[0].normalised else {})}
                 for name in SIGNALS
             }
             hits.append(Hit(cand_ids[i], float(scores[i]), signals=detail,
-                            sources=_part_scores([f.scores[i] for f in fused], n_like, len(parts))))
+                            sources=_part_scores([f.scores[i] for p, f in enumerate(fused) if not user <= p < n_like],
+                                                 user, len(parts) - feedback)))
         return hits
 
     def _presented(

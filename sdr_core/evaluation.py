@@ -34,14 +34,14 @@ import numpy as np
 
 from .documents import Document
 from .errors import InvalidInputError
-from .fusion import DEFAULT_HYBRID, SIGNALS, HybridSpec, SourceShape, fuse
+from .fusion import DEFAULT_HYBRID, SIGNALS, HybridSpec, SourceShape, feedback_share, fuse, with_feedback, without_own
 from .scoring import NormStats, document_max, paragraph_scores, rank, sdr_scores, stats_from_paragraph_scores
 from .stats import ReferenceSample, SampledParagraphs, draw_reference_sample, sample_vectors, stats_against_sample
 from .vectors import CorpusVectors, DocVectors
 
 __all__ = [
     "METHODS", "VECTOR_METHODS", "HYBRID_SIGNALS", "Ranking", "sdr_rank_scores", "mean_vectors", "candidate_set",
-    "hybrid_ranking", "signal_scorers", "rank_all", "SOURCE_CUT_UNITS", "SourceCut", "parse_source_cut", "cut_source", "weights_by_kind",
+    "FeedbackSignals", "hybrid_ranking", "signal_scorers", "rank_all", "SOURCE_CUT_UNITS", "SourceCut", "parse_source_cut", "cut_source", "weights_by_kind",
 ]
 
 logger = logging.getLogger(__name__)
@@ -156,10 +156,16 @@ def candidate_set(ids: Sequence[str], signals: Mapping[str, np.ndarray], k: int,
     return np.asarray(sorted(chosen), dtype=np.int64)
 
 
+FeedbackSignals = Callable[[int], tuple[Mapping[str, np.ndarray], SourceShape]]
+"""A corpus position -> that document's signals as a source (one score per corpus document) and
+its shape: what document feedback needs of a feedback document."""
+
+
 def hybrid_ranking(
     ids: Sequence[str], signals: Mapping[str, np.ndarray], spec: HybridSpec, k: int, *,
     exclude: int | None = None, depth: int | None = None, source: SourceShape | None = None,
     used: dict | None = None, paragraphs: np.ndarray | Sequence[int] | None = None,
+    feedback: FeedbackSignals | None = None,
 ) -> Ranking:
     """Rank every document (but ``exclude``) for one query by fusing ``signals`` (name -> one
     score per id) as the hybrid engine does: the candidate set is the union of each signal's top
@@ -169,14 +175,34 @@ def hybrid_ranking(
 
     ``source``: the query source's shape (for ``adaptive`` fusion). The weights are those of the
     candidate set, and the documents outside it are fused with the same weights. ``used``, when
-    given, receives them (``used["weights"]``: signal -> weight, summing to 1). ``paragraphs``:
-    each document's number of paragraphs (for adaptive fusion's length correction of SDR)."""
+    given, receives them (``used["weights"]``: signal -> weight, summing to 1; with document
+    feedback also ``used["feedback"]``: the feedback ids and their share). ``paragraphs``: each
+    document's number of paragraphs (for adaptive fusion's length correction of SDR).
+
+    ``feedback``: adaptive fusion's document feedback (:func:`sdr_search.core.fusion.feedback_share`),
+    as the engine applies it: the top ``feedback_docs`` of the ranking without feedback become
+    further sources (``feedback(position)`` gives their signals); the candidate set grows by each
+    one's top ``k``, each is fused over the set with its own shape, and the set is ranked by
+    :func:`sdr_search.core.fusion.with_feedback`. The documents outside the set keep the order of
+    the query's own fusion."""
+    share = feedback_share(source, spec.adaptive) if feedback is not None and spec.fusion == "adaptive" else 0.0
+    plain = spec.replace(adaptive=spec.adaptive.without_feedback()) if spec.fusion == "adaptive" else spec
     head = candidate_set(ids, signals, k, exclude=exclude)
+    fb: list[tuple[int, Mapping[str, np.ndarray], SourceShape]] = []
+    if share > 0:
+        first = hybrid_ranking(ids, signals, plain, k, exclude=exclude, depth=spec.adaptive.feedback_docs,
+                               source=source, paragraphs=paragraphs)
+        position = {d: i for i, d in enumerate(ids)}
+        for doc_id, _ in first:
+            fb_signals, fb_shape = feedback(position[doc_id])
+            fb.append((position[doc_id], fb_signals, fb_shape))
+        head = np.union1d(head, np.concatenate([candidate_set(ids, x, k, exclude=exclude) for _, x, _ in fb]))
     in_head = np.zeros(len(ids), dtype=bool)
     in_head[head] = True
     if exclude is not None:
         in_head[exclude] = True  # neither head nor tail
     tail = np.flatnonzero(~in_head)
+    lengths = None if paragraphs is None else np.asarray(paragraphs)
     out: Ranking = []
     floor = None
     weights = None
@@ -184,17 +210,25 @@ def hybrid_ranking(
         if block.size == 0:
             continue
         block_ids = [ids[i] for i in block]
-        fused = fuse(block_ids, {s: np.asarray(v, dtype=np.float64)[block] for s, v in signals.items()}, spec,
-                     source=source, weights=weights,
-                     paragraphs=None if paragraphs is None else np.asarray(paragraphs)[block])
+        fused = fuse(block_ids, {s: np.asarray(v, dtype=np.float64)[block] for s, v in signals.items()}, plain,
+                     source=source, weights=weights, paragraphs=None if lengths is None else lengths[block])
+        scores = fused.scores
         if weights is None:
             weights = fused.weights
             if used is not None:
                 used["weights"] = dict(weights)
-        scores = fused.scores
+            if fb:
+                at = {int(i): j for j, i in enumerate(block)}
+                rows = [fuse(block_ids, without_own({s: np.asarray(v, dtype=np.float64)[block] for s, v in x.items()},
+                                                    at.get(pos)),
+                             plain, source=shape, paragraphs=None if lengths is None else lengths[block]).scores
+                        for pos, x, shape in fb]
+                scores = with_feedback(scores, rows, share, [at.get(pos) for pos, _, _ in fb])
+                if used is not None:
+                    used["feedback"] = {"ids": [ids[pos] for pos, _, _ in fb], "share": share}
         if floor is not None:  # the tail goes below the head
             scores = scores - scores.max() + floor - 1.0
-        order = fused.order(block_ids)
+        order = rank(block_ids, scores)
         out += [(block_ids[i], float(scores[i])) for i in order]
         floor = float(scores.min())
         if depth and len(out) >= depth:
@@ -220,7 +254,9 @@ def signal_scorers(
     on_sample: Callable[[ReferenceSample], None] | None = None,
 ) -> dict[str, Callable[[int, Document], np.ndarray]]:
     """For each method or signal in ``names`` (``sdr``, ``sdr-nonorm``, ``mean``, ``bm25``) a
-    function ``(query position, query document) -> one score per corpus document``."""
+    function ``(query position, query document) -> one score per corpus document``. A position of
+    None scores a corpus document as the source (``q`` one of ``inputs.corpus_docs``; document
+    feedback), with its own vectors and without its own paragraphs in the statistics."""
     ids = [d.id for d in inputs.corpus_docs]
     position = {doc_id: k for k, doc_id in enumerate(ids)}
     scorers: dict[str, Callable[[int, Document], np.ndarray]] = {}
@@ -244,7 +280,7 @@ def signal_scorers(
     if "mean" in names:
         doc_means = mean_vectors(corpus)
         q_means = [mean_vectors(CorpusVectors.from_docs(["q"], [qv]))[0] for qv in query_vectors]
-        scorers["mean"] = lambda k, q: doc_means @ q_means[k]
+        scorers["mean"] = lambda k, q: doc_means @ (q_means[k] if k is not None else doc_means[position[q.id]])
     sample = None
     if "sdr" in names and stats == "sampled":
         drawn = draw_reference_sample(corpus, sample_size, seed=seed)
@@ -254,7 +290,8 @@ def signal_scorers(
     for name, normalise in (("sdr", True), ("sdr-nonorm", False)):
         if name in names:
             def score(k: int, q: Document, normalise: bool = normalise) -> np.ndarray:
-                return sdr_rank_scores(query_vectors[k], corpus, normalise=normalise,
+                vectors = query_vectors[k] if k is not None else corpus.doc(position[q.id])
+                return sdr_rank_scores(vectors, corpus, normalise=normalise,
                                        sample=sample if normalise else None, exclude_doc=position.get(q.id))
             scorers[name] = score
     unknown = set(names) - set(scorers)
@@ -292,6 +329,11 @@ def rank_all(
     scorers = signal_scorers(names, inputs, stats=stats, sample_size=sample_size, seed=seed, on_sample=on_sample)
     spec = hybrid or DEFAULT_HYBRID
     paragraphs = np.asarray([len(d.paragraphs) for d in inputs.corpus_docs], dtype=np.int64)
+
+    def feedback(i: int) -> tuple[dict[str, np.ndarray], SourceShape]:  # corpus document i as a source
+        doc = inputs.corpus_docs[i]
+        return {name: np.asarray(fn(None, doc), dtype=np.float64) for name, fn in scorers.items()}, SourceShape.of(doc)
+
     runs: dict[str, Ranking] = {}
     bar = None
     if progress:
@@ -305,9 +347,11 @@ def rank_all(
                 signals = {name: np.asarray(fn(k, q), dtype=np.float64) for name, fn in scorers.items()}
                 used: dict = {}
                 runs[q.id] = hybrid_ranking(ids, signals, spec, candidates, exclude=own, depth=depth,
-                                            source=SourceShape.of(q), used=used, paragraphs=paragraphs)
+                                            source=SourceShape.of(q), used=used, paragraphs=paragraphs,
+                                            feedback=feedback)
                 if weights_used is not None and "weights" in used:
-                    weights_used[q.id] = used["weights"]
+                    weights_used[q.id] = {**used["weights"], **(
+                        {"feedback": used.get("feedback", {}).get("share", 0.0)} if spec.feedback else {})}
             else:
                 scores = np.asarray(scorers[method](k, q), dtype=np.float64)
                 runs[q.id] = _ranking(ids, scores, own, depth)
@@ -321,7 +365,8 @@ def rank_all(
 
 def weights_by_kind(weights_used: Mapping[str, Mapping[str, float]], shapes: Mapping[str, SourceShape]) -> dict:
     """The fusion weights per query kind (:attr:`SourceShape.kind`): for each kind, the number of
-    queries, their sentences (min and max), and the mean, min and max weight of each signal."""
+    queries, their sentences (min and max), and the mean, min and max weight of each signal, and
+    of the document feedback's share when the queries report one (``feedback``; 0: none)."""
     out: dict = {}
     for kind in ("one paragraph", "several paragraphs"):
         qids = [q for q in weights_used if q in shapes and shapes[q].kind == kind]
@@ -329,7 +374,7 @@ def weights_by_kind(weights_used: Mapping[str, Mapping[str, float]], shapes: Map
             continue
         sentences = [shapes[q].sentences for q in qids]
         entry: dict = {"queries": len(qids), "sentences": [min(sentences), max(sentences)]}
-        for s in SIGNALS:
+        for s in (*SIGNALS, *(("feedback",) if any("feedback" in weights_used[q] for q in qids) else ())):
             w = np.asarray([float(weights_used[q].get(s, 0.0)) for q in qids])
             entry[s] = {"mean": round(float(w.mean()), 3), "min": round(float(w.min()), 3), "max": round(float(w.max()), 3)}
         out[kind] = entry

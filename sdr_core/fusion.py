@@ -49,7 +49,7 @@ The final ranking is by fused score descending, ties by id ascending (:func:`sdr
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -69,6 +69,10 @@ __all__ = [
     "AdaptiveParams",
     "adaptive_weights",
     "length_corrected",
+    "FEEDBACK_MIN_SHARE",
+    "feedback_share",
+    "without_own",
+    "with_feedback",
     "Fused",
     "parse_weights",
     "format_weights",
@@ -145,7 +149,12 @@ class AdaptiveParams:
       ``evidence_top`` documents over the set) scales its weight; 0 ignores the evidence;
     - ``length_correction`` (``c``): before it is normalised, the SDR signal of a candidate of
       ``n`` paragraphs becomes ``SDR - c sqrt(2 ln n)`` (:func:`length_corrected`); 0 leaves SDR
-      as it is.
+      as it is;
+    - document feedback: ``feedback_docs`` (``k``), ``feedback_weight`` (``f``) and
+      ``feedback_half`` (``h``): the top ``k`` documents of the query's ranking become further
+      sources, whose fused scores take the share ``f h / (h + n)`` of the final score
+      (:func:`feedback_share`, :func:`with_feedback`); a short source leans on them, a long one
+      hardly (below :data:`FEEDBACK_MIN_SHARE` not at all). ``k = 0`` or ``f = 0`` turns it off.
     """
 
     half_sentences: float = 32.0
@@ -153,9 +162,13 @@ class AdaptiveParams:
     evidence_power: float = 0.0
     evidence_top: int = 10
     length_correction: float = 0.375
+    feedback_docs: int = 3
+    feedback_weight: float = 1.0
+    feedback_half: float = 8.0
 
     def __post_init__(self) -> None:
-        for name in ("half_sentences", "mean_weight", "evidence_power", "length_correction"):
+        for name in ("half_sentences", "mean_weight", "evidence_power", "length_correction", "feedback_weight",
+                     "feedback_half"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 raise InvalidInputError(f"adaptive {name} must be a finite number >= 0, got {v!r}")
@@ -166,22 +179,36 @@ class AdaptiveParams:
             raise InvalidInputError(f"adaptive mean_weight must be < 1, got {self.mean_weight!r}")
         if isinstance(self.evidence_top, bool) or not isinstance(self.evidence_top, int) or self.evidence_top < 1:
             raise InvalidInputError(f"adaptive evidence_top must be an integer >= 1, got {self.evidence_top!r}")
+        if isinstance(self.feedback_docs, bool) or not isinstance(self.feedback_docs, int) or not 0 <= self.feedback_docs <= 10:
+            raise InvalidInputError(f"adaptive feedback_docs must be an integer from 0 to 10, got {self.feedback_docs!r}")
+        if self.feedback_weight > 1:
+            raise InvalidInputError(f"adaptive feedback_weight must be <= 1, got {self.feedback_weight!r}")
+        if self.feedback_half <= 0:
+            raise InvalidInputError(f"adaptive feedback_half must be > 0, got {self.feedback_half!r}")
 
     def __str__(self) -> str:
         return (f"n0={self.half_sentences:g},m={self.mean_weight:g},g={self.evidence_power:g}"
                 + (f",top={self.evidence_top}" if self.evidence_top != 10 else "")
-                + f",c={self.length_correction:g}")
+                + f",c={self.length_correction:g}"
+                + (f",k={self.feedback_docs},f={self.feedback_weight:g},h={self.feedback_half:g}"
+                   if self.feedback_docs and self.feedback_weight else ",k=0"))
 
     def to_dict(self) -> dict[str, float]:
         return {"half_sentences": self.half_sentences, "mean_weight": self.mean_weight,
                 "evidence_power": self.evidence_power, "evidence_top": self.evidence_top,
-                "length_correction": self.length_correction}
+                "length_correction": self.length_correction, "feedback_docs": self.feedback_docs,
+                "feedback_weight": self.feedback_weight, "feedback_half": self.feedback_half}
+
+    def without_feedback(self) -> "AdaptiveParams":
+        """These parameters with document feedback off (``feedback_docs = 0``)."""
+        return replace(self, feedback_docs=0)
 
     @staticmethod
     def grid(length_correction: float = 0.375) -> list["AdaptiveParams"]:
         """The candidates the cross-validation of ``bench/adaptive_fusion.py`` chooses from (45),
-        each with ``length_correction``."""
-        return [AdaptiveParams(n0, m, g, length_correction=length_correction) for n0 in (8.0, 16.0, 32.0, 64.0, 128.0)
+        each with ``length_correction`` and without document feedback (``bench/feedback.py``
+        chooses that on top of the chosen weights)."""
+        return [AdaptiveParams(n0, m, g, length_correction=length_correction, feedback_docs=0) for n0 in (8.0, 16.0, 32.0, 64.0, 128.0)
                 for m in (0.0, 0.1, 0.25) for g in (0.0, 1.0, 2.0)]
 
 
@@ -198,6 +225,58 @@ def length_corrected(sdr: np.ndarray | Sequence[float], paragraphs: np.ndarray |
     if n.shape != x.shape:
         raise ValueError(f"{x.size} SDR scores but {n.size} paragraph counts")
     return x - float(c) * np.sqrt(2.0 * np.log(np.maximum(n, 1.0)))
+
+
+FEEDBACK_MIN_SHARE = 0.05
+"""Below this share the feedback documents are not searched at all: a long source would pay a
+second search for a change of a few per cent of its score."""
+
+
+def feedback_share(source: SourceShape | None, params: AdaptiveParams) -> float:
+    """The share of the final score that the feedback documents take for a source of ``n``
+    sentences: ``f h / (h + n)`` (``f`` = ``feedback_weight``, ``h`` = ``feedback_half``; an
+    unknown shape counts as ``n = h``); 0 when feedback is off or the share is below
+    :data:`FEEDBACK_MIN_SHARE`."""
+    if params.feedback_docs == 0 or params.feedback_weight == 0:
+        return 0.0
+    h = params.feedback_half
+    n = float(source.sentences) if source is not None else h
+    share = params.feedback_weight * h / (h + n)
+    return share if share >= FEEDBACK_MIN_SHARE else 0.0
+
+
+def without_own(signals: Mapping[str, np.ndarray | Sequence[float]], own: int | None) -> dict[str, np.ndarray]:
+    """``signals`` with position ``own`` missing (NaN): a feedback document's scores against
+    itself say nothing about it, and its outlying self-scores would flatten everyone else's
+    normalised scores."""
+    out = {s: np.array(v, dtype=np.float64) for s, v in signals.items()}
+    if own is not None:
+        for v in out.values():
+            v[own] = np.nan
+    return out
+
+
+def with_feedback(first: np.ndarray | Sequence[float], feedback: Sequence[np.ndarray | Sequence[float]], share: float,
+                  own: Sequence[int | None]) -> np.ndarray:
+    """The final scores of a query with document feedback: ``(1 - share) * first + share *`` the
+    mean of the feedback documents' fused scores ``feedback`` (one row each, over the same set as
+    ``first``). A feedback document's own row has no score for itself (``own[j]``, its position in
+    the set, or None when it is not in the set); there it counts as that row's best other document,
+    so the feedback neither sinks it nor lifts it above the others. Pure."""
+    first = np.asarray(first, dtype=np.float64)
+    if len(feedback) == 0 or share <= 0:
+        return first.copy()
+    if len(own) != len(feedback):
+        raise ValueError(f"{len(feedback)} feedback rows but {len(own)} own positions")
+    rows = []
+    for row, at in zip(feedback, own):
+        row = np.array(row, dtype=np.float64)
+        if row.shape != first.shape:
+            raise ValueError(f"a feedback row has {row.size} scores for {first.size} documents")
+        if at is not None and row.size > 1:
+            row[at] = np.max(np.delete(row, at))
+        rows.append(row)
+    return (1.0 - share) * first + share * np.mean(rows, axis=0)
 
 
 def _evidence(z: np.ndarray, top: int) -> float:
@@ -288,13 +367,28 @@ class HybridSpec:
         return d
 
     def replace(self, *, fusion: str | None = None, weights: Mapping[str, float] | None = None,
-                rank_constant: int | None = None, adaptive: AdaptiveParams | None = None) -> "HybridSpec":
+                rank_constant: int | None = None, adaptive: AdaptiveParams | None = None,
+                feedback: bool | None = None) -> "HybridSpec":
+        """A copy with the given values; ``feedback`` turns adaptive fusion's document feedback
+        off (False) or on with the shipped feedback parameters (True); None keeps it as it is."""
+        adaptive = adaptive if adaptive is not None else self.adaptive
+        if feedback is False:
+            adaptive = adaptive.without_feedback()
+        elif feedback is True and not adaptive.feedback_docs:
+            adaptive = replace(adaptive, feedback_docs=ADAPTIVE_PARAMS.feedback_docs or 3,
+                               feedback_weight=adaptive.feedback_weight or ADAPTIVE_PARAMS.feedback_weight)
         return HybridSpec(
             fusion if fusion is not None else self.fusion,
             weights if weights is not None else self.weights,
             rank_constant if rank_constant is not None else self.rank_constant,
-            adaptive if adaptive is not None else self.adaptive,
+            adaptive,
         )
+
+    @property
+    def feedback(self) -> bool:
+        """Whether this spec applies document feedback (adaptive fusion with ``feedback_docs``
+        and ``feedback_weight`` above 0)."""
+        return self.fusion == "adaptive" and self.adaptive.feedback_docs > 0 and self.adaptive.feedback_weight > 0
 
 
 DEFAULT_FIXED_HYBRID = HybridSpec("zscore", {"bm25": 1.0, "sdr": 1.0, "mean": 1.0})

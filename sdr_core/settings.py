@@ -205,6 +205,14 @@ class HybridSettings(BaseSettings):
     rrf_rank_constant: int = Field(
         DEFAULT_HYBRID.rank_constant, ge=1, description="RRF's k: 1 / (k + rank). Larger k flattens the difference between top ranks."
     )
+    feedback: bool = Field(
+        DEFAULT_HYBRID.feedback,
+        description=(
+            "Adaptive fusion's document feedback: for a short source the top hits of a first ranking become "
+            "further sources and the query is ranked again with them (docs/scoring.md 'Document feedback'; "
+            "a second search, only for sources short enough to gain from it). false: one ranking, the source alone."
+        ),
+    )
 
     @field_validator("hybrid_weights")
     @classmethod
@@ -217,4 +225,5 @@ class HybridSettings(BaseSettings):
         """The :class:`sdr_search.core.fusion.HybridSpec` these settings describe."""
         from .fusion import HybridSpec, parse_weights
 
-        return HybridSpec(self.fusion, parse_weights(self.hybrid_weights), self.rrf_rank_constant)
+        return HybridSpec(self.fusion, parse_weights(self.hybrid_weights), self.rrf_rank_constant).replace(
+            feedback=self.feedback)

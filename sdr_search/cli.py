@@ -51,7 +51,7 @@ def _add_segmentation_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--strict", action="store_true", help="stop at the first bad document instead of skipping it")
 
 
-def _add_hybrid_args(p: argparse.ArgumentParser) -> None:
+def _add_hybrid_args(p: argparse.ArgumentParser, *, feedback: bool = True) -> None:
     g = p.add_argument_group("hybrid (--method hybrid)")
     g.add_argument("--fusion", choices=["zscore", "minmax", "rrf", "adaptive"],
                    help="per-query normalisation of the signals (zscore, minmax), reciprocal-rank fusion, or adaptive "
@@ -62,6 +62,10 @@ def _add_hybrid_args(p: argparse.ArgumentParser) -> None:
                    help="weight per signal, e.g. bm25=1,mean=1,sdr=0.5 (signals: bm25, sdr, mean; left out = 0; default: "
                    "the index's default, else env SDR_HYBRID_WEIGHTS, else bm25=1,sdr=1,mean=1)")
     g.add_argument("--rank-constant", type=int, metavar="K", help="RRF rank constant (default 60)")
+    if feedback:
+        g.add_argument("--feedback", action=argparse.BooleanOptionalAction, default=None,
+                       help="adaptive fusion's document feedback: a short source is ranked again with its top hits as "
+                       "further sources (docs/scoring.md 'Document feedback'; default: env SDR_FEEDBACK, else on)")
 
 
 
@@ -193,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_store_args(df)
     df.add_argument("--method", choices=["sdr", "hybrid"], help="default ranking method of the index")
-    _add_hybrid_args(df)
+    _add_hybrid_args(df, feedback=False)
     df.add_argument("--clear", action="store_true", help="forget the recorded defaults (before applying any option given)")
     df.set_defaults(handler=_lazy("sdr_search.indexer.commands", "cmd_defaults"))
 
@@ -411,7 +415,9 @@ def cmd_eval(args) -> int:
         extra["hybrid"]["weights_used"] = by_kind
         for kind, entry in by_kind.items():
             logger.info("fusion weights, %s (%d queries, %d-%d sentences): %s", kind, entry["queries"],
-                        *entry["sentences"], ", ".join(f"{s} {entry[s]['mean']:.2f}" for s in ("bm25", "sdr", "mean")))
+                        *entry["sentences"], ", ".join(f"{s} {entry[s]['mean']:.2f}" for s in ("bm25", "sdr", "mean")
+                                                       if s in entry)
+                        + (f"; document feedback share {entry['feedback']['mean']:.2f}" if "feedback" in entry else ""))
     if cut is not None:
         extra["source_cut"] = str(cut)
     result = evaluate({q: [d for d, _ in r] for q, r in runs.items()}, qrels)

@@ -14,7 +14,7 @@ def hybrid_spec_from_args(args, default=None):
     base = default or DEFAULT_HYBRID
     weights = parse_weights(args.weights) if getattr(args, "weights", None) else None
     return base.replace(fusion=getattr(args, "fusion", None), weights=weights,
-                        rank_constant=getattr(args, "rank_constant", None))
+                        rank_constant=getattr(args, "rank_constant", None), feedback=getattr(args, "feedback", None))
 
 
 def encoder_settings(args):

@@ -84,8 +84,9 @@ def test_params_validation_and_grid():
         with pytest.raises(InvalidInputError):
             AdaptiveParams(**bad)
     grid = AdaptiveParams.grid()
-    assert len(grid) == len(set(grid)) == 45 and AdaptiveParams() in grid
-    assert str(AdaptiveParams(16, 0.1, 1)) == "n0=16,m=0.1,g=1,c=0.375"
+    assert len(grid) == len(set(grid)) == 45 and AdaptiveParams().without_feedback() in grid
+    assert str(AdaptiveParams(16, 0.1, 1, feedback_docs=0)) == "n0=16,m=0.1,g=1,c=0.375,k=0"
+    assert str(AdaptiveParams(16, feedback_docs=2, feedback_weight=0.5, feedback_half=8)) == "n0=16,m=0,g=0,c=0.375,k=2,f=0.5,h=8"
     assert AdaptiveParams() == AdaptiveParams(32, 0.0, 0.0, length_correction=0.375)  # the shipped parameters
     assert {p.length_correction for p in AdaptiveParams.grid(0.0)} == {0.0}
     with pytest.raises(ValueError):

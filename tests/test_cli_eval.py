@@ -140,8 +140,19 @@ def test_eval_prints_the_fusion_weights_per_query_kind(dataset, capsys, caplog, 
             assert used[kind]["bm25"] == {"mean": 0.333, "min": 0.333, "max": 0.333}
         else:
             assert out["hybrid"]["adaptive"]["half_sentences"] == 32.0
+        if fusion == "adaptive":  # document feedback's share: f h / (h + n), n sentences; here every n is short
+            n = used[kind]["sentences"][0]
+            assert used[kind]["feedback"]["min"] == pytest.approx(8 / (8 + n), abs=1e-3) or n != used[kind]["sentences"][1]
+            assert used[kind]["feedback"]["max"] > 0 and "document feedback share" in caplog.text
+        else:
+            assert "feedback" not in used[kind]
         if cut != "full":
             assert used[kind]["sentences"] == [2, 2]
+    if fusion == "adaptive":  # --no-feedback: one ranking, no share reported
+        assert main(_args(dataset, "hybrid", "--no-feedback", "--candidates", "2", "--min-paragraph-sentences", "1")) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["hybrid"]["adaptive"]["feedback_docs"] == 0
+        assert "feedback" not in out["hybrid"]["weights_used"]["several paragraphs"]
 
 
 def test_eval_bad_source_cut_is_one_line_exit_2(dataset):

@@ -373,10 +373,13 @@ def test_a_filter_matching_at_most_k_documents_ranks_them_all_without_a_search(w
         monkeypatch.setattr(store, "sentence_knn", lambda *a, **k: searched.append(k.get("filter")) or real(*a, **k))
         matching = [d for d in store.iter_ids() if _court(d) == "supreme"]  # 12
         for method in ("sdr", "hybrid"):
-            every = engine.run(Query(id="tax_1", method=method, size=12, candidates=12, filter={"court": "supreme"}))
+            # feedback off: one search per query (feedback would search again with the top hits)
+            every = engine.run(Query(id="tax_1", method=method, size=12, candidates=12, filter={"court": "supreme"},
+                                     feedback=False))
             assert searched == [] and every.candidates == 12 and {h.id for h in every.hits} == set(matching)
             # K under the matches: the filtered k-NN (the same top, found by search)
-            found = engine.run(Query(id="tax_1", method=method, size=3, candidates=11, filter={"court": "supreme"}))
+            found = engine.run(Query(id="tax_1", method=method, size=3, candidates=11, filter={"court": "supreme"},
+                                     feedback=False))
             assert searched == [{"court": "supreme"}]
             assert [h.id for h in found.hits] == [h.id for h in every.hits][:3]
             searched.clear()

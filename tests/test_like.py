@@ -147,7 +147,7 @@ def test_hybrid_with_several_sources_averages_each_sources_fused_score(store_pat
     with EmbeddedStore(store_path) as store:
         engine = _engine(store)
         pool = _others("doc-4", "doc-6")
-        q = dict(method="hybrid", candidate_ids=pool, size=len(pool))
+        q = dict(method="hybrid", candidate_ids=pool, size=len(pool), feedback=False)  # several sources: no feedback
         a = {h.id: h.score for h in engine.run(Query(id="doc-4", **q)).hits}
         text = "The river story begins. The music and the river go on."
         b = {h.id: h.score for h in engine.run(Query(text=text, **q)).hits}
@@ -300,3 +300,46 @@ def test_the_engine_weighs_each_source_by_its_own_length(store_path):
         assert w["mean"]["weight"] == 0.0
     w = both.hits[0].signals  # several sources: the like sources' mean of their own weights
     assert w["bm25"]["weight"] == pytest.approx((n0 / (n0 + n_short) + n0 / (n0 + n_long)) / 2)
+
+
+def test_document_feedback_mixes_the_top_hits_rankings_in_by_their_share(store_path):
+    """Adaptive fusion's document feedback (docs/scoring.md "Document feedback") through the engine:
+    the top hits of the ranking without feedback become sources; each hit's score is (1 - share)
+    x the source's fused score + share x the mean of the feedback documents' own fused scores (a
+    feedback document's own: its row's best other), each as a single-source query gives it."""
+    from sdr_search.core.fusion import ADAPTIVE_PARAMS, SourceShape, feedback_share
+    from sdr_search.reranker.api_models import MoreLikeThisRequest, query_from_request, response_from
+
+    with EmbeddedStore(store_path) as store:
+        engine = _engine(store)
+        pool = _others()
+        text = "The river story begins. The music and the river go on."
+        q = dict(method="hybrid", candidate_ids=pool, size=len(pool))
+        plain = engine.run(Query(text=text, feedback=False, **q))
+        result = engine.run(Query(text=text, **q))
+        share = feedback_share(SourceShape.of(engine.source(Query(text=text)).document), ADAPTIVE_PARAMS)
+        fb = [h.id for h in plain.hits[: ADAPTIVE_PARAMS.feedback_docs]]
+        assert share > 0 and result.hybrid["feedback"] == {"ids": fb, "share": pytest.approx(share)}
+        assert "feedback" not in plain.hybrid and plain.hybrid["adaptive"]["feedback_docs"] == 0
+        a = {h.id: h.score for h in plain.hits}
+        rows = [{h.id: h.score for h in engine.run(Query(id=f, feedback=False, **q)).hits} for f in fb]
+        assert {h.id for h in result.hits} == set(pool)  # the feedback documents stay in the results
+        for h in result.hits:
+            mean = np.mean([r[h.id] if h.id in r else max(r.values()) for r in rows])
+            assert h.score == pytest.approx((1 - share) * a[h.id] + share * mean, abs=1e-6)
+            assert h.sources is None  # one named source
+            named = next(p.signals for p in plain.hits if p.id == h.id)  # the signals are the named source's
+            assert {k: pytest.approx(v, abs=1e-6) for k, v in named.items()} == h.signals
+        # method sdr and several sources: no feedback
+        assert engine.run(Query(text=text, method="sdr", size=3)).hybrid is None
+        several = engine.run(Query(like=[{"text": text}, "doc-2"], method="hybrid", size=3))
+        assert "feedback" not in several.hybrid
+        with pytest.raises(InvalidInputError, match="feedback"):
+            engine.run(Query(text=text, method="sdr", feedback=True))
+        with pytest.raises(InvalidInputError, match="feedback"):
+            Query(text=text, feedback="yes")
+        # the HTTP body maps onto the same query, and the response says what feedback did
+        req = MoreLikeThisRequest(text=text, feedback=False, size=3)
+        assert query_from_request(req).feedback is False
+        body = response_from(result, "idx").model_dump()
+        assert body["hybrid"]["feedback"] == {"ids": fb, "share": pytest.approx(share)}
