@@ -227,9 +227,11 @@ def length_corrected(sdr: np.ndarray | Sequence[float], paragraphs: np.ndarray |
     return x - float(c) * np.sqrt(2.0 * np.log(np.maximum(n, 1.0)))
 
 
-FEEDBACK_MIN_SHARE = 0.05
-"""Below this share the feedback documents are not searched at all: a long source would pay a
-second search for a change of a few per cent of its score."""
+FEEDBACK_MIN_SHARE = 0.2
+"""Below this share the feedback documents are not searched at all. With the shipped ``f = 1,
+h = 8`` that is a source of more than 32 sentences: there document feedback gained nothing on
+IRLeD dev (full sources 0.402 with it, 0.403 without), while the second search more than doubled
+a query's time (docs/results/relevance.md, "Document feedback for short sources")."""
 
 
 def feedback_share(source: SourceShape | None, params: AdaptiveParams) -> float:
@@ -326,7 +328,10 @@ ADAPTIVE_PARAMS = AdaptiveParams()
 """The shipped adaptive parameters: ``n0 = 32`` sentences, no mean-vector share, no evidence term.
 Every fold of the 5-fold cross-validation on IRLeD dev (full and short sources) chose ``n0 = 32,
 m = 0``; the evidence power (0, 1 or 2) changed the mean MAP by under 0.001, so it is left out
-(docs/results/relevance.md, "Adaptive fusion: full and short sources")."""
+(docs/results/relevance.md, "Adaptive fusion: full and short sources"). Document feedback
+``k = 3, f = 1, h = 8``: the best point of ``bench/feedback.py``'s grid on all queries and the
+choice of most folds (short sources 0.144 -> 0.161 MAP cross-validated, full sources level;
+docs/results/relevance.md, "Document feedback for short sources")."""
 
 
 @dataclass(frozen=True)
