@@ -631,17 +631,10 @@ class MoreLikeThis:
         if share > 0 and cand_ids:  # document feedback: the top hits become further sources
             first = self._ranked(every, 1, unlike_weight, cand_ids, docs, lexical, spec, 0, spec.adaptive.feedback_docs)
             feedback = [h.id for h in first]
-            expanded = merge_sources([source, *(self.source_from_id(i, state) for i in feedback)])
-            timings["feedback_sources"] = _ms(time.perf_counter() - t5)
-            round_two: dict[str, float] = {}
-            more_ids, more_docs, lexical = self._candidates(expanded, against, exclude, query, spec, K, round_two)
-            timings.update({f"feedback_{k}": v for k, v in round_two.items()})
-            # the first round's candidates stay (fetched already): the feedback search adds to them
-            have = set(cand_ids)
-            new = [k for k, i in enumerate(more_ids) if i not in have]
-            cand_ids, docs = cand_ids + [more_ids[k] for k in new], docs + [more_docs[k] for k in new]
+            timings["feedback_first_rank"] = _ms(time.perf_counter() - t5)
+            scored, cand_ids, docs, lexical = self._feedback_round(state, source, against, feedback, exclude, query, spec,
+                                                                   K, cand_ids, docs, timings)
             t5 = time.perf_counter()
-            scored = expanded if against is None else merge_sources([expanded, against])
             hits = self._ranked(scored, 1 + len(feedback), unlike_weight, cand_ids, docs, lexical, spec, query.offset,
                                 query.size, feedback=len(feedback), share=share)
         else:
@@ -661,6 +654,25 @@ class MoreLikeThis:
             source_offsets=every.offsets,
             sources=_described(source, against, unlike_weight) if len(every.members) > 1 else None,
         )
+
+    def _feedback_round(
+        self, state: QueryState, source: Source, against: Source | None, feedback: list[str], exclude: list[str],
+        query: Query, spec: HybridSpec, K: int, cand_ids: list[str], docs: list[DocVectors], timings: dict[str, float],
+    ) -> tuple[Source, list[str], list[DocVectors], LexicalHits | None]:
+        """Document feedback's second search: the source with the ``feedback`` documents (their
+        stored vectors and statistics) as further like sources, then the unlike ones; the
+        candidates of the first search (fetched already) followed by the new ones this search
+        finds. Returns the sources to score, the candidates, their vectors and the lexical hits."""
+        t0 = time.perf_counter()
+        expanded = merge_sources([source, *(self.source_from_id(i, state) for i in feedback)])
+        timings["feedback_sources"] = _ms(time.perf_counter() - t0)
+        round_two: dict[str, float] = {}
+        more_ids, more_docs, lexical = self._candidates(expanded, against, exclude, query, spec, K, round_two)
+        timings.update({f"feedback_{k}": v for k, v in round_two.items()})
+        have = set(cand_ids)
+        new = [k for k, i in enumerate(more_ids) if i not in have]
+        scored = expanded if against is None else merge_sources([expanded, against])
+        return scored, cand_ids + [more_ids[k] for k in new], docs + [more_docs[k] for k in new], lexical
 
     def _candidates(
         self, source: Source, against: Source | None, exclude: list[str], query: Query, spec: HybridSpec | None, K: int,
