@@ -241,6 +241,21 @@ def test_mlt_by_text_finds_the_article_the_text_comes_from(indexed, corpus):
     assert res["hits"][0]["id"] == "wiki_308"
 
 
+def test_mlt_document_feedback_on_a_short_text(indexed, corpus):
+    # a pasted paragraph: the first sentences of the held-out "Aristotle" text; adaptive fusion ranks
+    # it again with its top 3 hits (stored documents read back from the node) as further sources
+    text = " ".join(" ".join(corpus.held_out["wiki_308"]).split(". ")[:4])
+    args = [*os_args(indexed), "--text", text, "--method", "hybrid", "--size", "3", "--json", *corpus.encoder_args()]
+    plain = sdr_json("mlt", *args, "--no-feedback")
+    res = sdr_json("mlt", *args)
+    assert "feedback" not in plain["hybrid"] and plain["hybrid"]["adaptive"]["feedback_docs"] == 0
+    fb = res["hybrid"]["feedback"]
+    assert fb["ids"] == [h["id"] for h in plain["hits"]]  # the top 3 of the ranking without feedback
+    assert 0.2 <= fb["share"] <= 1 and set(fb["ids"]) <= set(corpus.ids)
+    assert {"feedback_sources", "feedback_candidates", "feedback_fetch"} <= set(res["timings_ms"])
+    assert res["hits"][0]["id"] == "wiki_308" and len(res["hits"]) == 3
+
+
 def test_mlt_explain_levels_match_the_stored_documents(indexed, corpus):
     from sdr_search.indexer.opensearch import OpenSearchStore
 
