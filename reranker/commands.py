@@ -212,6 +212,10 @@ def format_result(result, *, explain: bool = False, width: int = 100) -> str:
         weight = f", unlike weight {-unlike[0]['weight']:g}" if unlike else ""
         lines.append(f"{len(result.sources) - len(unlike)} like and {len(unlike)} unlike sources: score = mean of "
                      f"the like sources' scores - unlike weight x mean of the unlike sources'{weight}")
+    feedback = (result.hybrid or {}).get("feedback")
+    if feedback:
+        lines.append(f"document feedback: ranked again with {', '.join(feedback['ids'])} as further sources "
+                     f"(share {feedback['share']:.2f}; --no-feedback for the source alone)")
     lines.append(f"{result.candidates} candidates {how}; stats from {result.stats_origin}{stale}")
     return "\n".join(lines)
 

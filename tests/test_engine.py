@@ -173,6 +173,10 @@ def test_cli_index_info_mlt_stats_and_eval_store(tmp_path, capsys):
     assert main(["mlt", "--store", str(store), "--text", "The accused killed the deceased with a knife.", "--size", "2", *common]) == 0
     text = capsys.readouterr().out
     assert "murder_" in text.splitlines()[1]
+    assert "document feedback: ranked again with murder_" in text  # a one-sentence source: its top hits join it
+    assert main(["mlt", "--store", str(store), "--text", "The accused killed the deceased with a knife.", "--size", "2",
+                 "--no-feedback", *common]) == 0
+    assert "document feedback" not in capsys.readouterr().out
 
     assert main(["stats", "--store", str(store), "--no-progress"]) == 0
     st = json.loads(capsys.readouterr().out)
