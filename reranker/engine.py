@@ -630,10 +630,14 @@ class MoreLikeThis:
         feedback: list[str] = []
         if share > 0 and cand_ids:  # document feedback: the top hits become further sources
             first = self._ranked(every, 1, unlike_weight, cand_ids, docs, lexical, spec, 0, spec.adaptive.feedback_docs)
-            feedback = [h.id for h in first]
-            timings["feedback_first_rank"] = _ms(time.perf_counter() - t5)
-            scored, cand_ids, docs, lexical = self._feedback_round(state, source, against, feedback, exclude, query, spec,
-                                                                   K, cand_ids, docs, timings)
+            t_read = time.perf_counter()
+            timings["feedback_first_rank"] = _ms(t_read - t5)
+            found = [s for s in (self._feedback_source(h.id, state) for h in first) if s is not None]
+            feedback = [s.indexed_id for s in found]
+            timings["feedback_sources"] = _ms(time.perf_counter() - t_read)
+        if feedback:
+            scored, cand_ids, docs, lexical = self._feedback_round(source, against, found, exclude, query, spec, K,
+                                                                   cand_ids, docs, timings)
             t5 = time.perf_counter()
             hits = self._ranked(scored, 1 + len(feedback), unlike_weight, cand_ids, docs, lexical, spec, query.offset,
                                 query.size, feedback=len(feedback), share=share)
@@ -655,17 +659,24 @@ class MoreLikeThis:
             sources=_described(source, against, unlike_weight) if len(every.members) > 1 else None,
         )
 
+    def _feedback_source(self, doc_id: str, state: QueryState) -> Source | None:
+        """A feedback document as a source (its stored vectors and statistics); None when it was
+        deleted since the first ranking found it (a concurrent write): the query goes on without it."""
+        try:
+            return self.source_from_id(doc_id, state)
+        except DocumentNotFoundError:
+            logger.info("feedback document %r was deleted during the query; ranking without it", doc_id)
+            return None
+
     def _feedback_round(
-        self, state: QueryState, source: Source, against: Source | None, feedback: list[str], exclude: list[str],
+        self, source: Source, against: Source | None, feedback: list[Source], exclude: list[str],
         query: Query, spec: HybridSpec, K: int, cand_ids: list[str], docs: list[DocVectors], timings: dict[str, float],
     ) -> tuple[Source, list[str], list[DocVectors], LexicalHits | None]:
-        """Document feedback's second search: the source with the ``feedback`` documents (their
-        stored vectors and statistics) as further like sources, then the unlike ones; the
-        candidates of the first search (fetched already) followed by the new ones this search
-        finds. Returns the sources to score, the candidates, their vectors and the lexical hits."""
-        t0 = time.perf_counter()
-        expanded = merge_sources([source, *(self.source_from_id(i, state) for i in feedback)])
-        timings["feedback_sources"] = _ms(time.perf_counter() - t0)
+        """Document feedback's second search: the source with the ``feedback`` documents as
+        further like sources, then the unlike ones; the candidates of the first search (fetched
+        already) followed by the new ones this search finds. Returns the sources to score, the
+        candidates, their vectors and the lexical hits."""
+        expanded = merge_sources([source, *feedback])
         round_two: dict[str, float] = {}
         more_ids, more_docs, lexical = self._candidates(expanded, against, exclude, query, spec, K, round_two)
         timings.update({f"feedback_{k}": v for k, v in round_two.items()})

@@ -343,3 +343,30 @@ def test_document_feedback_mixes_the_top_hits_rankings_in_by_their_share(store_p
         assert query_from_request(req).feedback is False
         body = response_from(result, "idx").model_dump()
         assert body["hybrid"]["feedback"] == {"ids": fb, "share": pytest.approx(share)}
+
+
+def test_a_feedback_document_deleted_during_the_query_is_left_out(store_path, tmp_path):
+    """A concurrent delete between the first ranking and the feedback round: the query goes on with
+    the feedback documents that are left (no 404 for a document the user never named)."""
+    import shutil
+
+    shutil.copytree(store_path, tmp_path / "s")
+    text = "The river story begins. The music and the river go on."
+    with EmbeddedStore(tmp_path / "s") as store:
+        engine = _engine(store)
+        plain = engine.run(Query(text=text, feedback=False, size=5))
+        gone = plain.hits[0].id
+        real = engine._ranked
+        calls = []
+
+        def ranked(*args, **kwargs):  # the first ranking, then the delete, before the feedback round reads
+            out = real(*args, **kwargs)
+            calls.append(1)
+            if len(calls) == 1:
+                store.delete([gone])
+            return out
+
+        engine._ranked = ranked
+        res = engine.run(Query(text=text, size=5))
+        assert res.hybrid["feedback"]["ids"] == [h.id for h in plain.hits[1:3]]
+        assert len(res.hits) == 5 and all(h.snippet is not None for h in res.hits if h.id != gone)
