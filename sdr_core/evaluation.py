@@ -12,7 +12,9 @@ Methods:
 - ``hybrid``: BM25, SDR and the single-vector cosine fused per query (:mod:`sdr_search.core.fusion`) over
   the candidate set the engine would rerank: the union of each signal's top K (BM25 top K u SDR
   top K u mean top K). The set is ranked by the fused score; the documents outside it follow,
-  fused among themselves (:func:`hybrid_ranking`).
+  fused among themselves (:func:`hybrid_ranking`). Adaptive fusion's document feedback scores a
+  short query's top documents as further sources, with every corpus paragraph but their own in
+  their statistics (docs/scoring.md "Document feedback").
 
 A query whose id is also in the corpus is removed from its own ranking, and its own paragraphs are
 left out of its normalisation statistics.

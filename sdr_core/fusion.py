@@ -379,8 +379,8 @@ class HybridSpec:
         adaptive = adaptive if adaptive is not None else self.adaptive
         if feedback is False:
             adaptive = adaptive.without_feedback()
-        elif feedback is True and not adaptive.feedback_docs:
-            adaptive = replace(adaptive, feedback_docs=ADAPTIVE_PARAMS.feedback_docs or 3,
+        elif feedback is True and not (adaptive.feedback_docs and adaptive.feedback_weight):
+            adaptive = replace(adaptive, feedback_docs=adaptive.feedback_docs or ADAPTIVE_PARAMS.feedback_docs,
                                feedback_weight=adaptive.feedback_weight or ADAPTIVE_PARAMS.feedback_weight)
         return HybridSpec(
             fusion if fusion is not None else self.fusion,

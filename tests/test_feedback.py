@@ -118,3 +118,14 @@ def test_hybrid_ranking_with_feedback_matches_the_fusion_by_hand():
     assert hybrid_ranking(ids, query, spec, 5, exclude=3, source=long, paragraphs=paragraphs, feedback=feedback) == \
         hybrid_ranking(ids, query, spec.replace(feedback=False), 5, exclude=3, source=long, paragraphs=paragraphs)
     assert calls == []
+
+
+def test_turning_feedback_on_restores_what_is_off():
+    for off in (AdaptiveParams(feedback_docs=0), AdaptiveParams(feedback_weight=0.0),
+                AdaptiveParams(feedback_docs=0, feedback_weight=0.0, feedback_half=4)):
+        on = HybridSpec("adaptive", adaptive=off).replace(feedback=True)
+        assert on.feedback and on.adaptive.feedback_half == off.feedback_half
+        assert on.adaptive.feedback_docs == (off.feedback_docs or ADAPTIVE_HYBRID.adaptive.feedback_docs)
+    kept = HybridSpec("adaptive", adaptive=PARAMS).replace(feedback=True)
+    assert kept.adaptive == PARAMS  # already on: the spec's own feedback parameters stay
+    assert HybridSpec("adaptive", adaptive=PARAMS).replace().adaptive == PARAMS
