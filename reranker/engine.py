@@ -636,10 +636,10 @@ class MoreLikeThis:
             feedback = [s.indexed_id for s in found]
             timings["feedback_sources"] = _ms(time.perf_counter() - t_read)
         if feedback:
-            scored, cand_ids, docs, lexical = self._feedback_round(source, against, found, exclude, query, spec, K,
-                                                                   cand_ids, docs, timings)
+            scored, cand_ids, docs = self._feedback_round(source, against, found, exclude, query, spec, K, cand_ids, docs,
+                                                          timings)
             t5 = time.perf_counter()
-            hits = self._ranked(scored, 1 + len(feedback), unlike_weight, cand_ids, docs, lexical, spec, query.offset,
+            hits = self._ranked(scored, 1 + len(feedback), unlike_weight, cand_ids, docs, None, spec, query.offset,
                                 query.size, feedback=len(feedback), share=share)
         else:
             hits = self._ranked(every, len(source.members), unlike_weight, cand_ids, docs, lexical, spec, query.offset,
@@ -671,27 +671,28 @@ class MoreLikeThis:
     def _feedback_round(
         self, source: Source, against: Source | None, feedback: list[Source], exclude: list[str],
         query: Query, spec: HybridSpec, K: int, cand_ids: list[str], docs: list[DocVectors], timings: dict[str, float],
-    ) -> tuple[Source, list[str], list[DocVectors], LexicalHits | None]:
+    ) -> tuple[Source, list[str], list[DocVectors]]:
         """Document feedback's second search: the source with the ``feedback`` documents as
-        further like sources, then the unlike ones; the candidates of the first search (fetched
-        already) followed by the new ones this search finds. Returns the sources to score, the
-        candidates, their vectors and the lexical hits."""
+        further like sources, then the unlike ones; the candidates of the first search followed by
+        the new ones this search finds (only those are fetched). Returns the sources to score, the
+        candidates and their vectors; each source's BM25 is computed in :meth:`_ranked`."""
         expanded = merge_sources([source, *feedback])
         round_two: dict[str, float] = {}
-        more_ids, more_docs, lexical = self._candidates(expanded, against, exclude, query, spec, K, round_two)
+        more_ids, more_docs, _ = self._candidates(expanded, against, exclude, query, spec, K, round_two,
+                                                  known=dict(zip(cand_ids, docs)))
         timings.update({f"feedback_{k}": v for k, v in round_two.items()})
         have = set(cand_ids)
         new = [k for k, i in enumerate(more_ids) if i not in have]
         scored = expanded if against is None else merge_sources([expanded, against])
-        return scored, cand_ids + [more_ids[k] for k in new], docs + [more_docs[k] for k in new], lexical
+        return scored, cand_ids + [more_ids[k] for k in new], docs + [more_docs[k] for k in new]
 
     def _candidates(
         self, source: Source, against: Source | None, exclude: list[str], query: Query, spec: HybridSpec | None, K: int,
-        timings: dict[str, float],
+        timings: dict[str, float], known: Mapping[str, DocVectors] | None = None,
     ) -> tuple[list[str], list[DocVectors], LexicalHits | None]:
         """Steps 4-6 for ``source``: the candidate ids (the vector ones, then the lexical-only
-        ones), their vectors, and the BM25 hits of the source's text (None when each source is
-        searched on its own, in :meth:`_ranked`)."""
+        ones), their vectors (those in ``known`` are not fetched again), and the BM25 hits of the
+        source's text (None when each source is searched on its own, in :meth:`_ranked`)."""
         t1 = time.perf_counter()
         lexical: LexicalHits | None = None
         everything: list[str] | None = None  # rank exactly these: no candidate generation, no pre-rank
@@ -733,7 +734,8 @@ class MoreLikeThis:
                 pool, pool_scores = [pool[k] for k in positions], pool_scores[positions]
                 lexical_ranked = filter_candidates(self.store, lexical_ranked, query.filter, limit=2 * K)
                 timings["filter"] = _ms(time.perf_counter() - t3)
-        vector_ids, lexical_ids, docs = self._prerank_and_fetch(source, pool, pool_scores, lexical_ranked, K, timings)
+        vector_ids, lexical_ids, docs = self._prerank_and_fetch(source, pool, pool_scores, lexical_ranked, K, timings,
+                                                                known)
         cand_ids = vector_ids + lexical_ids
         return cand_ids, docs, lexical
 
@@ -921,20 +923,20 @@ class MoreLikeThis:
 
     def _prerank_and_fetch(
         self, source: Source, pool: list[str], scores: np.ndarray | None, lexical_ranked: list[str], K: int,
-        timings: dict[str, float],
+        timings: dict[str, float], known: Mapping[str, DocVectors] | None = None,
     ) -> tuple[list[str], list[str], list[DocVectors]]:
         """The K vector candidates (the pool narrowed by the centroid pre-rank when it is larger),
         the lexical candidates that are not among them (at most K, in lexical order), and the vectors
         of both, each document fetched once. A store whose centroids are not cheap
         (``capabilities.cheap_centroids`` false) has the pool fetched once: the pre-rank's centroids
-        and the rerank share those vectors."""
+        and the rerank share those vectors. ``known``: vectors this query fetched already (document
+        feedback's second search), not fetched again."""
         t0 = time.perf_counter()
         prerank = scores is not None and len(pool) > K
-        fetched: dict[str, DocVectors] = {}
+        fetched: dict[str, DocVectors] | None = None
         if prerank and not self.store.capabilities.cheap_centroids:
             in_pool = set(pool)
-            ids = pool + [i for i in lexical_ranked if i not in in_pool]
-            fetched = dict(zip(ids, self.store.fetch_documents(ids)))
+            fetched = self._fetch(pool + [i for i in lexical_ranked if i not in in_pool], known)
             t1 = time.perf_counter()
             centroids = [paragraph_centroids(fetched[i]) for i in pool]
             keep = prerank_order(pool, scores, source.vectors, centroids)[:K]
@@ -947,11 +949,20 @@ class MoreLikeThis:
         chosen = set(vector_ids)
         lexical_ids = [i for i in lexical_ranked if i not in chosen][:K]
         ids = vector_ids + lexical_ids
-        if not fetched:
+        if fetched is None:
             t1 = time.perf_counter()
-            fetched = dict(zip(ids, self.store.fetch_documents(ids))) if ids else {}
+            fetched = self._fetch(ids, known)
             timings.update(prerank=_ms(t1 - t0), fetch=_ms(time.perf_counter() - t1))
         return vector_ids, lexical_ids, [fetched[i] for i in ids]
+
+    def _fetch(self, ids: list[str], known: Mapping[str, DocVectors] | None) -> dict[str, DocVectors]:
+        """The vectors of ``ids``: those in ``known`` as they are, the others in one store read."""
+        known = known or {}
+        out = {i: known[i] for i in ids if i in known}
+        missing = [i for i in ids if i not in out]
+        if missing:
+            out.update(zip(missing, self.store.fetch_documents(missing)))
+        return out
 
     # -- scoring ----------------------------------------------------------------------------------
     def _ranked(
@@ -997,11 +1008,8 @@ class MoreLikeThis:
             fused.append(fuse(cand_ids, without_own(part_signals, own[p - user]) if user <= p < n_like else part_signals,
                               spec, source=SourceShape.of(m.document), paragraphs=paragraphs))
         rows = np.stack([f.scores for f in fused])
-        if feedback:
-            liked = with_feedback(rows[:user].mean(axis=0), rows[user:n_like], share, own)
-            scores = like_unlike(np.vstack([liked[None, :], rows[n_like:]]), 1, unlike_weight)
-        else:
-            scores = like_unlike(rows, n_like, unlike_weight)
+        liked = with_feedback(rows[:user].mean(axis=0), rows[user:n_like], share, own)  # no feedback: the like mean
+        scores = like_unlike(np.vstack([liked[None, :], rows[n_like:]]), 1, unlike_weight)
         hits = []
         for i in rank(cand_ids, scores)[offset : offset + size]:
             detail = {  # each signal of the named like sources (their mean with several); adaptive: the weights used

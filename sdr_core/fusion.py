@@ -191,13 +191,18 @@ class AdaptiveParams:
                 + (f",top={self.evidence_top}" if self.evidence_top != 10 else "")
                 + f",c={self.length_correction:g}"
                 + (f",k={self.feedback_docs},f={self.feedback_weight:g},h={self.feedback_half:g}"
-                   if self.feedback_docs and self.feedback_weight else ",k=0"))
+                   if self.has_feedback else ",k=0"))
 
     def to_dict(self) -> dict[str, float]:
         return {"half_sentences": self.half_sentences, "mean_weight": self.mean_weight,
                 "evidence_power": self.evidence_power, "evidence_top": self.evidence_top,
                 "length_correction": self.length_correction, "feedback_docs": self.feedback_docs,
                 "feedback_weight": self.feedback_weight, "feedback_half": self.feedback_half}
+
+    @property
+    def has_feedback(self) -> bool:
+        """Whether document feedback is on: ``feedback_docs`` and ``feedback_weight`` above 0."""
+        return self.feedback_docs > 0 and self.feedback_weight > 0
 
     def without_feedback(self) -> "AdaptiveParams":
         """These parameters with document feedback off (``feedback_docs = 0``)."""
@@ -239,7 +244,7 @@ def feedback_share(source: SourceShape | None, params: AdaptiveParams) -> float:
     sentences: ``f h / (h + n)`` (``f`` = ``feedback_weight``, ``h`` = ``feedback_half``; an
     unknown shape counts as ``n = h``); 0 when feedback is off or the share is below
     :data:`FEEDBACK_MIN_SHARE`."""
-    if params.feedback_docs == 0 or params.feedback_weight == 0:
+    if not params.has_feedback:
         return 0.0
     h = params.feedback_half
     n = float(source.sentences) if source is not None else h
@@ -379,7 +384,7 @@ class HybridSpec:
         adaptive = adaptive if adaptive is not None else self.adaptive
         if feedback is False:
             adaptive = adaptive.without_feedback()
-        elif feedback is True and not (adaptive.feedback_docs and adaptive.feedback_weight):
+        elif feedback is True and not adaptive.has_feedback:
             adaptive = replace(adaptive, feedback_docs=adaptive.feedback_docs or ADAPTIVE_PARAMS.feedback_docs,
                                feedback_weight=adaptive.feedback_weight or ADAPTIVE_PARAMS.feedback_weight)
         return HybridSpec(
@@ -393,7 +398,7 @@ class HybridSpec:
     def feedback(self) -> bool:
         """Whether this spec applies document feedback (adaptive fusion with ``feedback_docs``
         and ``feedback_weight`` above 0)."""
-        return self.fusion == "adaptive" and self.adaptive.feedback_docs > 0 and self.adaptive.feedback_weight > 0
+        return self.fusion == "adaptive" and self.adaptive.has_feedback
 
 
 DEFAULT_FIXED_HYBRID = HybridSpec("zscore", {"bm25": 1.0, "sdr": 1.0, "mean": 1.0})

@@ -370,3 +370,16 @@ def test_a_feedback_document_deleted_during_the_query_is_left_out(store_path, tm
         res = engine.run(Query(text=text, size=5))
         assert res.hybrid["feedback"]["ids"] == [h.id for h in plain.hits[1:3]]
         assert len(res.hits) == 5 and all(h.snippet is not None for h in res.hits if h.id != gone)
+
+
+def test_document_feedback_fetches_each_candidate_once(store_path, monkeypatch):
+    """The second search reuses the vectors the first one fetched: no candidate is read twice."""
+    text = "The river story begins. The music and the river go on."
+    with EmbeddedStore(store_path) as store:
+        engine = _engine(store)
+        fetched = []
+        real = store.fetch_documents
+        monkeypatch.setattr(store, "fetch_documents", lambda ids: fetched.extend(ids) or real(ids))
+        res = engine.run(Query(text=text, size=5))
+        assert res.hybrid["feedback"]["ids"] and fetched
+        assert len(fetched) == len(set(fetched))
