@@ -75,19 +75,19 @@ def main() -> None:
         enc.encode(sentences[:64])  # load + warm up
         ids = enc.tokenize(sentences)
         batches = plan_batches([len(x) for x in ids], enc.settings.max_batch_tokens)
-        padded = [enc._tokenizer.pad({"input_ids": [ids[i] for i in b]}, padding=True, return_tensors="pt") for b in batches]
+        padded = [enc._tokenizer.pad([ids[i] for i in b]) for b in batches]
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(enc.precision)
         model, dev = enc._model, enc._device
 
         def bare():
             with torch.inference_mode():
-                for p in padded:
-                    kw = {"input_ids": p["input_ids"].to(dev), "attention_mask": p["attention_mask"].to(dev)}
+                for input_ids, mask in padded:
+                    input_ids, mask = input_ids.to(dev), mask.to(dev)
                     if dtype is None:
-                        model(**kw)
+                        model.hidden(input_ids, mask)
                     else:
                         with torch.autocast(device_type=dev.type, dtype=dtype):
-                            model(**kw)
+                            model.hidden(input_ids, mask)
             if dev.type == "cuda":
                 torch.cuda.synchronize()
 

