@@ -11,8 +11,10 @@ Overhead = pipeline time / bare time - 1 (target <= 10 %).
 Usage: python bench/encoder.py [--sentences 3000] [--data ../shared/data/irled/corpus.jsonl.gz] [--model DIR ...]
 
 ``--model DIR`` (repeatable; ``default`` is the bundled all-MiniLM-L6-v2) measures each model on the
-same sentences, one table row per model and precision; the cosine column compares each row with the
-first precision of the same model.
+same sentences, one table row per model, backend and precision; the cosine column compares each row
+with the first backend and precision of the same model. ``--backends auto,transformers`` puts the
+encoder's own BERT forward pass (``SDR_ENCODER_BACKEND=auto``) next to transformers' on the same
+batches.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ def main() -> None:
     ap.add_argument("--sentences", type=int, default=3000)
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "irled" / "corpus.jsonl.gz")
     ap.add_argument("--precisions", default="fp32,bf16")
+    ap.add_argument("--backends", default="auto", help="comma-separated SDR_ENCODER_BACKEND values (auto, transformers)")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--model", action="append", default=[], metavar="DIR",
@@ -66,12 +69,13 @@ def main() -> None:
 
     sentences = load_sentences(args.data, args.sentences)
     print(f"{len(sentences)} sentences from {args.data.name}; torch threads={torch.get_num_threads()}")
-    print(f"{'model':>20} {'precision':>9} {'pipeline s/s':>13} {'bare fwd s/s':>13} {'overhead':>9} {'naive b=64 s/s':>15} {'cos vs 1st':>11}")
-    for model, precision in itertools.product(args.model or ["default"], args.precisions.split(",")):
-        if precision == args.precisions.split(",")[0]:
+    print(f"{'model':>20} {'backend':>12} {'precision':>9} {'pipeline s/s':>13} {'bare fwd s/s':>13} {'overhead':>9} {'naive b=64 s/s':>15} {'cos vs 1st':>11}")
+    backends = args.backends.split(",")
+    for model, backend, precision in itertools.product(args.model or ["default"], backends, args.precisions.split(",")):
+        if precision == args.precisions.split(",")[0] and backend == backends[0]:
             ref = None
-        enc = SentenceEncoder(settings=EncoderSettings(model=None if model == "default" else model,
-                                                       precision=precision, device=args.device))
+        enc = SentenceEncoder(settings=EncoderSettings(model=None if model == "default" else model, precision=precision,
+                                                       device=args.device, encoder_backend=backend))
         enc.encode(sentences[:64])  # load + warm up
         ids = enc.tokenize(sentences)
         batches = plan_batches([len(x) for x in ids], enc.settings.max_batch_tokens)
@@ -108,7 +112,7 @@ def main() -> None:
         cos = float(np.min(np.sum(ref * out["v"], axis=1)))
         n = len(sentences)
         print(
-            f"{Path(enc.model_id).name[-20:]:>20} {enc.precision:>9} {n / t_pipe:13.1f} {n / t_bare:13.1f} {t_pipe / t_bare - 1:9.1%} "
+            f"{Path(enc.model_id).name[-20:]:>20} {enc.backend:>12} {enc.precision:>9} {n / t_pipe:13.1f} {n / t_bare:13.1f} {t_pipe / t_bare - 1:9.1%} "
             f"{n / t_naive:15.1f} {cos:11.6f}", flush=True
         )
 
