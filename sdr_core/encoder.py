@@ -476,8 +476,6 @@ class SentenceEncoder:
         if self._model is not None:
             return
         path = self.model_dir
-        import torch
-
         why = "SDR_ENCODER_BACKEND=transformers" if self.settings.encoder_backend == "transformers" else native_support(path)
         if why is None:
             try:
@@ -502,7 +500,6 @@ class SentenceEncoder:
             self.model_id, self._device, self.precision, self.settings.max_tokens, recipe.describe(),
             self._backend, "" if why is None else f": {why}",
         )
-        del torch
 
     @property
     def backend(self) -> str:
@@ -525,9 +522,6 @@ class SentenceEncoder:
         with self._count_lock:
             return self._truncation
 
-    def _tokenize(self, texts: list[str], offsets: bool) -> tuple[list[list[int]], list | None]:
-        return self._tokenizer(texts, offsets)
-
     def tokenize(self, sentences: Sequence[str]) -> list[list[int]]:
         """Token ids of each sentence, at most ``max_tokens`` (special tokens and the model's
         document prompt, if any, included); counts the sentences that were cut (:attr:`truncation`)."""
@@ -541,10 +535,10 @@ class SentenceEncoder:
         given = list(texts)
         for i in long:
             given[i] = _prefix(texts[i], budget)
-        ids, spans = self._tokenize(given, fast)
+        ids, spans = self._tokenizer(given, fast)
         redo = [i for i in long if len(ids[i]) < cap]  # the prefix did not fill the cap: the whole sentence
         if redo:
-            ids_r, spans_r = self._tokenize([texts[i] for i in redo], fast)
+            ids_r, spans_r = self._tokenizer([texts[i] for i in redo], fast)
             for k, i in enumerate(redo):
                 ids[i] = ids_r[k]
                 if spans is not None:
