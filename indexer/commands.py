@@ -128,13 +128,24 @@ def _segmentation_line(recorded) -> str:
 
 
 def cmd_info(args) -> int:
+    """``sdr info``: counts, model, segmentation and statistics, after a thorough check of the store
+    (every page of an embedded store's database is read); a damaged store is reported as such, with
+    exit status 2."""
+    from sdr_search.core.errors import StoreDamagedError
+
     from .stats_job import unavailable_reason
 
     with open_store(args) as store:
+        try:
+            counts = store.verify(thorough=True)
+        except StoreDamagedError as e:
+            info = {"store": store_label(args), "damaged": str(e)}
+            sys.stdout.write((json.dumps(info) if args.json else f"store:      {info['store']}\nDAMAGED:    {e}") + "\n")
+            return 2
         meta = store.meta()
         info = {
             "store": store_label(args),
-            **store.counts(),
+            **counts,
             "meta": meta.to_dict() if meta else None,
             "stats": store.stats_info().to_dict(),
         }

@@ -394,6 +394,15 @@ class DocumentStore(ABC):
         return query_state_of(self.meta(), self.search_defaults(), self.stats_info(), self.reference,
                               reference_version)
 
+    # -- health ---------------------------------------------------------------------------------
+    def verify(self, *, thorough: bool = False) -> dict[str, int]:
+        """Check that the store can answer and return :meth:`counts`; raise the error that says why
+        not (:class:`~sdr_search.core.errors.StoreDamagedError` for damaged files,
+        :class:`~sdr_search.core.errors.BackendUnavailableError` for a backend that does not
+        answer). ``thorough`` also reads the store's files through (seconds on a large store:
+        ``sdr info``, ``sdr serve`` at start); this default only asks for the counts."""
+        return self.counts()
+
     # -- lifecycle -----------------------------------------------------------------------------
     def close(self) -> None:  # pragma: no cover - default no-op
         pass

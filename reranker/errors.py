@@ -26,6 +26,7 @@ from sdr_search.core.errors import (
     OverloadedError,
     SDRError,
     SourceTooLargeError,
+    StoreDamagedError,
     StatsUnavailableError,
 )
 
@@ -50,6 +51,7 @@ STATUS_BY_ERROR: dict[type[BaseException], int] = {
     NotFoundError: 404,
     OverloadedError: 429,
     BackendUnavailableError: 503,
+    StoreDamagedError: 503,
     ModelMismatchError: 409,
     StatsUnavailableError: 409,
     AuthenticationError: 401,

@@ -65,7 +65,7 @@ def cmd_serve(args) -> int:
         raise SDRError(f"index name {name!r} cannot be served (letters, digits, '.', '_', '-'; at most 128)")
     mlt = MLTSettings(**({"candidates": args.candidates} if args.candidates else {}))
     with open_store(args) as store:
-        counts = store.counts()  # the store exists and answers before the server starts
+        counts = store.verify(thorough=True)  # the store exists, answers and reads through before the server starts
         encoder = encoder_for_store(args, store)
         logger.info("loading encoder %s", encoder.model_id)
         encoder.dim  # load now: a broken model directory ends the command instead of the first request

@@ -181,7 +181,7 @@ class _Service:
         actions = writes.parse_ndjson(raw, max_documents=self.settings.max_bulk_documents)
         index = self.indices.get(index_name)
         out = writes.bulk(index.store, index.engine, self.encoder, actions)
-        if out["written"] or out["deleted"]:
+        if any(item["result"] in ("created", "updated", "deleted") for item in out["items"]):
             self.refresher.written(index_name, index.store)
         return writes.BulkResponse(index=index_name, stats_stale=index.store.stats_info().stale, **out)
 
@@ -206,7 +206,7 @@ class _Service:
         for index in self.indices.items():
             try:
                 with anyio.fail_after(self.settings.health_timeout_s):
-                    counts = await anyio.to_thread.run_sync(index.store.counts, abandon_on_cancel=True)
+                    counts = await anyio.to_thread.run_sync(index.store.verify, abandon_on_cancel=True)
                 indices[index.name] = {"status": "ok", "documents": int(counts.get("documents", 0))}
             except TimeoutError:
                 ok = False
@@ -341,9 +341,11 @@ def _build_router() -> APIRouter:
         summary="Add, replace and delete documents in one request (NDJSON)",
         operation_id="bulk",
         description="One JSON object per line: a document record (`id` and one of `text`, `paragraphs`, "
-        "`sections`; optional `title`, `metadata`) to add or replace, or `{\"delete\": \"<id>\"}`. At most "
-        "SDR_SERVICE_MAX_BULK_DOCUMENTS lines; an invalid document is reported with its line, the others are "
-        "applied.",
+        "`sections`; optional `title`, `metadata`) to add or replace, or `{\"delete\": \"<id>\"}`. The lines "
+        "are applied in order (a delete then a write of one id leaves the new document). At most "
+        "SDR_SERVICE_MAX_BULK_DOCUMENTS lines; a line that is not a JSON object refuses the whole request (422), an "
+        "invalid document or id is reported with its line and the other lines are applied. `items` gives every "
+        "line's result; the counts are of documents.",
         openapi_extra={"requestBody": {"required": True, "content": {"application/x-ndjson": {"schema": {"type": "string"}}}}},
     )
     async def bulk(index: IndexName, request: Request):
@@ -398,8 +400,11 @@ def create_app(
         description="Errors answer `{\"error\": {\"type\", \"message\"}}`: 401 missing/wrong API key, 404 unknown "
         "index or document, 409 model mismatch or missing statistics, 413 body or source too large, 422 "
         "invalid request, 429 overloaded (Retry-After), 503 backend unreachable. With `SDR_SERVICE_API_KEY` "
-        "set, /v1/... requires the `X-API-Key` header; /health and /metrics stay open.",
+        "set, /v1/... requires the `X-API-Key` header; /health, /metrics and the API's own description "
+        "(/openapi.json, and the pages /docs and /redoc unless SDR_SERVICE_DOCS=false) stay open: they hold no data.",
         lifespan=lifespan,
+        docs_url="/docs" if settings.docs else None,
+        redoc_url="/redoc" if settings.docs else None,
     )
     app.state.sdr = _Service(indices=indices, encoder=locked, settings=settings, metrics=metrics)
     install_error_handlers(app, on_error=metrics.error)

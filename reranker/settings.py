@@ -3,7 +3,7 @@ documented defaults; ``sdr serve`` flags override ``host`` and ``port``."""
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["ServiceSettings"]
@@ -23,7 +23,21 @@ class ServiceSettings(BaseSettings):
     api_key: SecretStr | None = Field(
         None,
         description="When set, every /v1/... route requires the header X-API-Key with this value (401 "
-        "otherwise). /health and /metrics stay open.",
+        "otherwise). /health and /metrics stay open. Set but empty (or blank) is refused at start: unset it to "
+        "serve without a key (loopback only).",
+    )
+
+    @field_validator("api_key")
+    @classmethod
+    def _no_blank_key(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not value.get_secret_value().strip():
+            raise ValueError("SDR_SERVICE_API_KEY is set but empty: give a key, or unset it to serve without one "
+                             "(loopback only)")
+        return value
+    docs: bool = Field(
+        True,
+        description="Serve the API's pages /docs (Swagger UI) and /redoc. Like /openapi.json they describe the API "
+        "and hold no data, so they need no API key; false turns both pages off (/openapi.json stays).",
     )
     max_body_bytes: int = Field(
         8_000_000, gt=0,

@@ -16,11 +16,12 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from sdr_search.core.documents import Document, parse_record
+from sdr_search.core.documents import Document, check_id, parse_record
 from sdr_search.core.errors import DocumentNotFoundError, InvalidInputError, SDRError
 from sdr_search.indexer.pipeline import WriteReport, write_documents
 from sdr_search.indexer.stats_job import refresh_stats
@@ -29,7 +30,7 @@ from sdr_search.indexer.store import DocumentStore
 from .api_models import NonBlank, Section, _drop_null_defaults
 
 __all__ = ["DocumentBody", "WriteResponse", "BulkResponse", "StatsResponse", "StatsRefresher", "put_document",
-           "delete_document", "bulk", "parse_ndjson"]
+           "delete_document", "bulk", "parse_ndjson", "BulkItem"]
 
 logger = logging.getLogger(__name__)
 
@@ -83,12 +84,30 @@ class BulkFailure(BaseModel):
     error: str
 
 
+class BulkItem(BaseModel):
+    """What one line of a bulk request did, in line order."""
+
+    line: int
+    id: str | None
+    result: Literal["created", "updated", "deleted", "not_found", "failed"] = Field(
+        ..., description="created / updated: the document was written (it was absent / present just before this "
+        "line); deleted: it was removed; not_found: a delete of an id that named no document at that point; "
+        "failed: the line was refused (see error) and changed nothing.")
+    error: str | None = None
+
+
 class BulkResponse(BaseModel):
     index: str
-    written: int
-    deleted: int
-    failed: list[BulkFailure]
-    sentences: int
+    written: int = Field(..., description="Documents (distinct ids) this request leaves written: their last line "
+                         "in the request is a write that was applied.")
+    deleted: int = Field(..., description="Documents (distinct ids) that existed before the request and that it "
+                         "leaves deleted.")
+    missing: list[str] = Field(..., description="Ids of delete lines that named no document at that point, in "
+                               "line order (as DELETE answers 404 and `sdr delete` reports them).")
+    failed: list[BulkFailure] = Field(..., description="Lines refused, with their reason; the other lines were "
+                                      "applied.")
+    sentences: int = Field(..., description="Sentences encoded for the lines written.")
+    items: list[BulkItem] = Field(..., description="Every line's result, in line order.")
     stats_stale: bool
 
 
@@ -132,8 +151,9 @@ def delete_document(store: DocumentStore, doc_id: str) -> None:
 def parse_ndjson(raw: bytes, *, max_documents: int) -> list[tuple[int, dict[str, Any]]]:
     """The actions of a bulk body: one JSON object per line, a document record to add or replace
     (``{"id": ..., "text" | "paragraphs" | "sections": ..., "title"?, "metadata"?}``) or
-    ``{"delete": "<id>"}``. Blank lines are skipped; a line that is not a JSON object is refused
-    with its line number, before anything is written."""
+    ``{"delete": <id>}``. Blank lines are skipped; a line that is not a JSON object is refused
+    with its line number, before anything is written (a well-formed line with a bad id or body is
+    refused alone, by :func:`bulk`)."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -146,10 +166,12 @@ def parse_ndjson(raw: bytes, *, max_documents: int) -> list[tuple[int, dict[str,
             obj = json.loads(line)
         except json.JSONDecodeError as e:
             raise InvalidInputError(f"bulk line {n}: invalid JSON ({e.msg})") from e
+        except (ValueError, RecursionError) as e:  # an integer of > 4300 digits, nesting too deep
+            raise InvalidInputError(f"bulk line {n}: invalid JSON ({e})") from e
         if not isinstance(obj, dict):
             raise InvalidInputError(f"bulk line {n}: expected a JSON object")
-        if "delete" in obj and (len(obj) != 1 or not isinstance(obj["delete"], str)):
-            raise InvalidInputError(f"bulk line {n}: a delete is {{\"delete\": \"<id>\"}}")
+        if "delete" in obj and len(obj) != 1:
+            raise InvalidInputError(f"bulk line {n}: a delete is {{\"delete\": \"<id>\"}} and nothing else")
         actions.append((n, obj))
     if not actions:
         raise InvalidInputError("the bulk body has no action")
@@ -159,35 +181,97 @@ def parse_ndjson(raw: bytes, *, max_documents: int) -> list[tuple[int, dict[str,
     return actions
 
 
-def bulk(store: DocumentStore, engine, encoder, actions: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
-    """Apply ``actions`` in order (documents are written together, deletes after them); a document
-    that is invalid or fails to encode is reported with its line and the others are applied."""
+@dataclass(frozen=True)
+class _Op:
+    line: int
+    id: str
+    doc: Document | None  # None: a delete
+
+
+def _ops(actions: list[tuple[int, dict[str, Any]]], engine) -> tuple[list[_Op], list[dict[str, Any]]]:
+    """The valid operations in line order, and the refused lines (``failed`` items)."""
+    ops: list[_Op] = []
     failed: list[dict[str, Any]] = []
-    docs: list[Document] = []
-    lines: dict[str, int] = {}
-    deletes: list[str] = []
     for n, obj in actions:
         if "delete" in obj:
-            deletes.append(obj["delete"])
+            try:
+                ops.append(_Op(n, check_id(obj["delete"]), None))
+            except InvalidInputError as e:
+                failed.append({"line": n, "id": None, "result": "failed", "error": f"invalid delete id: {e}"})
             continue
         try:
             doc = _document(obj, engine)
         except SDRError as e:
-            failed.append({"id": obj.get("id") if isinstance(obj.get("id"), str) else None, "line": n, "error": str(e)})
+            shown = obj.get("id")
+            failed.append({"line": n, "id": shown if isinstance(shown, str) else None, "result": "failed",
+                           "error": str(e)})
             continue
-        docs.append(doc)
-        lines[doc.id] = n
-    written = sentences = 0
-    if docs:
+        ops.append(_Op(n, doc.id, doc))
+    return ops, failed
+
+
+def _runs(ops: list[_Op]) -> list[list[_Op]]:
+    """``ops`` cut into runs of the same kind (writes or deletes) with distinct ids: applying the runs
+    one after the other is applying the lines in order, and each run is one store call."""
+    runs: list[list[_Op]] = []
+    ids: set[str] = set()
+    for op in ops:
+        run = runs[-1] if runs else None
+        if run is None or (run[0].doc is None) != (op.doc is None) or op.id in ids:
+            runs.append([])
+            ids = set()
+        runs[-1].append(op)
+        ids.add(op.id)
+    return runs
+
+
+def bulk(store: DocumentStore, engine, encoder, actions: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
+    """Apply ``actions`` in line order: a delete followed by a write of the same id leaves the new
+    document, a write followed by a delete leaves none. Consecutive lines of one kind on distinct ids
+    go to the store together. A line that is invalid, or a document that fails to encode, is reported
+    with its line and changes nothing; the others are applied. Counts are of documents (distinct
+    ids) by what the request leaves behind; ``items`` gives every line's own result."""
+    ops, items = _ops(actions, engine)
+    if any(op.doc is not None for op in ops):
         _require_encoder(engine, encoder)
-        report = write_documents(store, docs, encoder)
+    before = set(store.content_keys(list(dict.fromkeys(op.id for op in ops)))) if ops else set()
+    present = set(before)
+    last_write: dict[str, Document] = {}  # id -> the document its last applied line wrote
+    deleted_now: set[str] = set()
+    sentences = 0
+    for run in _runs(ops):
+        if run[0].doc is None:
+            found = [op.id for op in run if op.id in present]
+            if found:
+                store.delete(found)
+            for op in run:
+                hit = op.id in present
+                items.append({"line": op.line, "id": op.id, "result": "deleted" if hit else "not_found"})
+                present.discard(op.id)
+                last_write.pop(op.id, None)
+                deleted_now.add(op.id)
+            continue
+        report = write_documents(store, [op.doc for op in run], encoder)
         bad = {d.id: reason for d, reason in report.failed}
-        failed += [{"id": i, "line": lines[i], "error": r} for i, r in bad.items()]
-        written = len(docs) - len(bad)
-        sentences = sum(d.n_sentences for d in docs if d.id not in bad)
-    deleted = store.delete(deletes) if deletes else 0
-    return {"written": written, "deleted": deleted, "failed": sorted(failed, key=lambda f: f["line"]),
-            "sentences": sentences}
+        for op in run:
+            if op.id in bad:
+                items.append({"line": op.line, "id": op.id, "result": "failed", "error": bad[op.id]})
+                continue
+            items.append({"line": op.line, "id": op.id, "result": "updated" if op.id in present else "created"})
+            present.add(op.id)
+            last_write[op.id] = op.doc  # type: ignore[assignment]
+            sentences += op.doc.n_sentences  # type: ignore[union-attr]
+            deleted_now.discard(op.id)
+    items.sort(key=lambda item: item["line"])
+    failed = [{"id": i["id"], "line": i["line"], "error": i["error"]} for i in items if i["result"] == "failed"]
+    return {
+        "written": len(last_write),
+        "deleted": len(deleted_now & before),
+        "missing": [i["id"] for i in items if i["result"] == "not_found"],
+        "failed": failed,
+        "sentences": sentences,
+        "items": items,
+    }
 
 
 class StatsRefresher:

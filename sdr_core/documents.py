@@ -380,8 +380,15 @@ def _segmented(
     settings: SegmentationSettings, splitter: SentenceSplitter,
 ) -> Document:
     paragraphs: list[tuple[str, ...]] = []
-    for unit in _raw_units(record, doc_id, settings.paragraph_unit):
-        sentences = [s for text in unit for s in splitter.split(text)]
+    units = _raw_units(record, doc_id, settings.paragraph_unit)
+    size = sum(len(text.encode("utf-8", "surrogatepass")) for unit in units for text in unit)
+    if size > settings.max_document_bytes:  # before the splitter, whichever door the document came by
+        raise DocumentTooLargeError(doc_id, _too_large(size, settings))
+    for unit in units:
+        try:
+            sentences = [s for text in unit for s in splitter.split(text)]
+        except TimeoutError as e:  # NLTK's guard on its own expressions (nltk.redos): this document only
+            raise InvalidDocumentError(doc_id, f"sentence splitting failed: {e}") from e
         if sentences:
             paragraphs.append(tuple(sentences))
     paragraphs = [tuple(piece for s in join_short_sentences(p, settings.min_sentence_chars)
@@ -451,14 +458,29 @@ def _decode(raw: bytes, where: str) -> str:
         ) from e
 
 
-def _size_check(raw: bytes, where: str, settings: SegmentationSettings) -> None:
-    if len(raw) > settings.max_document_bytes:
-        raise DocumentTooLargeError(
-            None,
-            f"{len(raw) / 1e6:.1f} MB, over the limit of {settings.max_document_bytes / 1e6:.1f} MB "
-            "(SDR_MAX_DOCUMENT_BYTES)",
-            source=where,
-        )
+def _bytes(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 100_000 else f"{n:,} bytes"
+
+
+def _too_large(size: int, settings: SegmentationSettings) -> str:
+    return f"{_bytes(size)} of text, over the limit of {_bytes(settings.max_document_bytes)} (SDR_MAX_DOCUMENT_BYTES)"
+
+
+_JSON_INFLATION = 6
+"""A JSON string spells one byte of text in at most six (``\\u0001``): a line longer than six times
+the limit (and some room for the other fields) cannot hold a document under it."""
+
+
+def _size_check(raw: bytes, where: str, settings: SegmentationSettings, *, json_line: bool = False) -> None:
+    """Refuse input that cannot hold a document under ``max_document_bytes`` of text before it is
+    decoded: a text file over the limit, or a JSON line over six times it (the document's own text is
+    measured again, exactly, by :func:`parse_record`)."""
+    limit = settings.max_document_bytes * _JSON_INFLATION + 65_536 if json_line else settings.max_document_bytes
+    if len(raw) > limit:
+        why = (f"a JSON line of {_bytes(len(raw))} cannot hold a document under the limit of "
+               f"{_bytes(settings.max_document_bytes)} of text (SDR_MAX_DOCUMENT_BYTES)"
+               if json_line else _too_large(len(raw), settings))
+        raise DocumentTooLargeError(None, why, source=where)
 
 
 def _jsonl_records(path: Path, settings: SegmentationSettings, report: ReadReport, strict: bool):
@@ -477,7 +499,7 @@ def _jsonl_records(path: Path, settings: SegmentationSettings, report: ReadRepor
                 if not raw.strip():
                     continue
                 try:
-                    _size_check(raw, where, settings)
+                    _size_check(raw, where, settings, json_line=True)
                     line = _decode(raw, where)
                     try:
                         record = json.loads(line)

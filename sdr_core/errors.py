@@ -21,6 +21,7 @@ __all__ = [
     "DocumentNotFoundError",
     "IndexNotFoundError",
     "StoreError",
+    "StoreDamagedError",
     "BackendUnavailableError",
     "OverloadedError",
     "StatsUnavailableError",
@@ -89,6 +90,11 @@ class IndexNotFoundError(NotFoundError):
 
 class StoreError(SDRError):
     """The store is damaged or was written by an incompatible version."""
+
+
+class StoreDamagedError(StoreError):
+    """A store's files cannot be read as a store any more (a damaged database, a vector file shorter
+    than its rows): the store cannot answer until it is restored or rebuilt (maps to HTTP 503)."""
 
 
 class BackendUnavailableError(SDRError):

@@ -58,17 +58,20 @@ def join_short_sentences(sentences: Sequence[str], min_chars: int) -> list[str]:
     """
     if min_chars <= 0:
         return list(sentences)
-    out: list[str] = []
-    pending = ""  # short pieces at the start, waiting for a sentence to open with
+    out: list[list[str]] = []  # each output sentence as its pieces (joined once: linear time)
+    pending: list[str] = []  # short pieces at the start, waiting for a sentence to open with
+    pending_len = -1
     for s in sentences:
+        pieces, length = [s], len(s)
         if pending:
-            s, pending = f"{pending} {s}", ""
-        if len(s) >= min_chars:
-            out.append(s)
+            pieces, length = [*pending, s], pending_len + 1 + len(s)
+            pending, pending_len = [], -1
+        if length >= min_chars:
+            out.append(pieces)
         elif out:
-            out[-1] = f"{out[-1]} {s}"
+            out[-1].extend(pieces)
         else:
-            pending = s
+            pending, pending_len = pieces, length
     if pending:
         out.append(pending)
-    return out
+    return [" ".join(p) for p in out]

@@ -55,6 +55,33 @@ SENTENCE_STARTERS: frozenset[str] = frozenset(
 _LOWER_START = re.compile(r"^[\"'(\[]*[a-z]")
 _WS = re.compile(r"\s+")
 
+CHUNK_CHARS = 20_000
+"""Punkt reads a text at most this long at once. NLTK runs its sentence-end expression over the whole
+text under a 5-second limit (``nltk.redos``), which a paragraph of a few megabytes exceeds however
+simple it is; a longer text is cut first, at a likely sentence end (see :func:`_chunks`)."""
+
+_LIKELY_END = re.compile(r"[a-z0-9)\]\"'][.?!][\"')\]]* (?=[A-Z])")
+
+
+def _chunks(text: str, size: int = CHUNK_CHARS) -> list[str]:
+    """``text`` (white space collapsed) in pieces of at most ``size`` characters, each cut after the
+    last likely sentence end (a lower-case letter or digit, then ``.``, ``?`` or ``!``, a space and a
+    capital) in the second half of its window, else at the last space, else at ``size``."""
+    out: list[str] = []
+    start = 0
+    while len(text) - start > size:
+        lo, hi = start + size // 2, start + size
+        cut = -1
+        for m in _LIKELY_END.finditer(text, lo, hi):
+            cut = m.end()
+        if cut < 0:
+            space = text.rfind(" ", lo, hi)
+            cut = space + 1 if space >= 0 else hi
+        out.append(text[start:cut])
+        start = cut
+    out.append(text[start:])
+    return out
+
 
 def _punkt_tab_params() -> PunktParameters | None:
     """NLTK's English Punkt parameters if the data is installed, else None (never downloads)."""
@@ -146,7 +173,7 @@ class SentenceSplitter:
         text = _WS.sub(" ", text).strip()
         if not text:
             return []
-        pieces = self._tokenizer.tokenize(text)  # type: ignore[attr-defined]
+        pieces = [p for chunk in _chunks(text) for p in self._tokenizer.tokenize(chunk)]  # type: ignore[attr-defined]
         out: list[str] = []
         for piece in pieces:
             piece = piece.strip()

@@ -23,6 +23,26 @@ __all__ = ["main", "build_parser", "encoder_settings", "segmentation_settings", 
 logger = logging.getLogger("sdr")
 
 
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a TCP port (0 to 65535)")
+    return value
+
+
+def _settings_error(e: Exception) -> str:
+    """A pydantic settings error (from the environment or a flag) as one line."""
+    parts = []
+    for err in e.errors():  # type: ignore[attr-defined]
+        where = ".".join(str(x) for x in err.get("loc", ())) or "setting"
+        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        parts.append(f"{where}: {msg}")
+    return f"invalid setting ({type(e).__name__}): " + "; ".join(parts)
+
+
 def _add_encoder_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("encoder")
     g.add_argument("--model", metavar="DIR", help="local HuggingFace model directory (default: bundled all-MiniLM-L6-v2; env SDR_MODEL)")
@@ -234,7 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_store_args(sv)
     sv.add_argument("--host", help="interface to bind (default 127.0.0.1; env SDR_SERVICE_HOST)")
-    sv.add_argument("--port", type=int, help="TCP port (default 8000; env SDR_SERVICE_PORT)")
+    sv.add_argument("--port", type=_port, help="TCP port, 0 to 65535 (0: any free port; default 8000; env SDR_SERVICE_PORT)")
     sv.add_argument("--candidates", type=int, help="default K documents reranked exactly (default 100; env SDR_CANDIDATES)")
     sv.add_argument("--insecure", action="store_true", help="allow a non-loopback host without an API key (logs a warning)")
     sv.add_argument("--access-log", action="store_true", help="log every request (uvicorn access log)")
@@ -454,6 +474,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         logger.error("interrupted")
         return 130
+    except Exception as e:
+        from pydantic import ValidationError
+
+        if args.debug or not isinstance(e, ValidationError):
+            raise
+        logger.error("%s", _settings_error(e))  # a setting from the environment or a flag out of its range
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -468,3 +468,97 @@ def test_the_progress_bar_total_counts_every_input_item(tmp_path):
         (folder / name).write_text("Some text.")
     assert count_inputs([plain]) == 3
     assert count_inputs([plain, packed, folder]) == 3 + 7 + 2
+
+
+# ---------------------------------------------------------------- one size rule, a big document alone (issue 32)
+
+
+@unit
+def test_long_paragraphs_split_in_chunks_give_the_sentences_of_the_whole():
+    from sdr_search.core.sentences import CHUNK_CHARS, _chunks, default_splitter
+
+    rng = np.random.default_rng(3)
+    words = ["court", "held", "that", "Art.", "No.", "appeal", "Dr.", "Smith", "i.e.", "U.S.", "the", "5", "p.m."]
+    sentences = [" ".join(rng.choice(words, rng.integers(3, 14))).capitalize() + "." for _ in range(3000)]
+    text = " ".join(sentences)
+    assert len(text) > 4 * CHUNK_CHARS
+    pieces = _chunks(text)
+    assert "".join(pieces) == text and all(len(p) <= CHUNK_CHARS for p in pieces)
+    splitter = default_splitter()
+    whole = splitter._tokenizer.tokenize(text)  # Punkt over the whole text at once (fits its time limit here)
+    assert [s.strip() for s in splitter.split(text)] == [s.strip() for s in whole]
+
+
+@unit
+def test_a_megabytes_paragraph_of_short_sentences_is_split_not_timed_out():
+    from sdr_search.core.sentences import default_splitter
+
+    text = " ".join(f"Item {k} is ok." for k in range(120_000))  # 2.2 MB: one Punkt pass took > 5 s (nltk.redos)
+    sentences = default_splitter().split(text)
+    assert len(sentences) == 120_000 and sentences[-1] == "Item 119999 is ok."
+
+
+@unit
+def test_a_splitter_failure_refuses_that_document_and_the_others_are_read(tmp_path, monkeypatch):
+    from sdr_search.core import sentences
+
+    real = sentences.SentenceSplitter.split
+
+    def split(self, text):
+        if "poison" in text:
+            raise TimeoutError("regular-expression match exceeded its 5.0s time limit")
+        return real(self, text)
+
+    monkeypatch.setattr(sentences.SentenceSplitter, "split", split)
+    path = _write_jsonl(tmp_path / "d.jsonl", [{"id": "a", "text": "Alpha is fine."}, {"id": "b", "text": "A poison pill."},
+                                               {"id": "c", "text": "Gamma is fine."}])
+    report = ReadReport()
+    assert [d.id for d in read_documents(path, report=report)] == ["a", "c"]
+    assert "document 'b'" in report.skipped[0][1] and "sentence splitting failed" in report.skipped[0][1]
+
+
+@unit
+def test_one_document_size_limit_on_text_for_every_door(tmp_path, monkeypatch):
+    from sdr_search.core.errors import DocumentTooLargeError
+    from sdr_search.core.settings import SegmentationSettings
+
+    settings = SegmentationSettings(max_document_bytes=1000)
+    small, big = "Short sentence here. " * 40, "Short sentence here. " * 60  # 840 and 1260 bytes of text
+    for body in ({"text": big}, {"paragraphs": [big[:630], big[630:]]},
+                 {"sections": [{"title": "T", "paragraphs": [big]}]}):
+        with pytest.raises(DocumentTooLargeError, match="SDR_MAX_DOCUMENT_BYTES"):
+            parse_record({"id": "x", **body}, settings=settings)
+    assert parse_record({"id": "x", "text": small}, settings=settings).n_sentences == 40
+    # a JSON line is measured by its text, not its escapes: 840 bytes of text in a line of ~5 kB is read
+    path = tmp_path / "d.jsonl"
+    path.write_text(json.dumps({"id": "esc", "text": small.replace(" ", "\u0001 ")}, ensure_ascii=True) + "\n"
+                    + json.dumps({"id": "big", "text": big}) + "\n" + json.dumps({"id": "ok", "text": small}) + "\n")
+    report = ReadReport()
+    # \u0001 is a control character, text of 880 bytes: under the limit although its line is far over it
+    assert [d.id for d in read_documents(path, settings=settings, report=report)] == ["esc", "ok"]
+    assert "document 'big'" in report.skipped[0][1] and "bytes of text, over the limit of 1,000 bytes" in report.skipped[0][1]
+
+
+@integration
+def test_http_put_and_sdr_index_refuse_the_same_document_by_the_same_limit(tmp_path, monkeypatch):
+    from fastapi.testclient import TestClient
+
+    from sdr_search.reranker.service import create_app
+    from sdr_search.reranker.settings import ServiceSettings
+
+    monkeypatch.setenv("SDR_MAX_DOCUMENT_BYTES", "2000")
+    big = "A sentence about the appeal. " * 100  # 2900 bytes of text
+    path = _write_jsonl(tmp_path / "d.jsonl", [{"id": "a", "text": "Alpha is fine."}, {"id": "big", "text": big},
+                                               {"id": "c", "text": "Gamma is fine."}])
+    with EmbeddedStore(tmp_path / "s", create=True) as store:
+        out = index_paths(store, [path], encoder=FakeEncoder(), stats=False)
+        assert out["indexed"] == 2 and out["skipped"] == 1
+        assert sorted(store.iter_ids()) == ["a", "c"]
+        app = create_app(stores={"default": store}, encoder=FakeEncoder(),
+                         settings=ServiceSettings(api_key=None, stats_refresh_delay_s=0))
+        with TestClient(app) as client:
+            r = client.put("/v1/indices/default/documents/big", json={"text": big})
+            assert r.status_code == 413 and "SDR_MAX_DOCUMENT_BYTES" in r.json()["error"]["message"]
+            bulk = client.post("/v1/indices/default/_bulk", content=json.dumps({"id": "big", "text": big}) + "\n")
+            assert bulk.status_code == 200 and "SDR_MAX_DOCUMENT_BYTES" in bulk.json()["failed"][0]["error"]
+            assert client.put("/v1/indices/default/documents/ok", json={"text": big[:1500]}).status_code == 200

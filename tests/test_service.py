@@ -83,6 +83,46 @@ def test_bind_refuses_a_public_host_without_an_api_key_unless_insecure():
 
 
 @pytest.mark.unit
+@pytest.mark.parametrize("key", ["", "   "])
+def test_an_empty_api_key_is_refused_at_start_not_served_open(key, monkeypatch, caplog):
+    from pydantic import ValidationError
+
+    from sdr_search.cli import main
+    from sdr_search.reranker.settings import ServiceSettings
+
+    with pytest.raises(ValidationError, match="set but empty"):
+        ServiceSettings(api_key=key)
+    monkeypatch.setenv("SDR_SERVICE_API_KEY", key)
+    with pytest.raises(ValidationError, match="set but empty"):
+        ServiceSettings()
+    # sdr serve stops before opening anything, in one line, whatever the host
+    for host in ("127.0.0.1", "0.0.0.0"):
+        caplog.clear()
+        assert main(["serve", "--store", "/nonexistent-store", "--host", host]) == 2
+        assert "SDR_SERVICE_API_KEY is set but empty" in caplog.text and "Traceback" not in caplog.text
+
+
+@pytest.mark.unit
+def test_serve_port_out_of_range_is_a_usage_error(capsys):
+    from sdr_search.cli import main
+
+    for port in ("99999", "-1", "http"):
+        with pytest.raises(SystemExit) as e:
+            main(["serve", "--store", "/nonexistent-store", "--port", port])
+        assert e.value.code == 2
+        assert "--port" in capsys.readouterr().err
+
+
+@pytest.mark.unit
+def test_a_setting_out_of_range_in_the_environment_is_one_line(monkeypatch, caplog):
+    from sdr_search.cli import main
+
+    monkeypatch.setenv("SDR_SERVICE_PORT", "99999")
+    assert main(["serve", "--store", "/nonexistent-store"]) == 2
+    assert "invalid setting" in caplog.text and "port" in caplog.text
+
+
+@pytest.mark.unit
 def test_concurrency_limiter_answers_overload_at_once_beyond_cap_and_queue():
     from sdr_search.reranker.limits import ConcurrencyLimiter
     from sdr_search.core.errors import OverloadedError

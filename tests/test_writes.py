@@ -93,6 +93,51 @@ def test_bulk_writes_and_deletes_reporting_bad_lines(served):
     assert "c1" not in set(store.iter_ids())  # nothing written when a line is not JSON
 
 
+def _bulk(client, lines):
+    raw = "\n".join(json.dumps(x) for x in lines) + "\n"
+    r = client.post("/v1/indices/default/_bulk", content=raw, headers={"Content-Type": "application/x-ndjson"})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_bulk_lines_apply_in_order_with_true_counts(served):
+    client, store, _ = served
+    # an existing document deleted, then written again: the new version stays
+    out = _bulk(client, [{"delete": "d001"}, {"id": "d001", "text": "Version two of the document."}])
+    assert client.get(DOC + "d001").status_code == 200
+    assert "Version two" in client.get(DOC + "d001").json()["paragraphs"][0][0]
+    assert (out["written"], out["deleted"], out["missing"]) == (1, 0, [])
+    assert [(i["line"], i["result"]) for i in out["items"]] == [(1, "deleted"), (2, "created")]
+    # a new document written, then deleted: nothing stays, nothing counted as left behind
+    out = _bulk(client, [{"id": "c-1", "text": "Short lived."}, {"delete": "c-1"}])
+    assert client.get(DOC + "c-1").status_code == 404
+    assert (out["written"], out["deleted"], out["missing"]) == (0, 0, [])
+    assert [i["result"] for i in out["items"]] == ["created", "deleted"]
+    # an existing document written, then deleted
+    out = _bulk(client, [{"id": "d002", "text": "Changed."}, {"delete": "d002"}])
+    assert client.get(DOC + "d002").status_code == 404 and (out["written"], out["deleted"]) == (0, 1)
+    # the same id written twice: one document, the second version
+    out = _bulk(client, [{"id": "t-1", "text": "First version."}, {"id": "t-1", "text": "Second version."}])
+    assert out["written"] == 1 and [i["result"] for i in out["items"]] == ["created", "updated"]
+    assert "Second version." in client.get(DOC + "t-1").json()["paragraphs"][0]
+    # deletes of ids that do not exist are reported as missing, not deleted
+    out = _bulk(client, [{"delete": "no-such"}, {"delete": "d003"}, {"delete": "d003"}])
+    assert (out["deleted"], out["missing"]) == (1, ["no-such", "d003"])
+    assert [i["result"] for i in out["items"]] == ["not_found", "deleted", "not_found"]
+
+
+def test_bulk_delete_ids_follow_the_id_rule(served):
+    client, store, _ = served
+    assert _bulk(client, [{"id": 123, "text": "An integer id is its decimal string."}])["written"] == 1
+    assert client.get(DOC + "123").status_code == 200
+    out = _bulk(client, [{"delete": 123}, {"delete": ""}, {"delete": True}])
+    assert out["deleted"] == 1 and client.get(DOC + "123").status_code == 404
+    assert [(f["line"], f["id"]) for f in out["failed"]] == [(2, None), (3, None)]
+    assert all("invalid delete id" in f["error"] for f in out["failed"])
+    bad = client.post("/v1/indices/default/_bulk", content='{"delete": "a", "id": "b"}\n')
+    assert bad.status_code == 422 and "line 1" in bad.json()["error"]["message"]
+
+
 def test_bulk_is_bounded(tmp_path):
     from fastapi.testclient import TestClient
 

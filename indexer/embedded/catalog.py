@@ -29,6 +29,7 @@ from sdr_search.core.scoring import NormStats
 from ..provenance import library_versions
 from ..settings import EmbeddedStoreSettings
 from ..store import IndexMeta, ReferenceParagraphs, StatsInfo
+from .integrity import damaged, is_damage
 from .records import Prepared, encode_stats
 
 __all__ = [
@@ -139,7 +140,9 @@ def recorded_meta(conn: sqlite3.Connection, directory: Path) -> dict[str, Any]:
     format version this code reads."""
     try:
         meta = meta_all(conn)
-    except sqlite3.Error as e:
+    except (sqlite3.Error, ValueError) as e:
+        if is_damage(e):
+            raise damaged(directory, SQLITE, e) from e
         raise StoreError(f"{directory} is not an sdr store ({e})") from e
     version = meta.get("format_version")
     if version is None:

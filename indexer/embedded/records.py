@@ -14,7 +14,7 @@ import numpy as np
 
 from sdr_search.core.cache import document_key
 from sdr_search.core.documents import Document
-from sdr_search.core.errors import InvalidInputError, StoreError
+from sdr_search.core.errors import InvalidInputError, StoreDamagedError
 from sdr_search.core.scoring import NormStats
 from sdr_search.core.vectors import CorpusVectors, DocVectors
 
@@ -71,7 +71,7 @@ def decode_stats(blob: bytes | None, doc_id: str) -> NormStats | None:
     try:
         return NormStats(arr[:n].copy(), arr[n:].copy())
     except ValueError as e:
-        raise StoreError(f"stored statistics of document {doc_id!r} are damaged: {e}") from e
+        raise StoreDamagedError(f"stored statistics of document {doc_id!r} are damaged: {e}") from e
 
 
 # -- reference sample -------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-from sdr_search.core.errors import StoreError
+from .integrity import damaged
 
 __all__ = ["offsets", "gather_index", "RowMap"]
 
@@ -55,7 +55,7 @@ class RowMap:
             starts = np.fromiter((d[2] for d in docs), dtype=np.int64, count=len(docs))
             lengths = np.fromiter((d[3] for d in docs), dtype=np.int64, count=len(docs))
             if np.any(starts + lengths > committed) or np.any(starts < 0):
-                raise StoreError(f"store {directory}: a document refers to rows past the committed count; damaged")
+                raise damaged(directory, "store.sqlite", "a document refers to rows past the committed count")
             rows.row_seq[gather_index(starts, lengths)] = np.repeat(seqs, lengths)
             rows.seq_ids = {int(s): d[1] for s, d in zip(seqs, docs)}
         return rows

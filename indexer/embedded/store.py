@@ -39,6 +39,7 @@ from sdr_search.core.errors import (
     IndexNotFoundError,
     InvalidInputError,
     ModelMismatchError,
+    StoreDamagedError,
     StoreError,
 )
 from sdr_search.core.filters import matches
@@ -59,7 +60,7 @@ from ..store import (
     StoredDocument,
     query_state_of,
 )
-from . import catalog, compaction, records
+from . import catalog, compaction, integrity, records
 from .ann import FAISS, FAISS_TMP, AnnIndex, exact_doc_hits, knn_rounds, query_matrix
 from .centroids import CentroidCache
 from .catalog import SQLITE, Location, transaction
@@ -77,6 +78,15 @@ _MAX_FILTER_OVERSAMPLE = 2  # a broad filter's masked graph search fetches at mo
 logger = logging.getLogger(__package__)  # "sdr_search.indexer.embedded", one logger for the whole store
 
 
+_GUARDED = (
+    "meta", "ensure_meta", "counts", "generation", "storage_info", "put", "delete", "get", "content_keys",
+    "metadata_of", "documents_of", "iter_ids", "sentence_knn", "ids_matching", "refresh_lexical", "lexical_search",
+    "fetch", "fetch_documents", "paragraph_centroids", "all_vectors", "stats_info", "write_stats", "reference",
+    "set_reference", "search_defaults", "query_state", "set_search_defaults", "compact", "verify",
+)
+
+
+@integrity.guard(_GUARDED)
 class EmbeddedStore(DocumentStore):
     """A persistent :class:`DocumentStore` in the directory ``path`` (see :mod:`sdr_search.indexer.embedded`).
 
@@ -121,6 +131,8 @@ class EmbeddedStore(DocumentStore):
                                      merge_min_docs=self.settings.lexical_merge_min_docs)
         self._map: RowMap | None = None
         self._cache: dict[str, Any] = {}  # per-generation caches (counts, stats info, meta)
+        self._damage: StoreDamagedError | None = None  # set once damage is seen (.integrity)
+        self._checked_pages = False  # the thorough check passed once in this process
 
     # =========================================================================================
     # opening, locking, repair
@@ -166,6 +178,8 @@ class EmbeddedStore(DocumentStore):
             try:
                 conn = catalog.connect(self.path / SQLITE, self.read_only)
             except sqlite3.Error as e:
+                if integrity.is_damage(e):
+                    raise integrity.damaged(self.path, SQLITE, e) from e
                 raise StoreError(f"cannot open the store database {self.path / SQLITE}: {e}") from e
             try:
                 self._conn = conn
@@ -367,6 +381,21 @@ class EmbeddedStore(DocumentStore):
             if "counts" not in self._cache:
                 self._cache["counts"] = catalog.counts(conn)
             return dict(self._cache["counts"])
+
+    def verify(self, *, thorough: bool = False) -> dict[str, int]:
+        """The counts, after checking that the catalogue reads, that the vector file holds every
+        committed row and, ``thorough`` (once per process; later calls rely on the damage being
+        remembered), that SQLite's ``quick_check`` passes over every page."""
+        with self._snapshot() as conn:
+            out = catalog.counts(conn)  # read again, not from the cache: it walks the documents table
+            if self._vectors.size() < self._row_map().committed * self._vectors.row_bytes():
+                raise self._vectors._damaged()
+            if thorough and not self._checked_pages:
+                problems = integrity.quick_check(conn)
+                if problems:
+                    raise integrity.damaged(self.path, SQLITE, "; ".join(problems))
+                self._checked_pages = True
+        return out
 
     def generation(self) -> int:
         """Counter bumped by every committed change (documents, stats, reference, meta)."""

@@ -16,7 +16,9 @@ from typing import Sequence
 
 import numpy as np
 
-from sdr_search.core.errors import StoreError
+from sdr_search.core.errors import StoreDamagedError
+
+from .integrity import damaged
 
 
 __all__ = ["CHUNK_ROWS", "VectorFile"]
@@ -65,8 +67,8 @@ class VectorFile:
         """Bytes in :attr:`path` (0 when it does not exist)."""
         return self.path.stat().st_size if self.path.exists() else 0
 
-    def _damaged(self) -> StoreError:
-        return StoreError(f"store {self.directory}: the vector file is shorter than its committed rows; damaged")
+    def _damaged(self) -> StoreDamagedError:
+        return damaged(self.directory, self.path.name, "shorter than its committed rows")
 
     # -- checks and repair (the store's lock held) --------------------------------------------
     def truncate_tail(self, committed: int) -> None:
@@ -76,14 +78,11 @@ class VectorFile:
         size = path.stat().st_size if path.exists() else 0
         if not path.exists():
             if committed:
-                raise StoreError(f"store {self.directory}: the vector file {path.name} is missing")
+                raise damaged(self.directory, path.name, "missing")
             path.touch()
             return
         if size < want:
-            raise StoreError(
-                f"store {self.directory}: the vector file holds {size} bytes but {committed} committed rows "
-                f"need {want}; the store is damaged"
-            )
+            raise damaged(self.directory, path.name, f"holds {size} bytes but {committed} committed rows need {want}")
         if size > want:
             if self._fh is not None:
                 self._fh.flush()
