@@ -1,0 +1,32 @@
+/*
+ * SPDX-License-Identifier: Apache-2.0
+ */
+package org.sdrsearch.opensearch;
+
+import org.apache.lucene.search.join.BitSetProducer;
+import org.opensearch.search.rescore.RescoreContext;
+
+/** What the {@link SdrRescorer} and the {@link SdrFetchSubPhase} need on a shard: the clause and the parent documents. */
+final class SdrRescoreContext extends RescoreContext {
+    private final SdrRescorerBuilder request;
+    private final BitSetProducer parents;
+
+    SdrRescoreContext(int windowSize, SdrRescorerBuilder request, BitSetProducer parents) {
+        super(windowSize, SdrRescorer.INSTANCE);
+        this.request = request;
+        this.parents = parents;
+    }
+
+    SdrRescorerBuilder request() {
+        return request;
+    }
+
+    BitSetProducer parents() {
+        return parents;
+    }
+
+    CandidateReader reader(org.apache.lucene.index.LeafReaderContext leaf) throws java.io.IOException {
+        return new CandidateReader(leaf, parents, request.field(), request.paragraphField(), request.positionField(),
+            request.source().dim());
+    }
+}

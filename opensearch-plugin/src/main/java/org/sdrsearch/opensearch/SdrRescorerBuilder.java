@@ -1,0 +1,421 @@
+/*
+ * SPDX-License-Identifier: Apache-2.0
+ */
+package org.sdrsearch.opensearch;
+
+import org.apache.lucene.index.FieldInfo;
+import org.apache.lucene.index.LeafReaderContext;
+import org.apache.lucene.index.VectorEncoding;
+import org.opensearch.common.lucene.search.Queries;
+import org.opensearch.common.xcontent.XContentHelper;
+import org.opensearch.core.common.ParsingException;
+import org.opensearch.core.common.io.stream.StreamInput;
+import org.opensearch.core.common.io.stream.StreamOutput;
+import org.opensearch.core.xcontent.XContentBuilder;
+import org.opensearch.core.xcontent.XContentParser;
+import org.opensearch.index.mapper.DocumentMapper;
+import org.opensearch.index.mapper.MappedFieldType;
+import org.opensearch.index.query.QueryRewriteContext;
+import org.opensearch.index.query.QueryShardContext;
+import org.opensearch.search.rescore.RescoreContext;
+import org.opensearch.search.rescore.RescorerBuilder;
+
+import java.io.IOException;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.Objects;
+
+/**
+ * The {@code sdr} rescore clause: exact SDR of the source given in the request against each hit
+ * of the rescore window, computed on the shard from the hit's nested sentence vectors. The score
+ * replaces the first-pass score. The request format is in README.md ("Request").
+ */
+public class SdrRescorerBuilder extends RescorerBuilder<SdrRescorerBuilder> {
+    public static final String NAME = "sdr";
+    public static final String DEFAULT_FIELD = "sentences.vector";
+
+    static final String VECTORS = "vectors";
+    static final String PARAGRAPH_SIZES = "paragraph_sizes";
+    static final String MU = "mu";
+    static final String SIGMA = "sigma";
+    static final String PARTS = "parts";
+    static final String EXPLAIN = "explain";
+    static final String FIELD = "field";
+    static final String PARAGRAPH_FIELD = "paragraph_field";
+    static final String POSITION_FIELD = "position_field";
+
+    private final SdrSource source;
+    private final String field;
+    private final String paragraphField;
+    private final String positionField;
+    private final boolean explain;
+
+    /**
+     * @param field          the nested knn_vector field (default {@code sentences.vector})
+     * @param paragraphField its sibling integer field with the paragraph number (default {@code <path>.paragraph})
+     * @param positionField  its sibling integer field with the sentence position (default {@code <path>.position})
+     */
+    public SdrRescorerBuilder(SdrSource source, String field, String paragraphField, String positionField, boolean explain) {
+        this.source = Objects.requireNonNull(source, "source");
+        this.field = field == null ? DEFAULT_FIELD : field;
+        int dot = this.field.lastIndexOf('.');
+        if (dot <= 0 || dot == this.field.length() - 1) {
+            throw new IllegalArgumentException("[" + FIELD + "] must be a field of a nested object, as sentences.vector; got ["
+                + this.field + "]");
+        }
+        String path = this.field.substring(0, dot);
+        this.paragraphField = paragraphField == null ? path + ".paragraph" : paragraphField;
+        this.positionField = positionField == null ? path + ".position" : positionField;
+        this.explain = explain;
+    }
+
+    public SdrRescorerBuilder(StreamInput in) throws IOException {
+        super(in);
+        this.source = new SdrSource(in);
+        this.field = in.readString();
+        this.paragraphField = in.readString();
+        this.positionField = in.readString();
+        this.explain = in.readBoolean();
+    }
+
+    @Override
+    protected void doWriteTo(StreamOutput out) throws IOException {
+        source.writeTo(out);
+        out.writeString(field);
+        out.writeString(paragraphField);
+        out.writeString(positionField);
+        out.writeBoolean(explain);
+    }
+
+    @Override
+    public String getWriteableName() {
+        return NAME;
+    }
+
+    public SdrSource source() {
+        return source;
+    }
+
+    public String field() {
+        return field;
+    }
+
+    public String paragraphField() {
+        return paragraphField;
+    }
+
+    public String positionField() {
+        return positionField;
+    }
+
+    public boolean explain() {
+        return explain;
+    }
+
+    /** The nested object path of the vector field ({@code sentences}). */
+    String nestedPath() {
+        return field.substring(0, field.lastIndexOf('.'));
+    }
+
+    @Override
+    public RescorerBuilder<SdrRescorerBuilder> rewrite(QueryRewriteContext ctx) {
+        return this;
+    }
+
+    @Override
+    protected void doXContent(XContentBuilder builder, Params params) throws IOException {
+        builder.startObject(NAME);
+        builder.field(VECTORS, source.vectorsBase64());
+        builder.array(PARAGRAPH_SIZES, source.paragraphSizes());
+        builder.array(MU, source.muArray());
+        builder.array(SIGMA, source.sigmaArray());
+        if (source.parts() != null) {
+            builder.array(PARTS, source.parts());
+        }
+        builder.field(FIELD, field);
+        builder.field(PARAGRAPH_FIELD, paragraphField);
+        builder.field(POSITION_FIELD, positionField);
+        builder.field(EXPLAIN, explain);
+        builder.endObject();
+    }
+
+    // -- parsing ------------------------------------------------------------------------------------
+    /**
+     * Parses the body of {@code "sdr": {...}} (the parser is on its START_OBJECT). Bad input is a
+     * {@link ParsingException} (HTTP 400) that names the field.
+     */
+    public static SdrRescorerBuilder fromXContent(XContentParser parser) throws IOException {
+        XContentParser.Token token = parser.currentToken();
+        if (token != XContentParser.Token.START_OBJECT) {
+            throw new ParsingException(parser.getTokenLocation(), "[" + NAME + "] expected an object, got " + token);
+        }
+        String vectorsB64 = null;
+        float[][] vectorRows = null;
+        int[] sizes = null;
+        double[] mu = null;
+        double[] sigma = null;
+        int[] parts = null;
+        boolean explain = false;
+        String field = null;
+        String paragraphField = null;
+        String positionField = null;
+        String name = null;
+        while ((token = parser.nextToken()) != XContentParser.Token.END_OBJECT) {
+            if (token == XContentParser.Token.FIELD_NAME) {
+                name = parser.currentName();
+                continue;
+            }
+            if (name == null) {
+                throw new ParsingException(parser.getTokenLocation(), "[" + NAME + "] unexpected " + token);
+            }
+            switch (name) {
+                case VECTORS:
+                    if (token == XContentParser.Token.VALUE_STRING) {
+                        vectorsB64 = parser.text();
+                    } else if (token == XContentParser.Token.START_ARRAY) {
+                        vectorRows = parseRows(parser);
+                    } else {
+                        throw error(parser, "[" + VECTORS + "] must be a base64 string of little-endian float32 values or an "
+                            + "array of float arrays, got " + token);
+                    }
+                    break;
+                case PARAGRAPH_SIZES:
+                    sizes = parseInts(parser, PARAGRAPH_SIZES);
+                    break;
+                case MU:
+                    mu = parseDoubles(parser, MU);
+                    break;
+                case SIGMA:
+                    sigma = parseDoubles(parser, SIGMA);
+                    break;
+                case PARTS:
+                    parts = parseInts(parser, PARTS);
+                    break;
+                case EXPLAIN:
+                    if (token != XContentParser.Token.VALUE_BOOLEAN) {
+                        throw error(parser, "[" + EXPLAIN + "] must be true or false, got " + token);
+                    }
+                    explain = parser.booleanValue();
+                    break;
+                case FIELD:
+                    field = parseString(parser, FIELD);
+                    break;
+                case PARAGRAPH_FIELD:
+                    paragraphField = parseString(parser, PARAGRAPH_FIELD);
+                    break;
+                case POSITION_FIELD:
+                    positionField = parseString(parser, POSITION_FIELD);
+                    break;
+                default:
+                    throw error(parser, "[" + NAME + "] does not support [" + name + "]");
+            }
+        }
+        try {
+            if (vectorsB64 == null && vectorRows == null) {
+                throw new IllegalArgumentException("[" + VECTORS + "] is required: the source's sentence vectors");
+            }
+            if (vectorsB64 != null) {
+                if (sizes == null) {
+                    throw new IllegalArgumentException("[" + PARAGRAPH_SIZES + "] is required: the number of sentences of each "
+                        + "source paragraph");
+                }
+                long total = 0;
+                for (int size : sizes) {
+                    total += Math.max(size, 0);
+                }
+                if (total > Integer.MAX_VALUE) {
+                    throw new IllegalArgumentException("[" + PARAGRAPH_SIZES + "] add up to " + total + " sentences");
+                }
+                vectorRows = SdrSource.decodeBase64(vectorsB64, (int) total);
+            }
+            SdrSource source = SdrSource.of(vectorRows, sizes, mu, sigma, parts);
+            return new SdrRescorerBuilder(source, field, paragraphField, positionField, explain);
+        } catch (IllegalArgumentException e) {
+            throw error(parser, e.getMessage());
+        }
+    }
+
+    private static ParsingException error(XContentParser parser, String message) {
+        return new ParsingException(parser.getTokenLocation(), "[" + NAME + "] " + message);
+    }
+
+    private static String parseString(XContentParser parser, String name) throws IOException {
+        if (parser.currentToken() != XContentParser.Token.VALUE_STRING) {
+            throw error(parser, "[" + name + "] must be a string, got " + parser.currentToken());
+        }
+        return parser.text();
+    }
+
+    private static float[][] parseRows(XContentParser parser) throws IOException {
+        List<float[]> rows = new ArrayList<>();
+        XContentParser.Token token;
+        while ((token = parser.nextToken()) != XContentParser.Token.END_ARRAY) {
+            if (token != XContentParser.Token.START_ARRAY) {
+                throw error(parser, "[" + VECTORS + "] sentence " + rows.size() + " must be an array of numbers, got " + token);
+            }
+            double[] values = parseNumbers(parser, VECTORS + "] sentence [" + rows.size());
+            float[] row = new float[values.length];
+            for (int x = 0; x < values.length; x++) {
+                row[x] = (float) values[x];
+            }
+            rows.add(row);
+        }
+        return rows.toArray(new float[0][]);
+    }
+
+    private static double[] parseDoubles(XContentParser parser, String name) throws IOException {
+        if (parser.currentToken() != XContentParser.Token.START_ARRAY) {
+            throw error(parser, "[" + name + "] must be an array of numbers, got " + parser.currentToken());
+        }
+        return parseNumbers(parser, name);
+    }
+
+    /** The numbers of the array the parser is on (START_ARRAY); NaN and infinities pass here and are refused by SdrSource. */
+    private static double[] parseNumbers(XContentParser parser, String name) throws IOException {
+        double[] out = new double[16];
+        int size = 0;
+        XContentParser.Token token;
+        while ((token = parser.nextToken()) != XContentParser.Token.END_ARRAY) {
+            if (token != XContentParser.Token.VALUE_NUMBER) {
+                throw error(parser, "[" + name + "] value " + size + " must be a number, got " + token);
+            }
+            if (size == out.length) {
+                out = java.util.Arrays.copyOf(out, size * 2);
+            }
+            out[size++] = parser.doubleValue();
+        }
+        return java.util.Arrays.copyOf(out, size);
+    }
+
+    private static int[] parseInts(XContentParser parser, String name) throws IOException {
+        if (parser.currentToken() != XContentParser.Token.START_ARRAY) {
+            throw error(parser, "[" + name + "] must be an array of integers, got " + parser.currentToken());
+        }
+        double[] values = parseNumbers(parser, name);
+        int[] out = new int[values.length];
+        for (int i = 0; i < values.length; i++) {
+            if (values[i] != Math.rint(values[i]) || Math.abs(values[i]) > Integer.MAX_VALUE) {
+                throw error(parser, "[" + name + "] value " + i + " must be an integer, got " + values[i]);
+            }
+            out[i] = (int) values[i];
+        }
+        return out;
+    }
+
+    // -- the shard side -----------------------------------------------------------------------------
+    @Override
+    protected RescoreContext innerBuildContext(int windowSize, QueryShardContext context) throws IOException {
+        if (windowSize < 1) {
+            throw new IllegalArgumentException("[" + NAME + "] window_size must be at least 1, got " + windowSize);
+        }
+        checkMapping(context);
+        return new SdrRescoreContext(windowSize, this, context.bitsetFilter(Queries.newNonNestedFilter()));
+    }
+
+    /**
+     * Refuses, as a 400, a request that cannot be scored against this index: the vector field is not
+     * a knn_vector inside a nested object, it holds another dimension or non-float vectors, or the
+     * paragraph field is missing or has no doc values. Reads the index mapping (the k-NN plugin's own
+     * classes are not visible to this plugin) and the segments' field infos.
+     */
+    private void checkMapping(QueryShardContext context) {
+        MappedFieldType vectorType = context.fieldMapper(field);
+        if (vectorType == null) {
+            throw new IllegalArgumentException("[" + NAME + "] field [" + field + "] is not in the mapping of index ["
+                + context.index().getName() + "]");
+        }
+        if ("knn_vector".equals(vectorType.typeName()) == false) {
+            throw new IllegalArgumentException("[" + NAME + "] field [" + field + "] is of type [" + vectorType.typeName()
+                + "], not knn_vector");
+        }
+        if (context.getObjectMapper(nestedPath()) == null || context.getObjectMapper(nestedPath()).nested().isNested() == false) {
+            throw new IllegalArgumentException("[" + NAME + "] field [" + field + "] must be inside a nested object; ["
+                + nestedPath() + "] is not nested");
+        }
+        MappedFieldType paragraphType = context.fieldMapper(paragraphField);
+        if (paragraphType == null) {
+            throw new IllegalArgumentException("[" + NAME + "] paragraph field [" + paragraphField + "] is not in the mapping");
+        }
+        Map<String, Object> vectorMapping = mappingOf(context, field);
+        if (vectorMapping != null) {
+            Object dimension = vectorMapping.get("dimension");
+            if (dimension != null && String.valueOf(dimension).equals(String.valueOf(source.dim())) == false) {
+                throw new IllegalArgumentException("[" + NAME + "] the source vectors have " + source.dim()
+                    + " dimensions but field [" + field + "] has " + dimension);
+            }
+            Object dataType = vectorMapping.get("data_type");
+            if (dataType != null && "float".equals(String.valueOf(dataType)) == false) {
+                throw new IllegalArgumentException("[" + NAME + "] field [" + field + "] holds " + dataType
+                    + " vectors; only float vectors are supported");
+            }
+        }
+        Map<String, Object> paragraphMapping = mappingOf(context, paragraphField);
+        if (paragraphMapping != null && "false".equals(String.valueOf(paragraphMapping.get("doc_values")))) {
+            throw new IllegalArgumentException("[" + NAME + "] paragraph field [" + paragraphField + "] has no doc values");
+        }
+        if (context.getIndexReader() != null) {
+            for (LeafReaderContext leaf : context.getIndexReader().leaves()) {
+                FieldInfo info = leaf.reader().getFieldInfos().fieldInfo(field);
+                if (info == null || info.getVectorDimension() == 0) {
+                    continue;
+                }
+                if (info.getVectorDimension() != source.dim()) {
+                    throw new IllegalArgumentException("[" + NAME + "] the source vectors have " + source.dim()
+                        + " dimensions but field [" + field + "] has " + info.getVectorDimension());
+                }
+                if (info.getVectorEncoding() != VectorEncoding.FLOAT32) {
+                    throw new IllegalArgumentException("[" + NAME + "] field [" + field + "] holds " + info.getVectorEncoding()
+                        + " vectors; only float vectors are supported");
+                }
+                break;
+            }
+        }
+    }
+
+    /** The mapping entry of a dotted field path ({@code sentences.vector}), or null where it cannot be read. */
+    @SuppressWarnings("unchecked")
+    private static Map<String, Object> mappingOf(QueryShardContext context, String path) {
+        DocumentMapper mapper = context.getMapperService() == null ? null : context.getMapperService().documentMapper();
+        if (mapper == null) {
+            return null;
+        }
+        Map<String, Object> node = XContentHelper.convertToMap(mapper.mappingSource().uncompressed(), false).v2();
+        if (node.size() == 1 && node.containsKey("properties") == false) {
+            Object only = node.values().iterator().next();  // {"_doc": {...}}
+            if (only instanceof Map) {
+                node = (Map<String, Object>) only;
+            }
+        }
+        for (String part : path.split("\\.")) {
+            Object properties = node.get("properties");
+            if ((properties instanceof Map) == false) {
+                return null;
+            }
+            Object child = ((Map<String, Object>) properties).get(part);
+            if ((child instanceof Map) == false) {
+                return null;
+            }
+            node = (Map<String, Object>) child;
+        }
+        return node;
+    }
+
+    @Override
+    public boolean equals(Object obj) {
+        if (super.equals(obj) == false) {
+            return false;
+        }
+        SdrRescorerBuilder other = (SdrRescorerBuilder) obj;
+        return source.equals(other.source)
+            && field.equals(other.field)
+            && paragraphField.equals(other.paragraphField)
+            && positionField.equals(other.positionField)
+            && explain == other.explain;
+    }
+
+    @Override
+    public int hashCode() {
+        return Objects.hash(super.hashCode(), source, field, paragraphField, positionField, explain);
+    }
+}

@@ -1,0 +1,54 @@
+/*
+ * SPDX-License-Identifier: Apache-2.0
+ */
+package org.sdrsearch.opensearch;
+
+import org.apache.lucene.index.FloatVectorValues;
+import org.apache.lucene.index.LeafReader;
+
+import java.io.IOException;
+
+/**
+ * A forward-only cursor over one segment's float vectors of one field (Lucene 9: the values are
+ * themselves the doc-id iterator). The only class whose code differs between the 2.x line (Lucene 9)
+ * and the 3.x line (Lucene 10, {@code src/main/lucene10}); both offer the same methods.
+ */
+final class VectorCursor {
+    static final int NO_MORE_DOCS = Integer.MAX_VALUE;
+
+    private final FloatVectorValues values;
+
+    private VectorCursor(FloatVectorValues values) {
+        this.values = values;
+    }
+
+    /** The cursor over {@code field} in {@code reader}, or null when the segment has no vector of it. */
+    static VectorCursor open(LeafReader reader, String field) throws IOException {
+        FloatVectorValues values = reader.getFloatVectorValues(field);
+        return values == null ? null : new VectorCursor(values);
+    }
+
+    int dimension() {
+        return values.dimension();
+    }
+
+    /** The current document, -1 before the first call of {@link #advance}/{@link #nextDoc}. */
+    int docID() {
+        return values.docID();
+    }
+
+    /** The first document at or after {@code target} that has a vector (target must be greater than {@link #docID()}). */
+    int advance(int target) throws IOException {
+        return values.advance(target);
+    }
+
+    int nextDoc() throws IOException {
+        return values.nextDoc();
+    }
+
+    /** The current document's vector, copied into {@code into} (length = dimension). */
+    void copyVector(float[] into) throws IOException {
+        float[] v = values.vectorValue();
+        System.arraycopy(v, 0, into, 0, into.length);
+    }
+}
