@@ -5,7 +5,7 @@
 #   scripts/opensearch-node.sh stop    # stop the node started by this script
 #   scripts/opensearch-node.sh restart # stop, then start the same node (same data)
 #   scripts/opensearch-node.sh url     # print the URL (exit 1 when the node does not answer)
-#   scripts/opensearch-node.sh status  # version, k-NN plugin, engines this node can run
+#   scripts/opensearch-node.sh status  # version, plugins (k-NN, sdr), engines this node can run
 #   scripts/opensearch-node.sh wipe    # stop and delete the node's data (the download cache stays)
 #
 # Environment (all optional):
@@ -18,11 +18,18 @@
 #   SDR_NODE_JAVA_HOME the JDK to run it with (default: the first of JAVA_HOME, the java on PATH,
 #                      /usr/lib/jvm/* that fits: Java 17-23 for 2.x, Java 21+ for 3.x)
 #   SDR_NODE_ARGS      extra -E settings, e.g. "-E thread_pool.write.queue_size=2"
+#   SDR_NODE_PLUGIN    1 (default): build the project's OpenSearch plugin (opensearch-plugin/, the exact
+#                      SDR rescorer) with Maven for this version and install it; 0: a node without it
+#                      (the engine's fallback path). The build is cached: it reruns (with its Java
+#                      tests) only when opensearch-plugin/ changed. A node already running with another
+#                      plugin state is left as it is, with a warning: `restart` loads the current one.
 #
 # What it assembles: the minimal distribution (org.opensearch.distribution.integ-test-zip:opensearch,
 # zip, no bundled JDK), the modules the project's mapping needs (analysis-common for the pattern
 # tokenizer and stop filter, lang-painless which k-NN extends), and the k-NN plugin
-# (org.opensearch.plugin:opensearch-knn). The Maven copy of k-NN carries no native (JNI) libraries:
+# (org.opensearch.plugin:opensearch-knn), and unless SDR_NODE_PLUGIN=0 the sdr plugin built from
+# opensearch-plugin/ (into a copy of that home, opensearch-<version>-sdr-<hash of its sources>, so a
+# node without it can run from the same cache). The Maven copy of k-NN carries no native (JNI) libraries:
 # on such a node only the Lucene k-NN engine works (SDR_OPENSEARCH_ENGINE=lucene, the default);
 # a write into a faiss or nmslib index makes the node exit.
 #
@@ -43,6 +50,9 @@ RUN_DIR=$BASE/node-$VERSION-$PORT
 PID_FILE=$RUN_DIR/opensearch.pid
 URL=http://127.0.0.1:$PORT
 NODE_USER=sdr-opensearch
+PLUGIN=${SDR_NODE_PLUGIN:-1}
+case "$PLUGIN" in 0|1) ;; *) echo "opensearch-node: SDR_NODE_PLUGIN must be 0 or 1, not '$PLUGIN'" >&2; exit 2 ;; esac
+PLUGIN_SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/opensearch-plugin
 
 die() { echo "opensearch-node: $*" >&2; exit 1; }
 log() { echo "opensearch-node: $*" >&2; }
@@ -144,7 +154,80 @@ EOF
   rm -rf "$tmp"
 }
 
+plugin_hash() {  # a hash of the plugin's sources (pom.xml, src/) and the node version: its build's identity
+  [ -f "$PLUGIN_SRC/pom.xml" ] || die "SDR_NODE_PLUGIN=1 but $PLUGIN_SRC/pom.xml is missing (set SDR_NODE_PLUGIN=0 for a node without the plugin)"
+  { echo "$VERSION"; cd "$PLUGIN_SRC" && find pom.xml src -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum; } \
+    | sha256sum | cut -c1-12
+}
+
+node_home() {  # the home a node of these settings runs from: the bare one, or its copy with the sdr plugin
+  if [ "$PLUGIN" = 1 ]; then echo "$HOME_DIR-sdr-$(plugin_hash)"; else echo "$HOME_DIR"; fi
+}
+
+build_plugin() {  # build_plugin ZIP: build the plugin for $VERSION with Maven (and its tests) into ZIP, once per source hash
+  local zip=$1 java_home
+  [ -f "$zip" ] && return
+  command -v mvn >/dev/null 2>&1 || die "Maven (mvn) is needed to build the sdr plugin (apt-get install maven), or set SDR_NODE_PLUGIN=0"
+  java_home=$(find_java)
+  [ -x "$java_home/bin/javac" ] || die "building the sdr plugin needs a JDK with javac; $java_home has none (set SDR_NODE_JAVA_HOME)"
+  log "building the sdr plugin for OpenSearch $VERSION (Maven, with its tests; once per change of opensearch-plugin/)"
+  mkdir -p "$(dirname "$zip")"
+  JAVA_HOME=$java_home MAVEN_OPTS="${MAVEN_OPTS:-} $( [ "$(java_major "$java_home")" -ge 24 ] && echo --sun-misc-unsafe-memory-access=allow)" \
+    mvn -q -B -f "$PLUGIN_SRC/pom.xml" package -Dopensearch.version="$VERSION" >"$BASE/plugin-build.log" 2>&1 \
+    || die "building the sdr plugin failed (see $BASE/plugin-build.log): $(grep -m3 -E 'ERROR|FAIL' "$BASE/plugin-build.log" || true)"
+  cp "$PLUGIN_SRC/target/os-$VERSION/sdr-opensearch-plugin-$VERSION.zip" "$zip.tmp" && mv "$zip.tmp" "$zip"
+}
+
+assemble_plugin() {  # the sdr home of the current sources: a copy of $HOME_DIR with the plugin installed
+  local home hash zip tmp java_home
+  home=$(node_home)
+  [ -f "$home/.sdr-plugin" ] && return  # written last: the home is complete
+  hash=$(plugin_hash)
+  zip=$BASE/sdr-plugin/sdr-opensearch-plugin-$VERSION-$hash.zip
+  build_plugin "$zip"
+  java_home=$(find_java)
+  tmp=$BASE/.assemble-sdr-$$
+  rm -rf "$tmp" && cp -a "$HOME_DIR" "$tmp"
+  OPENSEARCH_JAVA_HOME=$java_home "$tmp/bin/opensearch-plugin" install --batch "file://$zip" >"$BASE/plugin.log" 2>&1 \
+    || { rm -rf "$tmp"; die "installing the sdr plugin failed (see $BASE/plugin.log): $(tail -3 "$BASE/plugin.log")"; }
+  echo "$hash" >"$tmp/.sdr-plugin"
+  rm -rf "$home"
+  mv "$tmp" "$home"
+  prune_plugin_homes "$home"
+}
+
+prune_plugin_homes() {  # delete sdr homes of older builds of this version that no running node of this script uses
+  local keep=$1 old run pid used
+  for old in "$HOME_DIR"-sdr-*; do
+    [ -d "$old" ] && [ "$old" != "$keep" ] || continue
+    used=0
+    for run in "$BASE"/node-"$VERSION"-*; do
+      [ "$(cat "$run/home" 2>/dev/null)" = "$old" ] || continue
+      pid=$(cat "$run/opensearch.pid" 2>/dev/null) || continue
+      [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && used=1
+    done
+    [ "$used" = 1 ] || rm -rf "$old"
+  done
+}
+
 answers() { curl -fsS -m 2 "$URL" >/dev/null 2>&1; }
+
+has_sdr_plugin() { curl -fsS -m 5 "$URL/_cat/plugins?h=component" 2>/dev/null | grep -qx 'sdr'; }
+
+check_running_plugin() {  # start on a running node: say so when its plugin state is not the one asked for
+  local wanted running
+  wanted=$(node_home)
+  running=$(cat "$RUN_DIR/home" 2>/dev/null || echo "$HOME_DIR")
+  if [ "$wanted" != "$running" ]; then
+    if [ "$PLUGIN" = 1 ] && has_sdr_plugin; then
+      log "warning: the node at $URL runs an older build of the sdr plugin; '$0 restart' loads the current one"
+    elif [ "$PLUGIN" = 1 ]; then
+      log "warning: the node at $URL runs without the sdr plugin; '$0 restart' adds it"
+    else
+      log "warning: the node at $URL runs with the sdr plugin although SDR_NODE_PLUGIN=0; '$0 restart' removes it"
+    fi
+  fi
+}
 
 running_pid() {
   [ -f "$PID_FILE" ] || return 1
@@ -155,25 +238,28 @@ running_pid() {
 
 start() {
   command -v curl >/dev/null 2>&1 || die "curl is needed"
-  if running_pid >/dev/null && answers; then echo "$URL"; return; fi
+  if running_pid >/dev/null && answers; then check_running_plugin; echo "$URL"; return; fi
   if answers; then die "port $PORT already answers but not with a node of this script (set SDR_NODE_PORT)"; fi
   mkdir -p "$BASE"
   assemble
-  local java_home
+  [ "$PLUGIN" = 1 ] && assemble_plugin
+  local java_home home
   java_home=$(find_java)
+  home=$(node_home)
   mkdir -p "$RUN_DIR/data" "$RUN_DIR/logs"
   local runner=()
   if [ "$(id -u)" -eq 0 ]; then
     id "$NODE_USER" >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin "$NODE_USER"
-    chown -R "$NODE_USER" "$HOME_DIR" "$RUN_DIR"
+    chown -R "$NODE_USER" "$home" "$RUN_DIR"
     chmod o+x "$BASE" "$(dirname "$BASE")" 2>/dev/null || true
     runner=(runuser -u "$NODE_USER" --)
   fi
   rm -f "$PID_FILE"
+  echo "$home" >"$RUN_DIR/home"
   # shellcheck disable=SC2086
-  "${runner[@]}" env OPENSEARCH_JAVA_HOME="$java_home" OPENSEARCH_PATH_CONF="$HOME_DIR/config" \
+  "${runner[@]}" env OPENSEARCH_JAVA_HOME="$java_home" OPENSEARCH_PATH_CONF="$home/config" \
     OPENSEARCH_JAVA_OPTS="-Xms$HEAP -Xmx$HEAP ${OPENSEARCH_JAVA_OPTS:-}" \
-    "$HOME_DIR/bin/opensearch" -d -p "$PID_FILE" \
+    "$home/bin/opensearch" -d -p "$PID_FILE" \
     -E cluster.name=sdr-local -E node.name=sdr-local-$PORT -E discovery.type=single-node \
     -E network.host=127.0.0.1 -E http.port="$PORT" -E transport.port=$((PORT + 100)) \
     -E path.data="$RUN_DIR/data" -E path.logs="$RUN_DIR/logs" \
@@ -212,6 +298,15 @@ case "${1:-}" in
     answers || die "no node answers at $URL"
     curl -fsS "$URL/_cat/plugins?h=component,version"
     echo "k-NN engines: lucene$(ls "$HOME_DIR"/plugins/opensearch-knn/lib*/ 2>/dev/null | grep -q faiss && echo ', faiss')"
+    if has_sdr_plugin; then
+      running=$(cat "$RUN_DIR/home" 2>/dev/null || true)
+      built=$(cat "$running/.sdr-plugin" 2>/dev/null || echo unknown)
+      current=$( [ -f "$PLUGIN_SRC/pom.xml" ] && plugin_hash || echo unknown)
+      if [ "$built" = "$current" ]; then note="current sources"; else note="sources now at $current: restart to load them"; fi
+      echo "sdr plugin: installed (build $built; $note)"
+    else
+      echo "sdr plugin: not installed (SDR_NODE_PLUGIN=0, or a node started without it)"
+    fi
     ;;
   wipe) stop; rm -rf "$RUN_DIR" ;;
   *) echo "usage: $0 start|stop|restart|url|status|wipe" >&2; exit 2 ;;
