@@ -22,6 +22,8 @@ from pydantic import (
 
 from sdr_search.core.documents import ID_PATTERN, ID_RULE, MAX_ID_LENGTH, check_id
 
+from .engine import MAX_CANDIDATES, MAX_FROM, MAX_SIZE, MAX_SOURCES  # the query contract's limits
+
 __all__ = [
     "MAX_SIZE",
     "MAX_FROM",
@@ -56,9 +58,6 @@ __all__ = [
     "stored_text",
 ]
 
-MAX_SIZE = 100
-MAX_FROM = 900
-MAX_CANDIDATES = 1000
 MAX_FILTER_FIELDS = 16
 MAX_WEIGHT = 1000.0
 MAX_RANK_CONSTANT = 10_000
@@ -148,7 +147,6 @@ def _request_schema(schema: dict[str, Any]) -> None:
 
 SOURCE_FIELDS = ("id", "text", "paragraphs", "sections", "like")
 HYBRID_OPTIONS = ("fusion", "weights", "rank_constant")
-MAX_SOURCES = 16  # in like, and in unlike (the engine's MAX_SOURCES)
 
 
 class SourceItem(BaseModel):
@@ -373,6 +371,9 @@ class Fusion(BaseModel):
         "evidence_top, length_correction c, feedback_docs k, feedback_weight f, feedback_half h; docs/scoring.md). "
         "Each hit's signals give the weights this query used."
     )
+    weights_applied: dict[str, float] | None = Field(
+        None, description="The weights this query's fusion used, as shares of 1 (adaptive fusion sets them per query "
+        "from the source's length; `weights` are the configured ones they start from).")
     feedback: FeedbackUsed | None = Field(
         None, description="Set when document feedback ranked this query: the feedback documents and their share.")
 

@@ -17,9 +17,14 @@ __all__ = ["cmd_mlt", "cmd_eval_store", "record_from_file", "fusion_args", "form
 
 def record_from_file(path: Path) -> dict:
     """A source document from a file: ``.txt`` is raw text; ``.json``/``.jsonl`` the first record."""
+    if path.is_dir():
+        raise InputReadError(f"source file {path} is a directory; give a .txt, .json or .jsonl file")
     if not path.is_file():
         raise InputReadError(f"source file {path} does not exist")
-    raw = path.read_bytes()
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise InputReadError(f"cannot read source file {path}: {e.strerror or e}") from e
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -114,9 +119,9 @@ def cmd_mlt(args) -> int:
 
     from .engine import MLTSettings, MoreLikeThis, Query
 
-    settings = MLTSettings(**({"candidates": args.candidates} if args.candidates else {}))
-    query = Query(**source_args(args), size=args.size, offset=args.offset, filter=filter_arg(args.filter),
-                  explain=args.explain, **fusion_args(args))
+    settings = MLTSettings()
+    query = Query(**source_args(args), size=args.size, offset=args.offset, candidates=args.candidates,
+                  filter=filter_arg(args.filter), explain=args.explain, **fusion_args(args))
     with open_store(args) as store:
         encoder = encoder_for_store(args, store) if query.needs_encoder else None
         result = MoreLikeThis(store=store, encoder=encoder, settings=settings).run(query)
@@ -169,6 +174,19 @@ def _span(d: dict, side: str) -> str:
     return f"[{start}:{end}]" if start is not None else "[?]"
 
 
+def _weights_line(hybrid: dict) -> str:
+    """The fusion and the weights it applied to this query (shares), with the configured ones when
+    they differ (adaptive fusion sets the weights per query from them)."""
+    applied = hybrid.get("weights_applied")
+    configured = format_weights(hybrid["weights"])
+    if not applied:
+        return f"{hybrid['fusion']}, weights {configured}"
+    shares = ", ".join(f"{name} {value:.3f}" for name, value in applied.items())
+    total = sum(hybrid["weights"].values()) or 1.0
+    same = all(abs(applied.get(k, 0.0) - v / total) < 5e-4 for k, v in hybrid["weights"].items())
+    return f"{hybrid['fusion']}, weights applied {shares}" + ("" if same else f" from {configured}")
+
+
 def format_result(result, *, explain: bool = False, width: int = 100) -> str:
     """The text ``sdr mlt`` prints: one row per hit (rank, score, id, title, metadata) with its
     snippet on the next line, or with ``explain`` the signals, paragraph pairs and whole sentence
@@ -205,8 +223,7 @@ def format_result(result, *, explain: bool = False, width: int = 100) -> str:
     if explain:
         lines += ["", *textwrap.wrap(EXPLAIN_LEGEND, width), ""]
     stale = " (stats stale: run `sdr stats`)" if result.stats_stale else ""
-    how = "reranked exactly" if result.hybrid is None else (
-        f"fused ({result.hybrid['fusion']}, weights {format_weights(result.hybrid['weights'])})")
+    how = "reranked exactly" if result.hybrid is None else f"fused ({_weights_line(result.hybrid)})"
     if result.sources:
         unlike = [x for x in result.sources if x["role"] == "unlike"]
         weight = f", unlike weight {-unlike[0]['weight']:g}" if unlike else ""
@@ -241,7 +258,7 @@ def cmd_eval_store(args) -> int:
     t0 = time.perf_counter()
     qrels = read_qrels(args.qrels)
     report = ReadReport()
-    settings = MLTSettings(**({"candidates": args.candidates} if args.candidates else {}))
+    settings = MLTSettings(**({"candidates": args.candidates} if args.candidates is not None else {}))
     runs = {}
     with open_store(args) as store:
         encoder = encoder_for_store(args, store)

@@ -97,6 +97,17 @@ __all__ = ["METHODS", "MAX_SOURCES", "MLTSettings", "Like", "Query", "Source", "
 logger = logging.getLogger(__name__)
 
 
+MAX_SIZE = 100
+"""Most hits one query may ask for (``size``); an evaluation run (``details=False``) up to :data:`MAX_CANDIDATES`."""
+
+MAX_FROM = 900
+"""Most hits one query may skip (``from``/``offset``)."""
+
+MAX_CANDIDATES = 1000
+"""Largest K (``candidates``): documents reranked exactly."""
+
+
+
 class MLTSettings(HybridSettings):
     """Query-time settings of the engine (env prefix ``SDR_``), with the hybrid fusion settings of
     :class:`sdr_search.core.settings.HybridSettings` (``SDR_FUSION``, ``SDR_HYBRID_WEIGHTS``,
@@ -113,7 +124,7 @@ class MLTSettings(HybridSettings):
     )
 
     candidates: int = Field(
-        100, gt=0,
+        100, gt=0, le=MAX_CANDIDATES,
         description="K: documents reranked exactly. Higher K raises recall of the exact top-10 and "
         "costs linearly in rerank time (about 0.3 ms per candidate of 200 sentences on 2 cores).",
     )
@@ -173,7 +184,24 @@ _SCALARS = (str, int, float, bool)
 MAX_SOURCES = 16
 """Most sources one query may name in ``like``, and in ``unlike``."""
 
+def _count(value: Any, name: str, low: int, high: int) -> None:
+    """Refuse ``value`` unless it is an integer from ``low`` to ``high`` (the query contract's one rule
+    for every door: the CLI's flags, the HTTP body and the library)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidInputError(f"{name} must be an integer from {low} to {high}, got {value!r}")
+
 _LIKE_FIELDS = ("id", "text", "paragraphs", "sections")
+
+
+def _applied(hits: Sequence["Hit"]) -> dict[str, Any]:
+    """``{"weights_applied": {signal: share}}``: the weights the fusion used for this query (adaptive
+    fusion sets them per query from the source's length), as shares of 1; empty without hits."""
+    signals = hits[0].signals if hits else None
+    if not signals:
+        return {}
+    weights = {name: float(v["weight"]) for name, v in signals.items() if "weight" in v}
+    total = sum(weights.values())
+    return {"weights_applied": {k: v / total for k, v in weights.items()}} if total > 0 else {}
 
 
 @dataclass(frozen=True)
@@ -304,13 +332,10 @@ class Query:
             raise InvalidInputError(f"unlike_weight must be a finite number >= 0, got {self.unlike_weight!r}")
         if (self.document is None) != (self.vectors is None):
             raise InvalidInputError("a pre-encoded source needs both document and vectors")
-        if isinstance(self.size, bool) or not isinstance(self.size, int) or self.size < 0:
-            raise InvalidInputError(f"size must be an integer >= 0, got {self.size!r}")
-        if isinstance(self.offset, bool) or not isinstance(self.offset, int) or self.offset < 0:
-            raise InvalidInputError(f"from (offset) must be an integer >= 0, got {self.offset!r}")
-        if self.candidates is not None and (isinstance(self.candidates, bool) or not isinstance(self.candidates, int)
-                                            or self.candidates < 1):
-            raise InvalidInputError(f"candidates must be an integer >= 1, got {self.candidates!r}")
+        _count(self.size, "size", 1, MAX_SIZE if self.details else MAX_CANDIDATES)
+        _count(self.offset, "from (offset)", 0, MAX_FROM)
+        if self.candidates is not None:
+            _count(self.candidates, "candidates", 1, MAX_CANDIDATES)
         if self.filter is not None:
             check_filter(self.filter)
 
@@ -653,8 +678,8 @@ class MoreLikeThis:
         return MLTResult(
             hits, len(cand_ids), every.stats_origin, state.stats.stale, timings,
             method="sdr" if spec is None else "hybrid",
-            hybrid=None if spec is None else {**spec.to_dict(), **({"feedback": {"ids": feedback, "share": share}}
-                                                                    if feedback else {})},
+            hybrid=None if spec is None else {**spec.to_dict(), **_applied(hits),
+                                              **({"feedback": {"ids": feedback, "share": share}} if feedback else {})},
             source_offsets=every.offsets,
             sources=_described(source, against, unlike_weight) if len(every.members) > 1 else None,
         )

@@ -134,6 +134,12 @@ def install_error_handlers(app: FastAPI, on_error: Callable[[str, int], None] | 
 
     async def handle_validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         details = validation_details(exc)
+        content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if not content_type.endswith(("/json", "+json")):
+            for d in details:  # FastAPI reads a body of another type as a string: say what to send instead
+                if d["loc"] == ["body"] and d["type"] in ("dict_type", "model_attributes_type"):
+                    d["msg"] = (f"{d['msg']}: the body must be a JSON object sent with Content-Type: "
+                                f"application/json (got {content_type or 'no Content-Type'})")
         message = "; ".join(f"{_location(d['loc'])}: {d['msg']}" for d in details) or "invalid request"
         _count("RequestValidationError", 422)
         return JSONResponse(error_body("RequestValidationError", message, details), status_code=422)

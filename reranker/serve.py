@@ -63,7 +63,7 @@ def cmd_serve(args) -> int:
         name = args.index or "default"
     if not re.match(INDEX_PATTERN, name):
         raise SDRError(f"index name {name!r} cannot be served (letters, digits, '.', '_', '-'; at most 128)")
-    mlt = MLTSettings(**({"candidates": args.candidates} if args.candidates else {}))
+    mlt = MLTSettings(**({"candidates": args.candidates} if args.candidates is not None else {}))
     with open_store(args) as store:
         counts = store.verify(thorough=True)  # the store exists, answers and reads through before the server starts
         encoder = encoder_for_store(args, store)

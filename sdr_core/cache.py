@@ -52,6 +52,12 @@ class EmbeddingCache:
                     "CREATE TABLE IF NOT EXISTS vectors (key TEXT PRIMARY KEY, n INTEGER NOT NULL, "
                     "dim INTEGER NOT NULL, data BLOB NOT NULL)"
                 )
+                # what the token cap cut when an entry was encoded (entries written before this
+                # table existed have no row: their sentences are tokenised again to count it)
+                conn.execute(
+                    "CREATE TABLE IF NOT EXISTS truncation (key TEXT PRIMARY KEY, sentences INTEGER NOT NULL, "
+                    "truncated INTEGER NOT NULL, chars_cut INTEGER)"
+                )
             except sqlite3.Error as e:
                 raise InputReadError(f"cannot open the embedding cache {self.path}: {e}") from e
             self._conn = conn
@@ -80,6 +86,26 @@ class EmbeddingCache:
         db = self._db()
         with db:
             db.executemany("INSERT OR REPLACE INTO vectors (key, n, dim, data) VALUES (?, ?, ?, ?)", rows)
+
+    def get_truncation(self, keys: Iterable[str]) -> dict[str, tuple[int, int, int | None]]:
+        """``key -> (sentences, truncated, chars_cut)`` for the entries whose cut is recorded."""
+        keys = list(dict.fromkeys(keys))
+        out: dict[str, tuple[int, int, int | None]] = {}
+        db = self._db()
+        for i in range(0, len(keys), 500):
+            chunk = keys[i : i + 500]
+            q = "SELECT key, sentences, truncated, chars_cut FROM truncation WHERE key IN (%s)" % ",".join("?" * len(chunk))
+            for key, n, truncated, chars in db.execute(q, chunk):
+                out[key] = (int(n), int(truncated), None if chars is None else int(chars))
+        return out
+
+    def put_truncation(self, items: Iterable[tuple[str, int, int, int | None]]) -> None:
+        """Record ``(key, sentences, truncated, chars_cut)`` per entry."""
+        rows = list(items)
+        db = self._db()
+        with db:
+            db.executemany("INSERT OR REPLACE INTO truncation (key, sentences, truncated, chars_cut) VALUES (?, ?, ?, ?)",
+                           rows)
 
     def close(self) -> None:
         if self._conn is not None:

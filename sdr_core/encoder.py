@@ -522,9 +522,18 @@ class SentenceEncoder:
         with self._count_lock:
             return self._truncation
 
-    def tokenize(self, sentences: Sequence[str]) -> list[list[int]]:
+    def note_truncation(self, count: TruncationCount) -> None:
+        """Add ``count`` to :attr:`truncation`: what the cap cut in sentences whose vectors came from
+        the embedding cache (counted when they were encoded), so that a run reports the same cut
+        whether its vectors were encoded or read back."""
+        with self._count_lock:
+            self._truncation = self._truncation + count
+
+    def tokenize(self, sentences: Sequence[str], *, cuts: list | None = None) -> list[list[int]]:
         """Token ids of each sentence, at most ``max_tokens`` (special tokens and the model's
-        document prompt, if any, included); counts the sentences that were cut (:attr:`truncation`)."""
+        document prompt, if any, included); counts the sentences that were cut (:attr:`truncation`).
+        ``cuts``, when given, gets one entry per sentence: the characters the cap left out (0: not
+        cut; None: cut, by an unknown number of characters with a slow tokenizer)."""
         self._load()
         prompt = self.recipe.prompt
         texts = [prompt + t for t in sentences] if prompt else list(sentences)
@@ -545,16 +554,19 @@ class SentenceEncoder:
                     spans[i] = spans_r[k]
         truncated, chars = 0, (0 if fast else None)
         for i, row in enumerate(ids):
-            if len(row) < cap:
-                continue
-            if spans is None:
-                truncated += 1
-                continue
-            end = max((e for _, e in spans[i]), default=0)
-            left = len(texts[i].rstrip()) - end
-            if left > 0:
-                truncated += 1
-                chars += left
+            left: int | None = 0
+            if len(row) >= cap:
+                if spans is None:
+                    truncated += 1
+                    left = None
+                else:
+                    end = max((e for _, e in spans[i]), default=0)
+                    left = max(0, len(texts[i].rstrip()) - end)
+                    if left > 0:
+                        truncated += 1
+                        chars += left
+            if cuts is not None:
+                cuts.append(left)
         with self._count_lock:
             self._truncation = self._truncation + TruncationCount(len(texts), truncated, chars)
         return ids
@@ -575,8 +587,9 @@ class SentenceEncoder:
             pooled = pool(hidden.float(), mask, self.recipe.pooling, skip_first=self._prompt_tokens)
         return pooled.cpu().numpy().astype(np.float32, copy=False)
 
-    def encode(self, sentences: Sequence[str], *, progress: bool = False) -> np.ndarray:
-        """Vectors of ``sentences`` in input order, float32 ``(N, dim)``, rows of unit norm."""
+    def encode(self, sentences: Sequence[str], *, progress: bool = False, cuts: list | None = None) -> np.ndarray:
+        """Vectors of ``sentences`` in input order, float32 ``(N, dim)``, rows of unit norm
+        (``cuts``: see :meth:`tokenize`)."""
         if isinstance(sentences, str):
             raise InvalidInputError("encode() takes a list of sentences, not one string")
         self._load()
@@ -584,7 +597,7 @@ class SentenceEncoder:
         out = np.empty((n, self.dim), dtype=np.float32)
         if n == 0:
             return out
-        ids = self.tokenize(sentences)
+        ids = self.tokenize(sentences, cuts=cuts)
         batches = plan_batches([len(x) for x in ids], self.settings.max_batch_tokens)
         bar = None
         if progress:

@@ -38,7 +38,7 @@ from factories import (
     with_vectors,
 )
 from sdr_search.core.cache import document_key
-from sdr_search.core.documents import parse_record
+from sdr_search.core.documents import Document, parse_record
 from sdr_search.core.errors import (
     DocumentNotFoundError,
     DuplicateIdError,
@@ -348,7 +348,15 @@ class StoreContract:
         np.testing.assert_array_equal(got.mu, stats["d001"].mu)
         np.testing.assert_array_equal(got.sigma, stats["d001"].sigma)
 
-        store.put([with_vectors(items[1], unit(np.random.default_rng(3), items[1][1].n_sentences))])
+        # written again with the same content (same sentences, so the same vectors) and a new title:
+        # nothing a score depends on changed, so the statistics stay fresh and the document keeps its own
+        same = items[1][0]
+        store.put([(Document(same.id, same.paragraphs, "A new title", same.metadata), items[1][1])])
+        assert not store.stats_info().stale and store.get("d001").stats is not None
+        assert store.get("d001").document.title == "A new title"
+
+        changed = make_doc("d001", np.random.default_rng(3), n_sents=4)  # new content: new sentences and vectors
+        store.put([changed])
         info = store.stats_info()
         assert info.stale and info.docs_without_stats == 1 and info.version == 1
         assert store.get("d001").stats is None and store.get("d000").stats is not None  # replaced: no old stats

@@ -1,6 +1,7 @@
 """Two-stage engine and the store commands, end to end on a small real corpus (real encoder)."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -298,6 +299,13 @@ def test_cli_mlt_and_eval_store_hybrid(tmp_path, capsys):
                  "--method", "hybrid", "--explain", *common]) == 0
     text = capsys.readouterr().out
     assert "murder_" in text.splitlines()[1] and "bm25 " in text and "fused (adaptive" in text
+    # the footer gives the weights this query applied (the hits' signal weights), not only the configured ones
+    footer = text.strip().splitlines()[-1]
+    applied = re.search(r"weights applied bm25 ([0-9.]+), sdr ([0-9.]+), mean ([0-9.]+) from bm25=1,sdr=1,mean=1", footer)
+    assert applied is not None, footer
+    signal = re.search(r"bm25 [-0-9.]+ -> [-0-9.]+ x([0-9.e-]+)\s+sdr [-0-9.]+ -> [-0-9.]+ x([0-9.e-]+)", text)
+    bm25_w, sdr_w = float(signal.group(1)), float(signal.group(2))
+    assert float(applied.group(1)) == pytest.approx(bm25_w / (bm25_w + sdr_w + float(applied.group(3))), abs=2e-3)
     assert main(["mlt", "--store", str(store), "--id", "tax_1", "--method", "sdr", "--fusion", "rrf"]) == 2
     assert main(["mlt", "--store", str(store), "--id", "tax_1", "--fusion", "rrf", "--json"]) == 0  # implies hybrid
     assert json.loads(capsys.readouterr().out)["method"] == "hybrid"

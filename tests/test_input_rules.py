@@ -449,6 +449,22 @@ def test_cli_index_reports_what_the_token_cap_cut_once(tmp_path):
     assert out["sentences"] == 3  # the long sentence was cut in two (SDR_MAX_SENTENCE_CHARS=2000) ...
     assert out["truncated_sentences"] == 2 and out["truncated_chars"] > 1000  # ... each still over 128 tokens
     assert proc.stderr.count("were longer than 128 tokens") == 1
+    # the same file into a second store: its vectors come from the cache, and the report is the same
+    again = _sdr("index", "--store", "s2", str(corpus), "--no-progress", "--precision", "fp32", "--cache-dir", "cache",
+                 cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    second = json.loads(again.stdout)
+    assert (second["truncated_sentences"], second["truncated_chars"]) == (2, out["truncated_chars"])
+    assert again.stderr.count("were longer than 128 tokens") == 1
+    # a cache written before cuts were recorded: the cached sentences are tokenised again to count them
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "cache" / "embeddings.sqlite") as conn:
+        conn.execute("DELETE FROM truncation")
+    conn.close()
+    third = json.loads(_sdr("index", "--store", "s3", str(corpus), "--no-progress", "--precision", "fp32",
+                            "--cache-dir", "cache", cwd=tmp_path).stdout)
+    assert (third["truncated_sentences"], third["truncated_chars"]) == (2, out["truncated_chars"])
 
 
 @pytest.mark.unit
@@ -562,3 +578,25 @@ def test_http_put_and_sdr_index_refuse_the_same_document_by_the_same_limit(tmp_p
             bulk = client.post("/v1/indices/default/_bulk", content=json.dumps({"id": "big", "text": big}) + "\n")
             assert bulk.status_code == 200 and "SDR_MAX_DOCUMENT_BYTES" in bulk.json()["failed"][0]["error"]
             assert client.put("/v1/indices/default/documents/ok", json={"text": big[:1500]}).status_code == 200
+
+
+@unit
+def test_cli_refuses_what_http_refuses_in_one_line(tmp_path, caplog):
+    (tmp_path / "afile").write_text("not a store")
+    (tmp_path / "adir").mkdir()
+    corpus = _write_jsonl(tmp_path / "c.jsonl", [{"id": "a", "text": "Alpha."}])
+    cases = [
+        (["index", "--store", str(tmp_path / "afile"), str(corpus)], "is a file, not a store directory"),
+        (["mlt", "--store", str(tmp_path / "afile"), "--id", "a"], "is a file, not an sdr store directory"),
+        (["mlt", "--store", str(tmp_path / "s"), "--file", str(tmp_path / "adir")], "is a directory"),
+        (["mlt", "--store", str(tmp_path / "s"), "--id", "a", "--size", "0"], "size must be an integer from 1 to 100"),
+        (["mlt", "--store", str(tmp_path / "s"), "--id", "a", "--size", "100000"], "from 1 to 100, got 100000"),
+        (["mlt", "--store", str(tmp_path / "s"), "--id", "a", "--candidates", "0"], "candidates must be an integer from 1"),
+        (["mlt", "--store", str(tmp_path / "s"), "--id", "a", "--from", "5000"], "from (offset) must be an integer"),
+    ]
+    for argv, message in cases:
+        caplog.clear()
+        assert main(argv) == 2, argv
+        assert message in caplog.text, (argv, caplog.text)
+        assert "Traceback" not in caplog.text
+    assert (tmp_path / "afile").read_text() == "not a store"

@@ -403,6 +403,8 @@ def test_hybrid_requests(client):
                                "fusion": "rrf", "weights": {"bm25": 1, "sdr": 2}, "rank_constant": 10})
     assert r.status_code == 200, r.text
     body = r.json()
+    applied = body["hybrid"].pop("weights_applied")  # the shares this query used: the configured weights here
+    assert applied == pytest.approx({"bm25": 1 / 3, "sdr": 2 / 3, "mean": 0.0})
     assert body["method"] == "hybrid" and body["hybrid"] == {"fusion": "rrf", "rank_constant": 10,
                                                              "weights": {"bm25": 1.0, "sdr": 2.0, "mean": 0.0}}
     hit = body["hits"][0]

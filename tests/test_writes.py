@@ -167,3 +167,26 @@ def test_statistics_are_refreshed_in_the_background_and_on_demand(served):
     refresher.cancel()  # no background refresh: on demand
     r = client.post("/v1/indices/default/_refresh_stats")
     assert r.status_code == 200 and r.json()["stale"] is False and r.json()["documents"] == 30
+
+
+def test_a_body_of_another_content_type_is_told_what_to_send(served):
+    client, _, _ = served
+    r = client.post(MLT, content=b'{"id": "d001"}', headers={"Content-Type": "text/plain"})
+    assert r.status_code == 422
+    assert "Content-Type: application/json (got text/plain)" in r.json()["error"]["message"]
+    r = client.put(DOC + "x", content=b"Some text.", headers={"Content-Type": "text/plain"})
+    assert r.status_code == 422 and "application/json" in r.json()["error"]["message"]
+
+
+def test_writing_the_same_content_again_leaves_the_statistics_fresh(served):
+    client, store, refresher = served
+    body = {"title": "Same", "text": "A document written twice. Its content does not change."}
+    assert client.put(DOC + "same-1", json=body).json()["stats_stale"]
+    refresher.refresh_now("default", store)
+    assert not store.stats_info().stale
+    again = client.put(DOC + "same-1", json={**body, "title": "Retitled"}).json()
+    assert again["result"] == "updated" and again["stats_stale"] is False
+    out = _bulk(client, [{"id": "same-1", **body}, {"delete": "no-such-id"}])
+    assert out["stats_stale"] is False and out["written"] == 1
+    assert client.delete(DOC + "no-such-id").status_code == 404 and not store.stats_info().stale
+    assert client.put(DOC + "same-1", json={"text": "Now the content changes."}).json()["stats_stale"] is True

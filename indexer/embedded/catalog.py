@@ -284,16 +284,21 @@ def commit_put(
     conn: sqlite3.Connection, prepared: list[Prepared], start: int
 ) -> tuple[list[tuple[int, str, int, int]], list[tuple[int, int, int]], int]:
     """One transaction (committed here): upsert every document with its rows from row ``start``
-    on, advance the committed row count, mark stats stale.
+    on, advance the committed row count, and mark stats stale when a document is new or its content
+    changed (a document written again with the same content key keeps its statistics: a new title
+    or metadata changes no score).
 
     Returns the placed ``(seq, doc_id, row_start, n)``, the replaced ``(seq, row_start, n)`` and
     the new generation.
     """
     ids = [p.doc.id for p in prepared]
     with transaction(conn):
-        existing: dict[str, tuple[int, int, int]] = {
-            r[0]: (r[1], r[2], r[3]) for r in select_by_ids(conn, "doc_id, seq, row_start, n_sentences", ids)
-        }
+        existing: dict[str, tuple[int, int, int]] = {}
+        old_keys: dict[str, str] = {}
+        for r in select_by_ids(conn, "doc_id, seq, row_start, n_sentences, content_key", ids):
+            existing[r[0]] = (r[1], r[2], r[3])
+            old_keys[r[0]] = r[4]
+        changed = any(old_keys.get(p.doc.id) != p.content_key for p in prepared)
         next_seq = int(meta_get(conn, "next_seq", 0))
         row = start
         placed, rows = [], []
@@ -313,12 +318,15 @@ def commit_put(
             "ON CONFLICT(doc_id) DO UPDATE SET title=excluded.title, metadata=excluded.metadata, "
             "paragraphs=excluded.paragraphs, content_key=excluded.content_key, row_start=excluded.row_start, "
             "n_sentences=excluded.n_sentences, n_paragraphs=excluded.n_paragraphs, "
-            "par_sizes=excluded.par_sizes, stats=NULL, stats_version=NULL",
+            "par_sizes=excluded.par_sizes, "
+            "stats=CASE WHEN documents.content_key = excluded.content_key THEN documents.stats END, "
+            "stats_version=CASE WHEN documents.content_key = excluded.content_key THEN documents.stats_version END",
             rows,
         )
         meta_set(conn, "committed_rows", row)
         meta_set(conn, "next_seq", next_seq)
-        _mark_stale(conn)
+        if changed:
+            _mark_stale(conn)
         gen = bump_generation(conn)
     return placed, list(existing.values()), gen
 

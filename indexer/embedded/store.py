@@ -117,6 +117,8 @@ class EmbeddedStore(DocumentStore):
         self._create = create
         if create and read_only:
             raise InvalidInputError("a store cannot be created read-only")
+        if create and self.path.exists() and not self.path.is_dir():
+            raise InvalidInputError(f"{self.path} is a file, not a store directory; name a directory for the store")
         if not create:
             self._require_database()
         self._mutex = threading.RLock()
@@ -154,6 +156,8 @@ class EmbeddedStore(DocumentStore):
         return self._vectors.dtype
 
     def _require_database(self) -> None:
+        if self.path.exists() and not self.path.is_dir():
+            raise IndexNotFoundError(f"{self.path} is a file, not an sdr store directory")
         if not (self.path / SQLITE).is_file():
             raise IndexNotFoundError(f"no sdr store at {self.path} (missing {SQLITE}); run `sdr index` to build one")
 
@@ -169,7 +173,12 @@ class EmbeddedStore(DocumentStore):
 
     def _open(self) -> None:
         if self._create:
-            self.path.mkdir(parents=True, exist_ok=True)
+            if self.path.exists() and not self.path.is_dir():
+                raise InvalidInputError(f"{self.path} is a file, not a store directory; name a directory for the store")
+            try:
+                self.path.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise StoreError(f"cannot create the store directory {self.path}: {e.strerror or e}") from e
         else:
             self._require_database()
         self._lock.open()

@@ -66,6 +66,7 @@ from sdr_search.indexer.store import (
     StoredDocument,
     query_state_of,
 )
+from sdr_search.core.cache import document_key
 from sdr_search.core.documents import Document
 from sdr_search.core.errors import (
     BackendUnavailableError,
@@ -552,9 +553,13 @@ class OpenSearchStore(DocumentStore):
                         max_sentences=self.settings.max_sentences)
         ids = [doc.id for doc, _ in items]
         actions = build_bulk_actions(items, index=target.name, encoder_tag=meta.encoder_tag, model_id=meta.model_id)
-        self._mark_stale(target)
-        self._bulk(target, build_stats_delete_actions(ids, index=target.state), ids,
-                   "deleting replaced statistics", accept=(404,), max_items=_SMALL_DOCS_PER_BULK)
+        # a document written again with the same content keeps its statistics, and alone makes none stale
+        stored = self.content_keys(ids)
+        changed = [doc.id for doc, _ in items if stored.get(doc.id) != document_key(meta.encoder_tag, doc.paragraphs)]
+        if changed:
+            self._mark_stale(target)
+            self._bulk(target, build_stats_delete_actions(changed, index=target.state), changed,
+                       "deleting replaced statistics", accept=(404,), max_items=_SMALL_DOCS_PER_BULK)
         self._bulk(target, actions, ids, "writing documents")
 
     def delete(self, ids: Sequence[str]) -> int:
