@@ -176,12 +176,19 @@ build_plugin() {  # build_plugin ZIP: build the plugin for $VERSION with Maven (
     mvn -q -B -f "$PLUGIN_SRC/pom.xml" package -Dopensearch.version="$VERSION" >"$BASE/plugin-build.log" 2>&1 \
     || die "building the sdr plugin failed (see $BASE/plugin-build.log): $(grep -m3 -E 'ERROR|FAIL' "$BASE/plugin-build.log" || true)"
   cp "$PLUGIN_SRC/target/os-$VERSION/sdr-opensearch-plugin-$VERSION.zip" "$zip.tmp" && mv "$zip.tmp" "$zip"
+  log "built the sdr plugin for $VERSION; its Java tests: $(cat "$PLUGIN_SRC/target/os-$VERSION"/surefire-reports/*.txt 2>/dev/null \
+    | awk '/Tests run:/ {gsub(",", ""); r += $3; f += $5; e += $7; s += $9} END {printf "%d run, %d failed, %d errors, %d skipped", r, f, e, s}')"
 }
 
 assemble_plugin() {  # the sdr home of the current sources: a copy of $HOME_DIR with the plugin installed
   local home hash zip tmp java_home
   home=$(node_home)
   [ -f "$home/.sdr-plugin" ] && return  # written last: the home is complete
+  if command -v flock >/dev/null 2>&1; then  # one build and install at a time (nodes on other ports share them)
+    exec 9>"$BASE/.sdr-plugin.lock"
+    flock 9
+    [ -f "$home/.sdr-plugin" ] && { exec 9>&-; return; }
+  fi
   hash=$(plugin_hash)
   zip=$BASE/sdr-plugin/sdr-opensearch-plugin-$VERSION-$hash.zip
   build_plugin "$zip"
@@ -194,6 +201,7 @@ assemble_plugin() {  # the sdr home of the current sources: a copy of $HOME_DIR 
   rm -rf "$home"
   mv "$tmp" "$home"
   prune_plugin_homes "$home"
+  exec 9>&-
 }
 
 prune_plugin_homes() {  # delete sdr homes of older builds of this version that no running node of this script uses
