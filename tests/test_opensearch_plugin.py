@@ -1,6 +1,6 @@
 """The sdr OpenSearch plugin (``opensearch-plugin/``) on a real node: documents written by the
 OpenSearchStore, a raw search with the ``sdr`` rescore clause through opensearch-py, scores checked
-against the brute-force oracle (:mod:`sdr_core.reference`) within 1e-4, with the source's vectors
+against the brute-force oracle (:mod:`sdr_search.core.reference`, sdr_core/reference.py) within 1e-4, with the source's vectors
 sent both ways (base64 float32 and JSON float arrays), the per-hit explanation (``_sdr`` field and
 the explain API), and bad input answered 400 with a message.
 
@@ -22,7 +22,7 @@ from opensearchpy import OpenSearch
 from opensearchpy import exceptions as ox
 
 from factories import AS_GIVEN, WORDS
-from sdr_core.reference import reference_paragraph_score, reference_paragraph_stats
+from sdr_search.core.reference import reference_paragraph_score, reference_paragraph_stats
 from sdr_search.core.documents import parse_record
 from sdr_search.core.vectors import DocVectors
 from sdr_search.indexer.opensearch import OpenSearchSettings, OpenSearchStore
