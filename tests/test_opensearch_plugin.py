@@ -1,8 +1,8 @@
 """The sdr OpenSearch plugin (``opensearch-plugin/``) on a real node: documents written by the
 OpenSearchStore, a raw search with the ``sdr`` rescore clause through opensearch-py, scores checked
-against the brute-force oracle (:mod:`sdr_search.core.reference`, sdr_core/reference.py) within 1e-4, with the source's vectors
-sent both ways (base64 float32 and JSON float arrays), the per-hit explanation (``_sdr`` field and
-the explain API), and bad input answered 400 with a message.
+against the brute-force oracle (:mod:`sdr_search.core.reference`, ``sdr_core/reference.py``) within
+1e-4, with the source's vectors sent both ways (base64 float32 and JSON float arrays), the per-hit
+explanation (``_sdr`` field and the explain API), and bad input answered 400 with a message.
 
 The node must have the plugin (``scripts/opensearch-node.sh start`` builds and installs it unless
 ``SDR_NODE_PLUGIN=0``): a node without it fails these tests; only a run that asks for a node
