@@ -3,8 +3,11 @@
  */
 package org.sdrsearch.opensearch;
 
+import org.apache.lucene.index.LeafReaderContext;
 import org.apache.lucene.search.join.BitSetProducer;
 import org.opensearch.search.rescore.RescoreContext;
+
+import java.io.IOException;
 
 /** What the {@link SdrRescorer} and the {@link SdrFetchSubPhase} need on a shard: the clause and the parent documents. */
 final class SdrRescoreContext extends RescoreContext {
@@ -21,11 +24,8 @@ final class SdrRescoreContext extends RescoreContext {
         return request;
     }
 
-    BitSetProducer parents() {
-        return parents;
-    }
-
-    CandidateReader reader(org.apache.lucene.index.LeafReaderContext leaf) throws java.io.IOException {
+    /** A reader of the candidates' sentences in one segment (forward only: one per segment and pass). */
+    CandidateReader reader(LeafReaderContext leaf) throws IOException {
         return new CandidateReader(leaf, parents, request.field(), request.paragraphField(), request.positionField(),
             request.source().dim());
     }

@@ -8,6 +8,7 @@ import org.apache.lucene.index.LeafReaderContext;
 import org.apache.lucene.index.VectorEncoding;
 import org.opensearch.common.lucene.search.Queries;
 import org.opensearch.common.xcontent.XContentHelper;
+import org.opensearch.common.xcontent.json.JsonXContent;
 import org.opensearch.core.common.ParsingException;
 import org.opensearch.core.common.io.stream.StreamInput;
 import org.opensearch.core.common.io.stream.StreamOutput;
@@ -15,6 +16,7 @@ import org.opensearch.core.xcontent.XContentBuilder;
 import org.opensearch.core.xcontent.XContentParser;
 import org.opensearch.index.mapper.DocumentMapper;
 import org.opensearch.index.mapper.MappedFieldType;
+import org.opensearch.index.mapper.ObjectMapper;
 import org.opensearch.index.query.QueryRewriteContext;
 import org.opensearch.index.query.QueryShardContext;
 import org.opensearch.search.rescore.RescoreContext;
@@ -22,6 +24,7 @@ import org.opensearch.search.rescore.RescorerBuilder;
 
 import java.io.IOException;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
@@ -281,11 +284,11 @@ public class SdrRescorerBuilder extends RescorerBuilder<SdrRescorerBuilder> {
                 throw error(parser, "[" + name + "] value " + size + " must be a number, got " + token);
             }
             if (size == out.length) {
-                out = java.util.Arrays.copyOf(out, size * 2);
+                out = Arrays.copyOf(out, size * 2);
             }
             out[size++] = parser.doubleValue();
         }
-        return java.util.Arrays.copyOf(out, size);
+        return Arrays.copyOf(out, size);
     }
 
     private static int[] parseInts(XContentParser parser, String name) throws IOException {
@@ -329,7 +332,8 @@ public class SdrRescorerBuilder extends RescorerBuilder<SdrRescorerBuilder> {
             throw new IllegalArgumentException("[" + NAME + "] field [" + field + "] is of type [" + vectorType.typeName()
                 + "], not knn_vector");
         }
-        if (context.getObjectMapper(nestedPath()) == null || context.getObjectMapper(nestedPath()).nested().isNested() == false) {
+        ObjectMapper nested = context.getObjectMapper(nestedPath());
+        if (nested == null || nested.nested().isNested() == false) {
             throw new IllegalArgumentException("[" + NAME + "] field [" + field + "] must be inside a nested object; ["
                 + nestedPath() + "] is not nested");
         }
@@ -380,7 +384,7 @@ public class SdrRescorerBuilder extends RescorerBuilder<SdrRescorerBuilder> {
         if (mapper == null) {
             return null;
         }
-        Map<String, Object> node = XContentHelper.convertToMap(mapper.mappingSource().uncompressed(), false).v2();
+        Map<String, Object> node = XContentHelper.convertToMap(JsonXContent.jsonXContent, mapper.mappingSource().string(), false);
         if (node.size() == 1 && node.containsKey("properties") == false) {
             Object only = node.values().iterator().next();  // {"_doc": {...}}
             if (only instanceof Map) {
