@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 N=${1:-200}
 STORE=${2:-runs/demo-store}
 WIKI=${SDR_DEMO_WIKI:-../shared/data/wiki/articles-00.jsonl.gz}
+start=$(date +%s)
 ./scripts/setup.sh
 if [ ! -f "$WIKI" ]; then
   echo "demo: $WIKI not found (set SDR_DEMO_WIKI to a .jsonl.gz of documents)" >&2
@@ -26,3 +27,4 @@ PY
 FIRST=$(head -1 "$SAMPLE" | .venv/bin/python -c "import json,sys; print(json.loads(sys.stdin.readline())['id'])")
 echo "== more like this: $FIRST"
 .venv/bin/sdr mlt --store "$STORE" --id "$FIRST" --size 5 --explain
+echo "demo: done in $(( $(date +%s) - start )) s (setup included)"

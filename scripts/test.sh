@@ -8,22 +8,22 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 NODE=./scripts/opensearch-node.sh
-if [ -z "${OPENSEARCH_URL:-}" ]; then
-  if OPENSEARCH_URL=$("$NODE" url 2>/dev/null); then
-    echo "OpenSearch: a node was already running at $OPENSEARCH_URL; the tests use it and leave it running"
-  else
-    stop_node() {
-      echo "OpenSearch: stopping the node this command started (port ${SDR_NODE_PORT:-9200})"
-      "$NODE" stop || echo "OpenSearch: could not stop it; $NODE stop does" >&2
-    }
-    start=$(date +%s)
-    trap stop_node EXIT
-    trap 'exit 130' INT
-    trap 'exit 143' TERM
-    OPENSEARCH_URL=$("$NODE" start)
-    echo "OpenSearch: started a node at $OPENSEARCH_URL in $(( $(date +%s) - start )) s; it is stopped when the tests end"
-  fi
-  export OPENSEARCH_URL
+version() { curl -fsS "$1" | .venv/bin/python -c 'import json,sys; print(json.load(sys.stdin)["version"]["number"])'; }
+if [ -n "${OPENSEARCH_URL:-}" ]; then
+  echo "OpenSearch: $OPENSEARCH_URL ($(version "$OPENSEARCH_URL")), from OPENSEARCH_URL"
+elif OPENSEARCH_URL=$("$NODE" url 2>/dev/null); then
+  echo "OpenSearch: a node was already running at $OPENSEARCH_URL ($(version "$OPENSEARCH_URL")); the tests use it and leave it running"
+else
+  stop_node() {
+    echo "OpenSearch: stopping the node this command started (port ${SDR_NODE_PORT:-9200})"
+    "$NODE" stop || echo "OpenSearch: could not stop it; $NODE stop does" >&2
+  }
+  start=$(date +%s)
+  trap stop_node EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+  OPENSEARCH_URL=$("$NODE" start)
+  echo "OpenSearch: started a node at $OPENSEARCH_URL ($(version "$OPENSEARCH_URL")) in $(( $(date +%s) - start )) s; it is stopped when the tests end"
 fi
-echo "OpenSearch: $OPENSEARCH_URL ($(curl -fsS "$OPENSEARCH_URL" | .venv/bin/python -c 'import json,sys; print(json.load(sys.stdin)["version"]["number"])'))"
+export OPENSEARCH_URL
 .venv/bin/python -m pytest "$@"
