@@ -120,8 +120,9 @@ def cmd_mlt(args) -> int:
     from .engine import MLTSettings, MoreLikeThis, Query
 
     settings = MLTSettings()
-    query = Query(**source_args(args), size=args.size, offset=args.offset, candidates=args.candidates,
-                  filter=filter_arg(args.filter), explain=args.explain, **fusion_args(args))
+    given = dict(size=args.size, offset=args.offset, candidates=args.candidates, filter=filter_arg(args.filter),
+                 explain=args.explain)  # flags left out are absent, as fields left out of an HTTP body
+    query = Query(**source_args(args), **{k: v for k, v in given.items() if v is not None}, **fusion_args(args))
     with open_store(args) as store:
         encoder = encoder_for_store(args, store) if query.needs_encoder else None
         result = MoreLikeThis(store=store, encoder=encoder, settings=settings).run(query)

@@ -42,7 +42,7 @@ document's *stored text*, :attr:`Document.text` (:func:`sentence_spans`): the ti
 SDR paragraph's sentences joined by one space, blocks separated by a blank line (``"\n\n"``), in
 Python string positions (code points). The source's offsets index its stored text when it is an
 indexed (or pre-encoded) document, and the request's own text when it is new text
-(:func:`request_text`, :func:`aligned_spans`): ``text`` as sent, or the ``paragraphs`` (every
+(:meth:`Query.request_text`, :func:`aligned_spans`): ``text`` as sent, or the ``paragraphs`` (every
 section's paragraphs) joined by a blank line. :attr:`MLTResult.source_offsets` says which.
 """
 
@@ -61,7 +61,7 @@ import numpy as np
 from pydantic import AliasChoices, Field
 from pydantic_settings import SettingsConfigDict
 
-from sdr_search.core.documents import Document, check_id, source_document
+from sdr_search.core.documents import Document
 from sdr_search.core.embed import doc_vectors
 from sdr_search.core.encoder import SentenceEncoder
 from sdr_search.core.errors import (
@@ -90,22 +90,12 @@ from sdr_search.indexer.prerank import paragraph_centroids, prerank_order
 from sdr_search.indexer.store import DocumentStore, IndexMeta, LexicalHits, QueryState
 
 from .filters import filter_candidates
+from .query import MAX_CANDIDATES, MAX_SOURCES, Query, SourceItem
 
-__all__ = ["METHODS", "MAX_SOURCES", "MLTSettings", "Like", "Query", "Source", "merge_sources", "Hit", "MLTResult", "MoreLikeThis", "mean_cosines",
-           "explain_pair", "best_sentence_pair", "sentence_spans", "aligned_spans", "request_text"]
+__all__ = ["METHODS", "MAX_SOURCES", "MLTSettings", "Query", "Source", "merge_sources", "Hit", "MLTResult", "MoreLikeThis", "mean_cosines",
+           "explain_pair", "best_sentence_pair", "sentence_spans", "aligned_spans"]
 
 logger = logging.getLogger(__name__)
-
-
-MAX_SIZE = 100
-"""Most hits one query may ask for (``size``); an evaluation run (``details=False``) up to :data:`MAX_CANDIDATES`."""
-
-MAX_FROM = 900
-"""Most hits one query may skip (``from``/``offset``)."""
-
-MAX_CANDIDATES = 1000
-"""Largest K (``candidates``): documents reranked exactly."""
-
 
 
 class MLTSettings(HybridSettings):
@@ -179,20 +169,6 @@ class MLTSettings(HybridSettings):
     )
 
 
-_SCALARS = (str, int, float, bool)
-
-MAX_SOURCES = 16
-"""Most sources one query may name in ``like``, and in ``unlike``."""
-
-def _count(value: Any, name: str, low: int, high: int) -> None:
-    """Refuse ``value`` unless it is an integer from ``low`` to ``high`` (the query contract's one rule
-    for every door: the CLI's flags, the HTTP body and the library)."""
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise InvalidInputError(f"{name} must be an integer from {low} to {high}, got {value!r}")
-
-_LIKE_FIELDS = ("id", "text", "paragraphs", "sections")
-
-
 def _applied(hits: Sequence["Hit"]) -> dict[str, Any]:
     """``{"weights_applied": {signal: share}}``: the weights the fusion used for this query (adaptive
     fusion sets them per query from the source's length), as shares of 1; empty without hits."""
@@ -202,169 +178,6 @@ def _applied(hits: Sequence["Hit"]) -> dict[str, Any]:
     weights = {name: float(v["weight"]) for name, v in signals.items() if "weight" in v}
     total = sum(weights.values())
     return {"weights_applied": {k: v / total for k, v in weights.items()}} if total > 0 else {}
-
-
-@dataclass(frozen=True)
-class Like:
-    """One source of a query with several (:attr:`Query.like`, :attr:`Query.unlike`): an indexed
-    document (``id``) or a new document (``text``, ``paragraphs`` or ``sections``, optional
-    ``title``). A plain string given as an item means an indexed document's id."""
-
-    id: str | None = None
-    text: str | None = None
-    paragraphs: Sequence[str] | None = None
-    sections: Sequence[Mapping[str, Any]] | None = None
-    title: str | None = None
-
-    def __post_init__(self) -> None:
-        given = [k for k in _LIKE_FIELDS if getattr(self, k) is not None]
-        if len(given) != 1:
-            found = ", ".join(given) if given else "none"
-            raise InvalidInputError(f"a source is exactly one of id, text, paragraphs or sections (found: {found})")
-        if self.id is not None:
-            if self.title is not None:
-                raise InvalidInputError("title applies to a new document (text, paragraphs or sections), not to an id")
-            object.__setattr__(self, "id", check_id(self.id))
-
-    @classmethod
-    def of(cls, item: Any, where: str) -> "Like":
-        """``item`` as a source: a :class:`Like`, a string (an indexed document's id) or a mapping
-        with the fields of :class:`Like`. ``where`` (e.g. ``like[2]``) prefixes any error."""
-        if isinstance(item, Like):
-            return item
-        if isinstance(item, (str, int)) and not isinstance(item, bool):
-            try:
-                return cls(id=item)
-            except InvalidInputError as e:
-                raise InvalidInputError(f"{where}: {e}") from None
-        if isinstance(item, Mapping):
-            unknown = sorted(set(item) - {*_LIKE_FIELDS, "title"}, key=str)
-            if unknown:
-                raise InvalidInputError(f"{where}: unknown field(s) {', '.join(map(repr, unknown))}; a source has "
-                                        "id, text, paragraphs or sections (and title)")
-            try:
-                return cls(**item)
-            except InvalidInputError as e:
-                raise InvalidInputError(f"{where}: {e}") from None
-        raise InvalidInputError(f"{where}: a source is an id (string) or an object with id, text, paragraphs or "
-                                f"sections, got {type(item).__name__}")
-
-    def new_document(self, settings: SegmentationSettings) -> Document:
-        return source_document(text=self.text, paragraphs=self.paragraphs, sections=self.sections, title=self.title,
-                               settings=settings)
-
-    def request_text(self) -> str | None:
-        """The text this new source's offsets index (:func:`request_text`); None for an id."""
-        if self.text is not None:
-            return self.text
-        if self.paragraphs is not None:
-            return "\n\n".join(self.paragraphs)
-        if self.sections is not None:
-            return "\n\n".join(p for section in self.sections for p in section.get("paragraphs", ()))
-        return None
-
-
-@dataclass(frozen=True)
-class Query:
-    """One "more like this" query, whichever door it came in by.
-
-    The source is exactly one of: ``id`` (an indexed document, left out of its own results),
-    ``text`` (raw text: paragraphs separated by blank lines), ``paragraphs``, ``sections``
-    (``[{"title": ..., "paragraphs": [...]}]``), or ``document`` + ``vectors`` (a new document the
-    caller already encoded). ``size``/``offset`` page the hits; ``candidates`` is K (documents
-    reranked exactly; default ``SDR_CANDIDATES``, raised to offset + size); ``filter`` is a metadata
-    equality filter (:mod:`sdr_search.reranker.filters`); ``method``/``fusion``/``weights``/
-    ``rank_constant`` override the index's and the settings' defaults; ``candidate_ids`` skips
-    candidate generation and ranks exactly those documents; ``feedback`` turns adaptive fusion's
-    document feedback on or off for this query (None: ``SDR_FEEDBACK``).
-    """
-
-    id: str | None = None
-    text: str | None = None
-    paragraphs: Sequence[str] | None = None
-    sections: Sequence[Mapping[str, Any]] | None = None
-    title: str | None = None
-    document: Document | None = None
-    vectors: DocVectors | None = None
-    size: int = 10
-    offset: int = 0
-    candidates: int | None = None
-    filter: Mapping[str, Any] | None = None
-    explain: bool = False
-    method: str | None = None
-    fusion: str | None = None
-    weights: Mapping[str, float] | None = None
-    rank_constant: int | None = None
-    candidate_ids: Sequence[str] | None = None
-    details: bool = True
-    feedback: bool | None = None
-    like: Sequence[Any] | None = None
-    unlike: Sequence[Any] | None = None
-    unlike_weight: float | None = None
-
-    def __post_init__(self) -> None:
-        given = [k for k in ("id", "text", "paragraphs", "sections", "document") if getattr(self, k) is not None]
-        if self.like is not None:
-            if given:
-                raise InvalidInputError(f"give the sources either as like or as one of id, text, paragraphs, sections "
-                                        f"(found like and {', '.join(given)})")
-            if isinstance(self.like, (str, Mapping)) or not isinstance(self.like, Sequence) or not self.like:
-                raise InvalidInputError("like must be a non-empty list of sources")
-            object.__setattr__(self, "like", tuple(Like.of(x, f"like[{k}]") for k, x in enumerate(self.like)))
-            if self.title is not None:
-                raise InvalidInputError("title applies to a single new-document source; give each like item its own")
-        elif len(given) != 1:
-            found = ", ".join(given) if given else "none"
-            raise InvalidInputError(f"give exactly one source: an indexed document id, text, paragraphs or sections (found: {found})")
-        if self.unlike is not None:
-            if isinstance(self.unlike, (str, Mapping)) or not isinstance(self.unlike, Sequence):
-                raise InvalidInputError("unlike must be a list of sources")
-            object.__setattr__(self, "unlike", tuple(Like.of(x, f"unlike[{k}]") for k, x in enumerate(self.unlike)))
-        for name in ("like", "unlike"):
-            n_sources = len(getattr(self, name) or ())
-            if n_sources > MAX_SOURCES:
-                raise InvalidInputError(f"{n_sources} sources in {name}, over the limit of {MAX_SOURCES}")
-        if self.feedback is not None and not isinstance(self.feedback, bool):
-            raise InvalidInputError(f"feedback must be true or false, got {self.feedback!r}")
-        if self.unlike_weight is not None and (isinstance(self.unlike_weight, bool)
-                                               or not isinstance(self.unlike_weight, (int, float))
-                                               or not np.isfinite(self.unlike_weight) or self.unlike_weight < 0):
-            raise InvalidInputError(f"unlike_weight must be a finite number >= 0, got {self.unlike_weight!r}")
-        if (self.document is None) != (self.vectors is None):
-            raise InvalidInputError("a pre-encoded source needs both document and vectors")
-        _count(self.size, "size", 1, MAX_SIZE if self.details else MAX_CANDIDATES)
-        _count(self.offset, "from (offset)", 0, MAX_FROM)
-        if self.candidates is not None:
-            _count(self.candidates, "candidates", 1, MAX_CANDIDATES)
-        if self.filter is not None:
-            check_filter(self.filter)
-
-    @property
-    def needs_encoder(self) -> bool:
-        """Whether a source is new text (to be encoded); indexed and pre-encoded sources are not."""
-        return any(x.id is None for x in (*(self.likes() or ()), *(self.unlike or ())))
-
-    def likes(self) -> tuple[Like, ...] | None:
-        """The like sources: :attr:`like`, or the one source as a :class:`Like` (None for a
-        pre-encoded ``document``)."""
-        if self.like is not None:
-            return tuple(self.like)
-        if self.document is not None:
-            return None
-        return (Like(id=self.id, text=self.text, paragraphs=self.paragraphs, sections=self.sections,
-                     title=self.title),)
-
-
-def check_filter(flt: Any) -> None:
-    """Refuse a filter that is not ``{field: scalar or list of scalars}`` (the HTTP schema's rule)."""
-    if not isinstance(flt, Mapping):
-        raise InvalidInputError(f"filter must be an object {{field: value}}, got {type(flt).__name__}")
-    for k, v in flt.items():
-        if not isinstance(k, str) or not k:
-            raise InvalidInputError(f"filter field names must be non-empty strings, got {k!r}")
-        items = v if isinstance(v, list) else [v]
-        if not all(isinstance(x, _SCALARS) for x in items):
-            raise InvalidInputError(f"filter field {k!r}: a value is a string, number, boolean or a list of them")
 
 
 @dataclass(frozen=True)
@@ -378,7 +191,7 @@ class Source:
     stats: NormStats
     stats_origin: str  # "stored" | "reference-sample" | "mixed" (merged sources of both origins)
     indexed_id: str | None = None  # set when the source is an indexed document (excluded from results)
-    text: str | None = None  # a new-text source: the request's text (request_text), which its offsets index
+    text: str | None = None  # a new-text source: the request's text (Query.request_text), which its offsets index
     parts: tuple["Source", ...] = ()  # merged sources: the sources, in order
 
     @property
@@ -404,7 +217,7 @@ class Source:
     @property
     def offsets(self) -> str:
         """What the source's character offsets index: ``"stored"`` (its stored text,
-        :attr:`Document.text`) or ``"request"`` (the request's text, :func:`request_text`);
+        :attr:`Document.text`) or ``"request"`` (the request's text, :meth:`Query.request_text`);
         merged sources of both kinds: ``"mixed"`` (each source's own, as its kind says)."""
         kinds = {"stored" if m.text is None else "request" for m in self.members}
         return kinds.pop() if len(kinds) == 1 else "mixed"
@@ -495,14 +308,6 @@ def sentence_spans(doc: Document) -> list[list[tuple[int, int]]]:
         spans.append(row)
         pos += 2
     return spans
-
-
-def request_text(query: Query) -> str | None:
-    """The text a new-text source's offsets index: ``text`` as sent; ``paragraphs``, or every
-    section's paragraphs in order, joined by a blank line (``"\\n\\n"``; section titles are not
-    part of it). None for an indexed or pre-encoded source (their offsets index the stored text)."""
-    likes = query.likes() if query.like is None else None  # several sources: each has its own (Like.request_text)
-    return likes[0].request_text() if likes else None
 
 
 def aligned_spans(text: str, doc: Document) -> list[list[tuple[int, int] | None]]:
@@ -766,7 +571,8 @@ class MoreLikeThis:
 
     # -- settings -------------------------------------------------------------------------------
     def _resolve(self, state: QueryState, query: Query) -> HybridSpec | None:
-        return self.resolve(method=query.method, fusion=query.fusion, weights=query.weights,
+        weights = query.weights.as_dict() if query.weights is not None else None
+        return self.resolve(method=query.method, fusion=query.fusion, weights=weights,
                             rank_constant=query.rank_constant, defaults=state.search_defaults, feedback=query.feedback)
 
     def resolve(
@@ -825,9 +631,9 @@ class MoreLikeThis:
         """The like and the unlike sources, each with its statistics. New documents are segmented
         first and their sentences counted against ``SDR_MAX_QUERY_SENTENCES`` together (before
         encoding: the cap bounds the encoder's work), then encoded in one call."""
-        likes, unlikes = query.likes(), tuple(query.unlike or ())
+        likes, unlikes = query.likes(), query.unlikes()
         several = query.like is not None or bool(unlikes)
-        items: list[tuple[str, Like | None]] = []
+        items: list[tuple[str, SourceItem | None]] = []
         if likes is None:  # a pre-encoded document
             items.append(("source", None))
         else:

@@ -49,6 +49,7 @@ from .engine import MLTResult, MLTSettings, MoreLikeThis
 from .errors import AuthenticationError, error_body, install_error_handlers
 from .limits import BodyLimitMiddleware, ConcurrencyLimiter
 from .metrics import CONTENT_TYPE_LATEST, MetricsMiddleware, ServiceMetrics
+from .query import Query
 from .settings import ServiceSettings
 
 __all__ = ["create_app", "StoreFactory", "API_KEY_HEADER"]
@@ -158,7 +159,7 @@ class _Service:
     # -- more like this (runs in a worker thread) ----------------------------------------------
     def more_like_this(self, index_name: str, req: m.MoreLikeThisRequest) -> MLTResult:
         self.budget.apply()
-        return self.indices.get(index_name).engine.run(m.query_from_request(req))
+        return self.indices.get(index_name).engine.run(Query.from_request(req))
 
     # -- writes (run in a worker thread) ----------------------------------------------------------
     def put_document(self, index_name: str, doc_id: str, body: writes.DocumentBody) -> writes.WriteResponse:

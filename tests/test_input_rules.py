@@ -589,10 +589,10 @@ def test_cli_refuses_what_http_refuses_in_one_line(tmp_path, caplog):
         (["index", "--store", str(tmp_path / "afile"), str(corpus)], "is a file, not a store directory"),
         (["mlt", "--store", str(tmp_path / "afile"), "--id", "a"], "is a file, not an sdr store directory"),
         (["mlt", "--store", str(tmp_path / "s"), "--file", str(tmp_path / "adir")], "is a directory"),
-        (["mlt", "--store", str(tmp_path / "s"), "--id", "a", "--size", "0"], "size must be an integer from 1 to 100"),
-        (["mlt", "--store", str(tmp_path / "s"), "--id", "a", "--size", "100000"], "from 1 to 100, got 100000"),
-        (["mlt", "--store", str(tmp_path / "s"), "--id", "a", "--candidates", "0"], "candidates must be an integer from 1"),
-        (["mlt", "--store", str(tmp_path / "s"), "--id", "a", "--from", "5000"], "from (offset) must be an integer"),
+        (["mlt", "--store", str(tmp_path / "s"), "--id", "a", "--size", "0"], "size: Input should be greater than or equal to 1"),
+        (["mlt", "--store", str(tmp_path / "s"), "--id", "a", "--size", "100000"], "size: Input should be less than or equal to 100"),
+        (["mlt", "--store", str(tmp_path / "s"), "--id", "a", "--candidates", "0"], "candidates: Input should be greater than or equal to 1"),
+        (["mlt", "--store", str(tmp_path / "s"), "--id", "a", "--from", "5000"], "offset: Input should be less than or equal to 900"),
     ]
     for argv, message in cases:
         caplog.clear()

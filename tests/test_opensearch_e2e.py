@@ -219,6 +219,7 @@ def test_mlt_by_id_sdr_and_hybrid(indexed, corpus):
     res = sdr_json("mlt", *os_args(indexed), "--id", "wiki_308", "--fusion", "rrf", "--weights", "bm25=1,sdr=2",
                    "--rank-constant", "10", "--size", "3", "--json")
     assert res["method"] == "hybrid"
+    assert res["hybrid"].pop("weights_applied") == pytest.approx({"bm25": 1 / 3, "sdr": 2 / 3, "mean": 0.0})
     assert res["hybrid"] == {"fusion": "rrf", "rank_constant": 10, "weights": {"bm25": 1.0, "sdr": 2.0, "mean": 0.0}}
 
     sdr("mlt", *os_args(indexed), "--id", "no-such-document", "--method", "sdr", expect=2)

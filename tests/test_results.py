@@ -28,7 +28,7 @@ from sdr_search.indexer.stats_job import refresh_stats
 from sdr_search.indexer.store import DocumentStore
 from sdr_search.reranker.api_models import DocumentResponse, response_from
 from sdr_search.reranker.commands import EXPLAIN_LEGEND, format_result
-from sdr_search.reranker.engine import MoreLikeThis, Query, aligned_spans, request_text, sentence_spans
+from sdr_search.reranker.engine import MoreLikeThis, Query, aligned_spans, sentence_spans
 
 unit = pytest.mark.unit  # every test here but the OpenSearch one: no model, no service
 
@@ -89,9 +89,9 @@ def test_aligned_spans_index_the_text_as_sent():
             assert not text[start].isspace() and not text[end - 1].isspace()
             found += 1
     assert found == doc.n_sentences >= 4
-    assert request_text(Query(paragraphs=["a b.", "c d."])) == "a b.\n\nc d."
-    assert request_text(Query(sections=[{"title": "T", "paragraphs": ["a."]}, {"paragraphs": ["b.", "c."]}])) == "a.\n\nb.\n\nc."
-    assert request_text(Query(id="x")) is None
+    assert Query(paragraphs=["a b.", "c d."]).request_text() == "a b.\n\nc d."
+    assert Query(sections=[{"title": "T", "paragraphs": ["a."]}, {"paragraphs": ["b.", "c."]}]).request_text() == "a.\n\nb.\n\nc."
+    assert Query(id="x").request_text() is None
 
 
 # -- the store read for results ----------------------------------------------------------------------------------
