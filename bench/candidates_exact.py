@@ -6,12 +6,12 @@ For every IRLeD dev query (new text), with statistics over every corpus paragrap
 - the exhaustive SDR top-10 (the truth);
 - ``B[c, s]``: the best cosine of source sentence ``s`` to any sentence of document ``c``, for
   every document (what a perfect nested k-NN returns, before truncation to the top k);
-- each aggregation of :mod:`sdr_search.indexer.candidates` (the engine's own code) on the exact top-``k``
+- each aggregation of :mod:`sdr_search.reranker.candidates` (the engine's own code) on the exact top-``k``
   documents per source sentence (``+ties``: with every document tied at the k-th place, what the
   embedded store's twin expansion gives for identical sentences), and a reference:
   ``relaxed-full`` (SDR with the paragraph max relaxed to a document max, on the complete ``B``:
   no truncation at all).
-- ``+prerank x2``: the engine's centroid pre-rank (:mod:`sdr_search.indexer.prerank`): the top 2K by
+- ``+prerank x2``: the engine's centroid pre-rank (:mod:`sdr_search.reranker.prerank`): the top 2K by
   weighted-sum narrowed to K by the fused aggregation and paragraph-centroid scores
   (``+ties+prerank x2``: what the engine does, ties kept and pre-ranked);
 - **paragraph centroids** (no sentence k-NN): each paragraph is the normalised mean of its
@@ -37,8 +37,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sdr_search.indexer.candidates import aggregate_hits  # noqa: E402
-from sdr_search.indexer.prerank import paragraph_centroids, prerank_order  # noqa: E402
+from sdr_search.reranker.candidates import aggregate_hits  # noqa: E402
+from sdr_search.core.scoring import paragraph_centroids
+from sdr_search.reranker.prerank import prerank_order  # noqa: E402
 from sdr_search.indexer.store import SentenceHits  # noqa: E402
 from sdr_search.core.cache import EmbeddingCache  # noqa: E402
 from sdr_search.core.documents import read_documents  # noqa: E402

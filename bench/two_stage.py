@@ -17,7 +17,7 @@ Side by side in one run:
 4. **Memory**: store size on disk and process RSS per million sentences, next to the raw float32
    vector bytes.
 
-The centroid pre-rank (``SDR_PRERANK_FACTOR``, :mod:`sdr_search.indexer.prerank`) is compared off (1) and
+The centroid pre-rank (``SDR_PRERANK_FACTOR``, :mod:`sdr_search.reranker.prerank`) is compared off (1) and
 on (2) at knn_k 20 and the default in every section (``--prerank``). Unless
 ``--skip-knn-variants``: the other aggregations, nested k-NN twin expansion
 (``SDR_STORE_KNN_TWINS``) on and off, search rounds (``SDR_STORE_KNN_ROUNDS``) at 1, 2 and 3 and

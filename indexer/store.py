@@ -17,7 +17,7 @@ required methods is declared in :attr:`DocumentStore.capabilities` (:class:`Stor
 never probed; the checks every ``put()`` makes live in :mod:`sdr_search.indexer.validation`.
 
 Aggregating those per-sentence hits into candidate documents is backend-independent
-(:mod:`sdr_search.indexer.candidates`), and so is the exact rerank (:mod:`sdr_search.reranker.engine`), so both stores
+(:mod:`sdr_search.reranker.candidates`), and so is the exact rerank (:mod:`sdr_search.reranker.engine`), so both stores
 give the same ranking.
 """
 
@@ -29,7 +29,7 @@ from typing import Any, Callable, ClassVar, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from sdr_search.indexer.prerank import paragraph_centroids
+from sdr_search.core.scoring import paragraph_centroids
 from sdr_search.core.documents import Document
 from sdr_search.core.scoring import NormStats
 from sdr_search.core.vectors import CorpusVectors, DocVectors
@@ -305,7 +305,7 @@ class DocumentStore(ABC):
     def paragraph_centroids(self, ids: Sequence[str]) -> list[np.ndarray]:
         """Each document's paragraph centroids (normalised mean sentence vectors, one
         ``(paragraphs, dim)`` array per id, in order) for the centroid pre-rank
-        (:mod:`sdr_search.indexer.prerank`). This default computes them from :meth:`fetch_documents`
+        (:mod:`sdr_search.reranker.prerank`). This default computes them from :meth:`fetch_documents`
         (it reads every vector); a store that keeps them declares ``capabilities.cheap_centroids``
         (the embedded store holds them in memory)."""
         return [paragraph_centroids(doc) for doc in self.fetch_documents(ids)]

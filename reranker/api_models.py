@@ -25,6 +25,17 @@ from .query import (  # the query contract (the request body is its public model
     _drop_null_defaults,
 )
 
+from .results import (  # the hit schema (one Hit for the engine and the response)
+    Explanation,
+    Hit,
+    HybridExplanation,
+    ParagraphPair,
+    SentencePair,
+    SignalScore,
+    Snippet,
+    SourceScore,
+)
+
 INDEX_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 
 __all__ = [
@@ -60,67 +71,6 @@ __all__ = [
     "stored_text",
 ]
 
-_OFFSETS = (
-    "Character offsets (Python string positions, i.e. Unicode code points; end exclusive) of the sentence: the "
-    "candidate's into its stored text (`text` of GET /v1/indices/{index}/documents/{id}); the source's into the "
-    "text `source_offsets` names."
-)
-
-
-class SentencePair(BaseModel):
-    source_sentence: str = Field(..., description="A whole source sentence.")
-    candidate_sentence: str = Field(..., description="The candidate sentence most similar to it (whole).")
-    cosine: float = Field(..., description="Cosine similarity of the two sentence vectors.")
-    source: int | None = Field(
-        None, description="With several sources (`like`): which like source the sentence is from (its position)."
-    )
-    source_start: int | None = Field(
-        None, description="Where the source sentence starts. " + _OFFSETS + " Absent when a new-text source's "
-        "sentence is not found verbatim (up to white space) in the request's text."
-    )
-    source_end: int | None = Field(None, description="Where the source sentence ends (exclusive).")
-    candidate_start: int | None = Field(None, description="Where the candidate sentence starts in its stored text.")
-    candidate_end: int | None = Field(None, description="Where the candidate sentence ends (exclusive).")
-
-
-class Snippet(SentencePair):
-    """The hit's best sentence pair: the best sentence pair of its best paragraph pair (the first
-    sentence pair of the explanation)."""
-
-    source_paragraph: int = Field(..., description="Position of the source paragraph.")
-    candidate_paragraph: int = Field(..., description="Position of the candidate paragraph.")
-
-
-class ParagraphPair(BaseModel):
-    source: int | None = Field(None, description="With several sources: which like source (its position in `like`).")
-    source_paragraph: int = Field(..., description="Position of the source paragraph (in its own source).")
-    candidate_paragraph: int = Field(..., description="Position of its best candidate paragraph.")
-    paragraph_score: float = Field(..., description="P_ij: mean over source sentences of the best cosine.")
-    normalised_score: float = Field(..., description="N_ij = (P_ij - mu_i) / sigma_i.")
-    sentence_pairs: list[SentencePair]
-
-
-class SignalScore(BaseModel):
-    raw: float = Field(..., description="The signal's score for this document.")
-    normalised: float | None = Field(
-        None, description="After per-query normalisation (for rrf: 1 / (k + rank)); absent for a signal of weight 0."
-    )
-    weight: float
-
-
-class HybridExplanation(BaseModel):
-    score: float = Field(..., description="The fused score (the hit's score).")
-    fusion: Literal["zscore", "minmax", "rrf", "adaptive"]
-    rank_constant: int | None = None
-    signals: dict[str, SignalScore] = Field(..., description="bm25, sdr and mean: raw and normalised scores.")
-
-
-class Explanation(BaseModel):
-    score: float = Field(..., description="S(s, c): mean over source paragraphs of the best normalised score.")
-    paragraph_pairs: list[ParagraphPair]
-    hybrid: HybridExplanation | None = Field(None, description="Hybrid hits: how the fused score was made.")
-
-
 class FeedbackUsed(BaseModel):
     ids: list[str] = Field(..., description="The feedback documents: the top hits of the first ranking, in order.")
     share: float = Field(..., description="Their share of each hit's score: f h / (h + n) for a source of n sentences.")
@@ -142,12 +92,6 @@ class Fusion(BaseModel):
         None, description="Set when document feedback ranked this query: the feedback documents and their share.")
 
 
-class SourceScore(BaseModel):
-    role: Literal["like", "unlike"]
-    index: int = Field(..., description="Position in `like` or `unlike`.")
-    score: float = Field(..., description="This source's own score for the hit (SDR, or the fused hybrid score).")
-
-
 class SourceInfo(BaseModel):
     role: Literal["like", "unlike"]
     index: int = Field(..., description="Position in `like` or `unlike`.")
@@ -160,17 +104,6 @@ class SourceInfo(BaseModel):
         "`paragraphs` joined by a blank line)."
     )
     weight: float | None = Field(None, description="Unlike sources: minus the unlike weight.")
-
-
-class Hit(BaseModel):
-    id: str
-    score: float = Field(..., description="Method sdr: the SDR score S(s, c); hybrid: the fused score; several "
-                         "sources: the like mean minus unlike_weight x the unlike mean.")
-    title: str | None = Field(None, description="The document's title (absent when it has none).")
-    metadata: dict[str, Any] | None = Field(None, description="The document's metadata as stored.")
-    snippet: Snippet | None = Field(None, description="The best-matching source/candidate sentence pair.")
-    sources: list[SourceScore] | None = Field(None, description="Several sources: each one's own score for this hit.")
-    explanation: Explanation | None = None
 
 
 class StatsState(BaseModel):
@@ -260,12 +193,7 @@ def response_from(result, index: str) -> MoreLikeThisResponse:
         index=index,
         method=result.method,
         hybrid=Fusion.model_validate(result.hybrid) if result.hybrid is not None else None,
-        hits=[Hit(id=h.id, score=h.score, title=h.title,
-                  metadata=dict(h.metadata) if h.metadata is not None else None,
-                  snippet=Snippet.model_validate(h.snippet) if h.snippet is not None else None,
-                  sources=[SourceScore.model_validate(x) for x in h.sources] if h.sources is not None else None,
-                  explanation=Explanation.model_validate(h.explanation) if h.explanation is not None else None)
-              for h in result.hits],
+        hits=list(result.hits),
         candidates=result.candidates,
         stats=StatsState(origin=result.stats_origin, stale=result.stats_stale),
         source_offsets=result.source_offsets,

@@ -31,7 +31,7 @@ import numpy as np
 
 from sdr_search.core.scoring import NormStats, top_of
 
-from .store import SentenceHits
+from sdr_search.indexer.store import SentenceHits
 
 __all__ = ["AGGREGATIONS", "aggregate_hits", "top_candidates"]
 

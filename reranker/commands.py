@@ -170,8 +170,7 @@ def _short(text: str, limit: int = _SNIPPET_CHARS) -> str:
     return (cut.rsplit(" ", 1)[0] if " " in cut[limit // 2 :] else cut) + "\u2026"
 
 
-def _span(d: dict, side: str) -> str:
-    start, end = d.get(f"{side}_start"), d.get(f"{side}_end")
+def _span(start: int | None, end: int | None) -> str:
     return f"[{start}:{end}]" if start is not None else "[?]"
 
 
@@ -201,25 +200,25 @@ def format_result(result, *, explain: bool = False, width: int = 100) -> str:
             row += "  " + _short(json.dumps(dict(h.metadata), ensure_ascii=False, default=str), 80)
         lines.append(row)
         if h.snippet and not h.explanation:
-            lines.append(f"{'':16}{h.snippet['cosine']:.3f}  {_short(h.snippet['candidate_sentence'])}")
+            lines.append(f"{'':16}{h.snippet.cosine:.3f}  {_short(h.snippet.candidate_sentence)}")
         if h.explanation and h.sources:
-            lines.append("        " + "  ".join(f"{x['role']}[{x['index']}] {x['score']:.3f}" for x in h.sources))
+            lines.append("        " + "  ".join(f"{x.role}[{x.index}] {x.score:.3f}" for x in h.sources))
         if h.explanation and h.signals:
             lines.append("        " + "  ".join(
-                f"{name} {v['raw']:.3f}" + (f" -> {v['normalised']:.3f} x{v['weight']:.3g}" if "normalised" in v else "")
+                f"{name} {v.raw:.3f}" + (f" -> {v.normalised:.3f} x{v.weight:.3g}" if v.normalised is not None else "")
                 for name, v in h.signals.items()
             ))
         if h.explanation:
-            for p in h.explanation["paragraph_pairs"]:
-                which = f"like[{p['source']}] " if "source" in p else ""
+            for p in h.explanation.paragraph_pairs:
+                which = f"like[{p.source}] " if p.source is not None else ""
                 lines.append(
-                    f"        {which}paragraph {p['source_paragraph']} ~ {p['candidate_paragraph']}: "
-                    f"normalised {p['normalised_score']:.3f} (raw {p['paragraph_score']:.3f})"
+                    f"        {which}paragraph {p.source_paragraph} ~ {p.candidate_paragraph}: "
+                    f"normalised {p.normalised_score:.3f} (raw {p.paragraph_score:.3f})"
                 )
-                for sp in p["sentence_pairs"]:
-                    lines += textwrap.wrap(f"{sp['cosine']:.3f}  {_span(sp, 'source')} {sp['source_sentence']}",
+                for sp in p.sentence_pairs:
+                    lines += textwrap.wrap(f"{sp.cosine:.3f}  {_span(sp.source_start, sp.source_end)} {sp.source_sentence}",
                                            width, initial_indent=" " * 10, subsequent_indent=" " * 24)
-                    lines += textwrap.wrap(f"~ {_span(sp, 'candidate')} {sp['candidate_sentence']}",
+                    lines += textwrap.wrap(f"~ {_span(sp.candidate_start, sp.candidate_end)} {sp.candidate_sentence}",
                                            width, initial_indent=" " * 17, subsequent_indent=" " * 24)
     if explain:
         lines += ["", *textwrap.wrap(EXPLAIN_LEGEND, width), ""]
@@ -283,8 +282,8 @@ def cmd_eval_store(args) -> int:
             runs[doc.id] = [(h.id, h.score) for h in result.hits]
             signals = result.hits[0].signals if result.hits and spec is not None else None
             if signals:  # the weights the engine reports for this query's fusion
-                total = sum(float(signals[s]["weight"]) for s in SIGNALS if s in signals) or 1.0
-                weights_used[doc.id] = {s: float(signals[s]["weight"]) / total for s in SIGNALS if s in signals}
+                total = sum(float(signals[s].weight) for s in SIGNALS if s in signals) or 1.0
+                weights_used[doc.id] = {s: float(signals[s].weight) / total for s in SIGNALS if s in signals}
                 if spec.feedback:  # the share document feedback took (0: the source was too long for it)
                     weights_used[doc.id]["feedback"] = float((result.hybrid or {}).get("feedback", {}).get("share", 0.0))
             if bar is not None:

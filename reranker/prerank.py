@@ -1,13 +1,14 @@
 """Centroid pre-rank: narrow a pool of vector candidates to the K that get the exact rerank
 (backend-independent, pure).
 
-The candidate aggregation (:mod:`sdr_search.indexer.candidates`) scores a document from its best-matching
+The candidate aggregation (:mod:`sdr_search.reranker.candidates`) scores a document from its best-matching
 sentences anywhere in it: SDR with the paragraph max relaxed to a document max. That relaxation
 favours long documents whose matches are scattered over many paragraphs; the SDR top-10 documents
 it misses at K = 100 on IRLeD dev are short ones (19-35 paragraphs where the candidates' median is
 111-242). Paragraph centroids bring the paragraph structure back at a fraction of the exact cost:
 
-- a paragraph's **centroid** is the normalised mean of its sentence vectors;
+- a paragraph's **centroid** is the normalised mean of its sentence vectors
+  (:func:`sdr_search.core.scoring.paragraph_centroids`);
 - a document's **centroid score** is SDR's shape with a paragraph pair scored by the cosine of its
   centroids: ``M[i, c] = max_j cos(centroid_i, centroid_cj)`` over the source paragraphs ``i``
   and the document's paragraphs ``j``, each row z-scored over the pool, then the mean over ``i``;
@@ -32,24 +33,15 @@ from typing import Sequence
 import numpy as np
 
 from sdr_search.core.fusion import zscore
-from sdr_search.core.scoring import document_blocks, rank, sdr_scores, segment_sum_rows, stats_from_paragraph_scores
+from sdr_search.core.scoring import document_blocks, paragraph_centroids, rank, sdr_scores, stats_from_paragraph_scores
 from sdr_search.core.vectors import DocVectors
 
-__all__ = ["AGGREGATION_WEIGHT", "paragraph_centroids", "centroid_scores", "prerank_order"]
+__all__ = ["AGGREGATION_WEIGHT", "centroid_scores", "prerank_order"]
 
 AGGREGATION_WEIGHT = 0.5
 """Weight of the aggregation score in the pre-rank (the centroid score has ``1 -`` this). Equal
 weights, not tuned: on IRLeD dev 0.3, 0.5 and 0.7 all gave top-10 recall 0.992-0.998 at K = 100
 with pools of 1.5K-3K (exact k-NN study)."""
-
-
-def paragraph_centroids(doc: DocVectors) -> np.ndarray:
-    """``(n_paragraphs, dim)`` float32: each paragraph's normalised mean sentence vector."""
-    vectors = np.asarray(doc.vectors, dtype=np.float32)
-    lengths = np.diff(doc.par_offsets)
-    scratch = np.empty((lengths.size, vectors.shape[1]), dtype=np.float32)
-    sums = segment_sum_rows(vectors, np.asarray(doc.par_offsets[:-1], dtype=np.int64), lengths, scratch)
-    return sums / np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), 1e-12)
 
 
 def centroid_scores(source: DocVectors, centroids: Sequence[np.ndarray], *, block_rows: int = 4096) -> np.ndarray:

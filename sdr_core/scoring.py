@@ -41,6 +41,7 @@ __all__ = [
     "like_unlike",
     "rank",
     "top_of",
+    "paragraph_centroids",
 ]
 
 SIGMA_FLOOR = 1e-6
@@ -473,3 +474,12 @@ def top_of(
     order = rank(sub_ids, scores[candidates])[:k]
     chosen = candidates[order]
     return [ids[i] for i in chosen], scores[chosen].astype(np.float32)
+
+
+def paragraph_centroids(doc: DocVectors) -> np.ndarray:
+    """``(n_paragraphs, dim)`` float32: each paragraph's normalised mean sentence vector."""
+    vectors = np.asarray(doc.vectors, dtype=np.float32)
+    lengths = np.diff(doc.par_offsets)
+    scratch = np.empty((lengths.size, vectors.shape[1]), dtype=np.float32)
+    sums = segment_sum_rows(vectors, np.asarray(doc.par_offsets[:-1], dtype=np.int64), lengths, scratch)
+    return sums / np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), 1e-12)

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from factories import doc_vectors
-from sdr_search.indexer.candidates import aggregate_hits, top_candidates
+from sdr_search.reranker.candidates import aggregate_hits, top_candidates
 from sdr_search.indexer.store import SentenceHits
 from sdr_search.core.reference import reference_sdr_score
 from sdr_search.core.scoring import NormStats

@@ -362,7 +362,9 @@ def test_stats_lifecycle(tmp_path):
         np.testing.assert_array_equal(store.get("d001").stats.mu, stats["d001"].mu)
         np.testing.assert_array_equal(store.get("d001").stats.sigma, stats["d001"].sigma)
 
-        store.put([with_vectors(items[1], unit(np.random.default_rng(3), items[1][1].n_sentences))])
+        store.put([items[1]])  # the same content again: nothing a score depends on changed
+        assert not store.stats_info().stale and store.get("d001").stats is not None
+        store.put([make_doc("d001", np.random.default_rng(3), n_sents=4)])  # new content
         info = store.stats_info()
         assert info.stale and info.docs_without_stats == 1 and info.version == 1
         assert store.get("d001").stats is None and store.get("d000").stats is not None
@@ -697,7 +699,7 @@ def test_kill_9_leaves_a_consistent_resumable_store(tmp_path, fraction):
 
 # -- paragraph centroids (pre-rank) -----------------------------------------------------------
 def _fresh_centroids(store: EmbeddedStore, ids: list[str]) -> list[np.ndarray]:
-    from sdr_search.indexer.prerank import paragraph_centroids
+    from sdr_search.core.scoring import paragraph_centroids
 
     return [paragraph_centroids(store.get(i).vectors) for i in ids]
 

@@ -9,7 +9,7 @@ import pytest
 from sdr_search.indexer.embedded import EmbeddedStore
 from sdr_search.indexer.pipeline import index_documents
 from sdr_search.indexer.stats_job import refresh_stats
-from sdr_search.indexer.prerank import prerank_order
+from sdr_search.reranker.prerank import prerank_order
 from sdr_search.reranker.engine import MLTSettings, MoreLikeThis, Query
 from sdr_search.cli import main
 from sdr_search.core.documents import parse_record
@@ -90,7 +90,7 @@ def test_same_topic_ranks_first_and_explain_has_three_levels(built, encoder):
         engine = MoreLikeThis(store=store, encoder=encoder, settings=MLTSettings(method="sdr"))
         res = engine.run(Query(id="land_0", size=5, explain=True))
         assert all(h.id.startswith("land_") for h in res.hits)
-        ex = res.hits[0].explanation
+        ex = res.hits[0].explanation.model_dump(exclude_none=True)
         assert ex["score"] == pytest.approx(res.hits[0].score, abs=1e-4)
         pair = ex["paragraph_pairs"][0]
         assert {"source_paragraph", "candidate_paragraph", "normalised_score", "sentence_pairs"} <= set(pair)
@@ -105,7 +105,7 @@ def test_same_topic_ranks_first_and_explain_has_three_levels(built, encoder):
         # each hit reads: its title, and the best-matching sentence pair with offsets into both texts
         top = res.hits[0]
         assert top.title == f"service case {top.id.split('_')[1]}" and top.metadata == {}
-        snip = top.snippet
+        snip = top.snippet.model_dump(exclude_none=True)
         assert snip["candidate_sentence"] in {"The employee was dismissed without an inquiry.",
                                               "The tribunal ordered reinstatement with back wages."}
         assert snip["cosine"] > 0.5 and res.source_offsets == "request"
@@ -206,7 +206,7 @@ def test_hybrid_fuses_every_signal_over_the_union_of_both_sides(built, encoder):
     with EmbeddedStore(path) as store:
         engine = MoreLikeThis(store=store, encoder=encoder, settings=MLTSettings(candidates=4, knn_k=4))
         src = engine.source_from_id("murder_2")
-        pool, scores = engine._aggregated(src, 8, ["murder_2"])  # 2K by aggregation, then the centroid pre-rank
+        pool, scores = engine.stage.aggregated(src, 8, ["murder_2"])  # 2K by aggregation, then the centroid pre-rank
         vector_ids = [pool[i] for i in prerank_order(pool, scores, src.vectors, store.paragraph_centroids(pool))[:4]]
         lexical = store.lexical_search(src.document.text, 4, exclude_ids=["murder_2"])
         union = vector_ids + [i for i in lexical.ids if i not in vector_ids]
@@ -232,9 +232,9 @@ def test_hybrid_fuses_every_signal_over_the_union_of_both_sides(built, encoder):
         for h in res.hits:
             k = union.index(h.id)
             assert h.score == pytest.approx(fused.scores[k])
-            assert h.signals["bm25"]["raw"] == pytest.approx(signals["bm25"][k], rel=1e-6)
-            assert h.signals["sdr"]["raw"] == pytest.approx(signals["sdr"][k], abs=1e-9)
-            assert h.signals["mean"]["normalised"] == pytest.approx(fused.normalised["mean"][k])
+            assert h.signals["bm25"].raw == pytest.approx(signals["bm25"][k], rel=1e-6)
+            assert h.signals["sdr"].raw == pytest.approx(signals["sdr"][k], abs=1e-9)
+            assert h.signals["mean"].normalised == pytest.approx(fused.normalised["mean"][k])
         # BM25 alone: the lexical top hit wins whether or not the vector side found it
         bm25_only = engine.run(Query(id="murder_2", size=3, fusion="minmax", weights={"bm25": 1}))
         assert bm25_only.hits[0].id == lexical.ids[0]
@@ -249,7 +249,7 @@ def test_hybrid_explain_and_sdr_only_weights(built, encoder):
         assert [h.id for h in sdr_only.hits] == [h.id for h in exact.hits]  # all candidates, one signal: SDR's order
         res = engine.run(Query(id="service_1", size=2, explain=True, method="hybrid", fusion="rrf",
                                      weights={"bm25": 1, "sdr": 1}))
-        ex = res.hits[0].explanation
+        ex = res.hits[0].explanation.model_dump(exclude_none=True)
         assert ex["hybrid"]["score"] == res.hits[0].score and ex["hybrid"]["fusion"] == "rrf"
         assert ex["hybrid"]["rank_constant"] == 60
         assert set(ex["hybrid"]["signals"]) == {"bm25", "sdr", "mean"}

@@ -105,8 +105,8 @@ def test_like_sdr_is_the_mean_of_each_sources_reference_score(store_path):
             stat = [p for d, ps in everything.items() if d != src for p in ps]
             expected.append(reference_sdr_score(everything[src], everything[h.id], stat))
         assert h.score == pytest.approx(np.mean(expected), abs=1e-5)
-        assert [s["score"] for s in h.sources] == pytest.approx(expected, abs=1e-5)
-        assert [(s["role"], s["index"]) for s in h.sources] == [("like", 0), ("like", 1)]
+        assert [s.score for s in h.sources] == pytest.approx(expected, abs=1e-5)
+        assert [(s.role, s.index) for s in h.sources] == [("like", 0), ("like", 1)]
     assert [s["id"] for s in result.sources] == ["doc-1", "doc-8"] and result.stats_origin == "stored"
 
 
@@ -156,9 +156,9 @@ def test_hybrid_with_several_sources_averages_each_sources_fused_score(store_pat
     assert result.method == "hybrid" and result.source_offsets == "mixed" and result.stats_origin == "mixed"
     for h in result.hits:
         assert h.score == pytest.approx((a[h.id] + b[h.id]) / 2 - 0.5 * u[h.id], abs=1e-6)
-        assert [s["score"] for s in h.sources] == pytest.approx([a[h.id], b[h.id], u[h.id]], abs=1e-6)
+        assert [s.score for s in h.sources] == pytest.approx([a[h.id], b[h.id], u[h.id]], abs=1e-6)
         assert set(h.signals) == {"bm25", "sdr", "mean"}
-        assert h.explanation["paragraph_pairs"] and all(p["source"] in (0, 1) for p in h.explanation["paragraph_pairs"])
+        assert h.explanation.paragraph_pairs and all(p.source in (0, 1) for p in h.explanation.paragraph_pairs)
 
 
 def test_snippets_name_their_source_and_index_its_own_text(store_path):
@@ -169,14 +169,14 @@ def test_snippets_name_their_source_and_index_its_own_text(store_path):
         hits = {h.id: store.get(h.id).document.text for h in result.hits}
     assert [s["offsets"] for s in result.sources] == ["request", "stored"]
     for h in result.hits:
-        sp = h.snippet
+        sp = h.snippet.model_dump(exclude_none=True)
         own = text if sp["source"] == 0 else stored["doc-7"]
         if sp.get("source_start") is not None:
             assert " ".join(own[sp["source_start"]:sp["source_end"]].split()) == sp["source_sentence"]
         assert hits[h.id][sp["candidate_start"]:sp["candidate_end"]] == sp["candidate_sentence"]
-        for p in h.explanation["paragraph_pairs"]:
-            assert all(s["source"] == p["source"] for s in p["sentence_pairs"])
-        assert h.explanation["score"] == pytest.approx(np.mean([s["score"] for s in h.sources]), abs=1e-5)
+        for p in h.explanation.paragraph_pairs:
+            assert all(s.source == p.source for s in p.sentence_pairs)
+        assert h.explanation.score == pytest.approx(np.mean([s.score for s in h.sources]), abs=1e-5)
 
 
 def test_candidates_come_from_every_like_source(store_path):
@@ -296,10 +296,10 @@ def test_the_engine_weighs_each_source_by_its_own_length(store_path):
     assert a.hybrid["fusion"] == "adaptive"
     for result, n in ((a, n_short), (b, n_long)):
         w = result.hits[0].signals
-        assert w["bm25"]["weight"] == pytest.approx(n0 / (n0 + n)) and w["sdr"]["weight"] == pytest.approx(n / (n0 + n))
-        assert w["mean"]["weight"] == 0.0
+        assert w["bm25"].weight == pytest.approx(n0 / (n0 + n)) and w["sdr"].weight == pytest.approx(n / (n0 + n))
+        assert w["mean"].weight == 0.0
     w = both.hits[0].signals  # several sources: the like sources' mean of their own weights
-    assert w["bm25"]["weight"] == pytest.approx((n0 / (n0 + n_short) + n0 / (n0 + n_long)) / 2)
+    assert w["bm25"].weight == pytest.approx((n0 / (n0 + n_short) + n0 / (n0 + n_long)) / 2)
 
 
 def test_document_feedback_mixes_the_top_hits_rankings_in_by_their_share(store_path):
@@ -329,7 +329,8 @@ def test_document_feedback_mixes_the_top_hits_rankings_in_by_their_share(store_p
             assert h.score == pytest.approx((1 - share) * a[h.id] + share * mean, abs=1e-6)
             assert h.sources is None  # one named source
             named = next(p.signals for p in plain.hits if p.id == h.id)  # the signals are the named source's
-            assert {k: pytest.approx(v, abs=1e-6) for k, v in named.items()} == h.signals
+            assert {k: pytest.approx(v.model_dump(), abs=1e-6) for k, v in named.items()} == {
+                k: v.model_dump() for k, v in h.signals.items()}
         # method sdr and several sources: no feedback
         assert engine.run(Query(text=text, method="sdr", size=3)).hybrid is None
         several = engine.run(Query(like=[{"text": text}, "doc-2"], method="hybrid", size=3))

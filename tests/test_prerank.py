@@ -1,10 +1,11 @@
-"""Centroid pre-rank (sdr_search.indexer.prerank) against plain loops, and its use in the engine."""
+"""Centroid pre-rank (sdr_search.reranker.prerank) against plain loops, and its use in the engine."""
 
 import numpy as np
 import pytest
 
 from factories import doc_vectors, unit
-from sdr_search.indexer.prerank import centroid_scores, paragraph_centroids, prerank_order
+from sdr_search.core.scoring import paragraph_centroids
+from sdr_search.reranker.prerank import centroid_scores, prerank_order
 from sdr_search.core.fusion import zscore
 from sdr_search.core.scoring import rank
 from sdr_search.core.vectors import DocVectors
@@ -112,7 +113,7 @@ def test_engine_reranks_the_prerank_pick_from_a_pool_of_factor_times_k(tmp_path,
         on = MoreLikeThis(store=store, settings=MLTSettings(candidates=3, knn_k=12, prerank_factor=2, method="sdr"))
         off = MoreLikeThis(store=store, settings=MLTSettings(candidates=3, knn_k=12, prerank_factor=1, method="sdr"))
         src = on.source_from_id("doc0")
-        pool, scores = on._aggregated(src, 6, ["doc0"])
+        pool, scores = on.stage.aggregated(src, 6, ["doc0"])
         computed = [paragraph_centroids(d) for d in store.fetch_documents(pool)]
         ids = [pool[i] for i in prerank_order(pool, scores, src.vectors, computed)[:3]]
         assert ids != pool[:3]  # here the pre-rank changes the pick, so this test sees it work

@@ -136,6 +136,11 @@ def test_opensearch_documents_of_reads_documents_without_vectors(opensearch_url)
 
 
 # -- hits a person reads -----------------------------------------------------------------------------------------
+def _d(model) -> dict:
+    """A result model as the dict the HTTP response gives (absent fields left out)."""
+    return model.model_dump(exclude_none=True)
+
+
 def _check_pair(pair: dict, source_text: str, candidate: Document) -> None:
     assert candidate.text[pair["candidate_start"] : pair["candidate_end"]] == pair["candidate_sentence"]
     assert " ".join(source_text[pair["source_start"] : pair["source_end"]].split()) == pair["source_sentence"]
@@ -155,13 +160,13 @@ def test_hits_carry_title_metadata_and_the_best_sentence_pair(store_path, method
         for h, e in zip(plain.hits, explained.hits):
             doc = docs[h.id]
             assert h.title == doc.title and h.metadata == doc.metadata and h.metadata["topic"] in TOPICS
-            first = e.explanation["paragraph_pairs"][0]
+            first = _d(e.explanation)["paragraph_pairs"][0]
             # the snippet is the explanation's first sentence pair (the best pair of the best paragraph pair)
-            assert h.snippet == {**first["sentence_pairs"][0], "source_paragraph": first["source_paragraph"],
-                                 "candidate_paragraph": first["candidate_paragraph"]} == e.snippet
-            assert h.snippet["candidate_sentence"] in doc.paragraphs[h.snippet["candidate_paragraph"]]
-            _check_pair(h.snippet, source.text, doc)
-            for p in e.explanation["paragraph_pairs"]:
+            assert _d(h.snippet) == {**first["sentence_pairs"][0], "source_paragraph": first["source_paragraph"],
+                                     "candidate_paragraph": first["candidate_paragraph"]} == _d(e.snippet)
+            assert h.snippet.candidate_sentence in doc.paragraphs[h.snippet.candidate_paragraph]
+            _check_pair(_d(h.snippet), source.text, doc)
+            for p in _d(e.explanation)["paragraph_pairs"]:
                 for sp in p["sentence_pairs"]:
                     _check_pair(sp, source.text, doc)
         bare = engine.run(Query(id="doc-4", size=5, method=method, details=False))
@@ -182,8 +187,8 @@ def test_new_text_offsets_index_the_request_text(store_path):
             assert result.source_offsets == "request" and result.hits
             docs = store.documents_of([h.id for h in result.hits])
             for h in result.hits:
-                _check_pair(h.snippet, sent, docs[h.id])
-                for p in h.explanation["paragraph_pairs"]:
+                _check_pair(_d(h.snippet), sent, docs[h.id])
+                for p in _d(h.explanation)["paragraph_pairs"]:
                     for sp in p["sentence_pairs"]:
                         _check_pair(sp, sent, docs[h.id])
         body = response_from(result, "default").model_dump(mode="json", exclude_none=True, by_alias=True)
@@ -234,7 +239,7 @@ def test_cli_table_and_explain_print_whole_sentences_offsets_and_the_legend(stor
     assert re.match(r"^\s{16}-?\d\.\d{3}\s+\S", lines[2])  # the snippet under its hit
     assert EXPLAIN_LEGEND[:40] not in plain
     flat = " ".join(explained.split())
-    pairs = [sp for h in result.hits for p in h.explanation["paragraph_pairs"] for sp in p["sentence_pairs"]]
+    pairs = [sp for h in result.hits for p in _d(h.explanation)["paragraph_pairs"] for sp in p["sentence_pairs"]]
     assert any(len(sp["source_sentence"]) > 70 or len(sp["candidate_sentence"]) > 70 for sp in pairs)
     for sp in pairs:  # whole sentences (wrapped, never cut), each with its offsets
         assert f"[{sp['source_start']}:{sp['source_end']}] {sp['source_sentence']}" in flat

@@ -1,5 +1,5 @@
 """Paragraph centroids of the stored documents, kept in memory for the centroid pre-rank
-(:mod:`sdr_search.indexer.prerank`).
+(:mod:`sdr_search.reranker.prerank`).
 
 Like the FAISS index, they are derived from the vector file and never written: the first request
 after opening computes the centroids of every live document (one pass over the vector file,
@@ -21,7 +21,7 @@ import numpy as np
 
 from sdr_search.core.vectors import DocVectors
 
-from ..prerank import paragraph_centroids
+from sdr_search.core.scoring import paragraph_centroids
 from .rows import offsets
 
 __all__ = ["CentroidCache"]

@@ -1,0 +1,64 @@
+"""Character offsets of sentences: into a document's stored text (:attr:`Document.text`: the title,
+then each SDR paragraph's sentences joined by one space, blocks separated by a blank line), or into
+the text a request sent (white space as sent). Python string positions (code points), end exclusive."""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_right
+
+from sdr_search.core.documents import Document
+
+__all__ = ["sentence_spans", "aligned_spans"]
+
+_TOKEN = re.compile(r"\S+")  # the complement of the splitter's white space (sdr_search.core.sentences)
+
+
+def sentence_spans(doc: Document) -> list[list[tuple[int, int]]]:
+    """``(start, end)`` of every sentence in ``doc``'s stored text, :attr:`Document.text` (the
+    title, then each paragraph's sentences joined by one space, blocks separated by ``"\\n\\n"``):
+    ``doc.text[start:end]`` is the sentence. Per paragraph, in order."""
+    spans: list[list[tuple[int, int]]] = []
+    pos = len(doc.title) + 2 if doc.title else 0
+    for paragraph in doc.paragraphs:
+        row = []
+        for k, sentence in enumerate(paragraph):
+            pos += 1 if k else 0
+            row.append((pos, pos + len(sentence)))
+            pos += len(sentence)
+        spans.append(row)
+        pos += 2
+    return spans
+
+
+def aligned_spans(text: str, doc: Document) -> list[list[tuple[int, int] | None]]:
+    """``(start, end)`` of each sentence of ``doc`` (segmented from ``text``) in ``text`` itself:
+    segmentation collapses white space and joins fragments with one space, so each sentence is
+    found in order in the white-space-collapsed text and mapped back. A sentence not found that way
+    (a splitter break without white space, then joined) is None; ``text[start:end]`` equals the
+    sentence up to white space."""
+    tokens = [(m.start(), m.end()) for m in _TOKEN.finditer(text)]
+    collapsed = " ".join(text[a:b] for a, b in tokens)
+    starts: list[int] = []  # each token's start in the collapsed text
+    pos = 0
+    for a, b in tokens:
+        starts.append(pos)
+        pos += b - a + 1
+
+    def raw(at: int) -> int:  # a position inside a token of the collapsed text -> the text's
+        t = bisect_right(starts, at) - 1
+        return tokens[t][0] + (at - starts[t])
+
+    out: list[list[tuple[int, int] | None]] = []
+    cursor = 0
+    for paragraph in doc.paragraphs:
+        row: list[tuple[int, int] | None] = []
+        for sentence in paragraph:
+            at = collapsed.find(sentence, cursor) if sentence else -1
+            if at < 0:
+                row.append(None)
+                continue
+            cursor = at + len(sentence)
+            row.append((raw(at), raw(cursor - 1) + 1))
+        out.append(row)
+    return out
