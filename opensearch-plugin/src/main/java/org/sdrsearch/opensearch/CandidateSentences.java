@@ -53,6 +53,11 @@ final class CandidateSentences {
         return dim;
     }
 
+    /** The rows (at least {@link #size} of them; row r is sentence r). */
+    float[][] rows() {
+        return vectors;
+    }
+
     float[] vector(int r) {
         return vectors[r];
     }

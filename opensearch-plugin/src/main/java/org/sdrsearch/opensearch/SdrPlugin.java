@@ -3,9 +3,11 @@
  */
 package org.sdrsearch.opensearch;
 
-import org.opensearch.plugins.Plugin;
+import org.opensearch.common.settings.Setting;
+import org.opensearch.common.settings.Settings;
 import org.opensearch.plugins.SearchPlugin;
 import org.opensearch.search.fetch.FetchSubPhase;
+import org.opensearch.threadpool.ExecutorBuilder;
 
 import java.util.Collections;
 import java.util.List;
@@ -14,7 +16,7 @@ import java.util.List;
  * The {@code sdr} plugin: exact SDR as a rescorer ({@code "rescore": {"sdr": {...}}}) and its
  * per-hit explanation as the {@code _sdr} field. See README.md.
  */
-public class SdrPlugin extends Plugin implements SearchPlugin {
+public class SdrPlugin extends SdrPluginBase implements SearchPlugin {
     @Override
     public List<RescorerSpec<?>> getRescorers() {
         return Collections.singletonList(
@@ -25,5 +27,15 @@ public class SdrPlugin extends Plugin implements SearchPlugin {
     @Override
     public List<FetchSubPhase> getFetchSubPhases(FetchPhaseConstructionContext context) {
         return Collections.singletonList(new SdrFetchSubPhase());
+    }
+
+    @Override
+    public List<ExecutorBuilder<?>> getExecutorBuilders(Settings settings) {
+        return Collections.singletonList(SdrThreads.builder(settings));
+    }
+
+    @Override
+    public List<Setting<?>> getSettings() {
+        return Collections.singletonList(SdrThreads.THREADS);
     }
 }

@@ -8,6 +8,7 @@ import org.apache.lucene.search.join.BitSetProducer;
 import org.opensearch.search.rescore.RescoreContext;
 
 import java.io.IOException;
+import java.util.concurrent.Executor;
 
 /** What the {@link SdrRescorer} and the {@link SdrFetchSubPhase} need on a shard: the clause and the parent documents. */
 final class SdrRescoreContext extends RescoreContext {
@@ -22,6 +23,16 @@ final class SdrRescoreContext extends RescoreContext {
 
     SdrRescorerBuilder request() {
         return request;
+    }
+
+    /** The pool that helps score a window (null: this thread alone), see {@link SdrThreads}. */
+    Executor executor() {
+        return SdrThreads.executor();
+    }
+
+    /** How many threads may score one window (1: this thread alone). */
+    int threads() {
+        return SdrThreads.threads();
     }
 
     /** A reader of the candidates' sentences in one segment (forward only: one per segment and pass). */

@@ -20,6 +20,11 @@ import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.Executor;
+import java.util.concurrent.RejectedExecutionException;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicReference;
 
 /**
  * Replaces the score of each hit of the rescore window with its exact SDR score against the
@@ -42,6 +47,9 @@ final class SdrRescorer implements Rescorer {
 
     private SdrRescorer() {}
 
+    /** Fewest candidates one thread scores: below this a window is not split. */
+    static final int MIN_CHUNK = 8;
+
     @Override
     public TopDocs rescore(TopDocs topDocs, IndexSearcher searcher, RescoreContext rescoreContext) throws IOException {
         if (topDocs == null || topDocs.scoreDocs.length == 0) {
@@ -52,29 +60,97 @@ final class SdrRescorer implements Rescorer {
         ScoreDoc[] window = Arrays.copyOf(topDocs.scoreDocs, size);
         ScoreDoc[] byDoc = window.clone();
         Arrays.sort(byDoc, Comparator.comparingInt(d -> d.doc));
+        List<LeafReaderContext> leaves = searcher.getIndexReader().leaves();
+        int chunks = Math.max(1, Math.min(context.threads(), size / MIN_CHUNK));
+        Executor executor = context.executor();
+        if (chunks == 1 || executor == null) {
+            score(byDoc, 0, size, leaves, context);
+        } else {
+            scoreInParallel(byDoc, chunks, leaves, context, executor);
+        }
+        Set<Integer> rescored = new HashSet<>();
+        for (ScoreDoc hit : byDoc) {
+            rescored.add(hit.doc);
+        }
+        Arrays.sort(window, BY_SCORE);
+        context.setRescoredDocs(rescored);
+        return new TopDocs(topDocs.totalHits, window);
+    }
+
+    /** Scores byDoc[from, to) (doc-id order) in this thread, with its own scorer and segment readers. */
+    private static void score(ScoreDoc[] byDoc, int from, int to, List<LeafReaderContext> leaves, SdrRescoreContext context)
+        throws IOException {
         SdrScorer scorer = new SdrScorer(context.request().source());
         CandidateSentences candidate = new CandidateSentences(context.request().source().dim());
-        List<LeafReaderContext> leaves = searcher.getIndexReader().leaves();
-        int leafIndex = -1;
         int leafEnd = 0;
         LeafReaderContext leaf = null;
         CandidateReader reader = null;
-        Set<Integer> rescored = new HashSet<>();
-        for (ScoreDoc hit : byDoc) {
+        for (int i = from; i < to; i++) {
+            ScoreDoc hit = byDoc[i];
             if (hit.doc >= leafEnd) {
-                leafIndex = ReaderUtil.subIndex(hit.doc, leaves);
-                leaf = leaves.get(leafIndex);
+                leaf = leaves.get(ReaderUtil.subIndex(hit.doc, leaves));
                 leafEnd = leaf.docBase + leaf.reader().maxDoc();
                 reader = context.reader(leaf);
             }
             reader.read(hit.doc - leaf.docBase, candidate);
             double score = scorer.score(candidate);
             hit.score = candidate.size() == 0 ? NO_SENTENCES : (float) score;
-            rescored.add(hit.doc);
         }
-        Arrays.sort(window, BY_SCORE);
-        context.setRescoredDocs(rescored);
-        return new TopDocs(topDocs.totalHits, window);
+    }
+
+    /**
+     * Splits the window into {@code chunks} runs of consecutive doc ids; this thread and up to
+     * {@code chunks - 1} tasks on the plugin's pool take runs until none is left, then this thread
+     * waits for the runs taken by others. A task that starts late finds nothing to do, so a busy pool
+     * only slows the rescore down to this thread's pace: it never blocks it.
+     */
+    private static void scoreInParallel(ScoreDoc[] byDoc, int chunks, List<LeafReaderContext> leaves, SdrRescoreContext context,
+                                        Executor executor) throws IOException {
+        int size = byDoc.length;
+        AtomicInteger next = new AtomicInteger();
+        CountDownLatch done = new CountDownLatch(chunks);
+        AtomicReference<Throwable> failure = new AtomicReference<>();
+        Runnable drain = () -> {
+            int c;
+            while ((c = next.getAndIncrement()) < chunks) {
+                try {
+                    if (failure.get() == null) {
+                        score(byDoc, (int) ((long) c * size / chunks), (int) ((long) (c + 1) * size / chunks), leaves, context);
+                    }
+                } catch (Throwable t) {
+                    failure.compareAndSet(null, t);
+                } finally {
+                    done.countDown();
+                }
+            }
+        };
+        for (int h = 1; h < chunks; h++) {
+            try {
+                executor.execute(drain);
+            } catch (RejectedExecutionException e) {
+                break;  // the pool is full: this thread does the rest
+            }
+        }
+        drain.run();
+        try {
+            done.await();
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new IOException("interrupted while scoring SDR", e);
+        }
+        Throwable t = failure.get();
+        if (t instanceof IOException) {
+            throw (IOException) t;
+        }
+        if (t instanceof RuntimeException) {
+            throw (RuntimeException) t;
+        }
+        if (t instanceof Error) {
+            throw (Error) t;
+        }
+        if (t != null) {
+            throw new IOException(t);
+        }
     }
 
     @Override

@@ -3,8 +3,6 @@
  */
 package org.sdrsearch.opensearch;
 
-import org.apache.lucene.util.VectorUtil;
-
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.LinkedHashMap;
@@ -22,8 +20,9 @@ import java.util.Map;
  * Candidate paragraphs are the groups of sentences with one {@code paragraph} value, in ascending
  * order of that value; inside a paragraph, sentences are in {@code position} order. Ties (an equal
  * max) go to the first paragraph / sentence in that order, as numpy's argmax does in the Python
- * reference. Dot products are float32 through Lucene's {@link VectorUtil} (SIMD where the JVM has
- * the vector module); the sums and the normalisation are double.
+ * reference. Dot products are float32, through a {@link MatchKernel} (a register-tiled vector-API
+ * kernel where the JVM has the vector module, else Lucene's {@code VectorUtil}); the sums and the
+ * normalisation are double.
  *
  * <p>A candidate with no sentence has no SDR score (the max over an empty set is -infinity):
  * {@link #score} returns {@link Double#NEGATIVE_INFINITY}.
@@ -32,6 +31,7 @@ import java.util.Map;
  */
 final class SdrScorer {
     private final SdrSource source;
+    private final MatchKernel kernel;
     private final int n;          // source paragraphs
     private final int sentences;  // source sentences
     // scratch, grown as needed
@@ -39,6 +39,7 @@ final class SdrScorer {
     private int[] bestAt = new int[0];       // [k * groups + g]: the sorted index t of that r
     private Integer[] order = new Integer[0];
     private int[] sorted = new int[0];       // sorted index t -> sentence r
+    private int[] groupOf = new int[0];      // sorted index t -> its group g
     private int[] groupStart = new int[1];   // group g holds sorted[groupStart[g] .. groupStart[g + 1])
     private int groups;
     // the last computed per-paragraph result
@@ -47,7 +48,12 @@ final class SdrScorer {
     private final double[] bestZ;
 
     SdrScorer(SdrSource source) {
+        this(source, MatchKernel.create());
+    }
+
+    SdrScorer(SdrSource source, MatchKernel kernel) {
         this.source = source;
+        this.kernel = kernel;
         this.n = source.paragraphs();
         this.sentences = source.sentences();
         this.bestGroup = new int[n];
@@ -118,6 +124,7 @@ final class SdrScorer {
         if (order.length < m) {
             order = new Integer[Math.max(m, order.length * 2)];
             sorted = new int[order.length];
+            groupOf = new int[order.length];
         }
         for (int r = 0; r < m; r++) {
             order[r] = r;
@@ -139,31 +146,24 @@ final class SdrScorer {
             if (t == 0 || c.paragraph(sorted[t]) != c.paragraph(sorted[t - 1])) {
                 groupStart[groups++] = t;
             }
+            groupOf[t] = groups - 1;
         }
         groupStart[groups] = m;
     }
 
-    /** best[k][g] = max over group g's sentences of dot(s^k, c^r), visiting each group in position order. */
+    /** best[k][g] = max over group g's sentences of dot(s^k, c^r), bestAt the first sorted index t reaching it. */
     private void match(CandidateSentences c) {
         int cells = sentences * groups;
         if (best.length < cells) {
             best = new float[Math.max(cells, best.length * 2)];
             bestAt = new int[best.length];
         }
-        Arrays.fill(best, 0, cells, Float.NEGATIVE_INFINITY);
-        for (int g = 0; g < groups; g++) {
-            for (int t = groupStart[g]; t < groupStart[g + 1]; t++) {
-                float[] v = c.vector(sorted[t]);
-                for (int k = 0; k < sentences; k++) {
-                    float d = VectorUtil.dotProduct(source.vector(k), v);
-                    int cell = k * groups + g;
-                    if (d > best[cell]) {
-                        best[cell] = d;
-                        bestAt[cell] = t;
-                    }
-                }
-            }
-        }
+        kernel.match(source, c.rows(), sorted, groupOf, c.size(), groups, best, bestAt);
+    }
+
+    /** The kernel's name. */
+    String kernel() {
+        return kernel.name();
     }
 
     /**

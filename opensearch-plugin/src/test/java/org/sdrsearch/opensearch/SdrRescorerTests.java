@@ -33,6 +33,9 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Random;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.TimeUnit;
 
 /**
  * The rescorer on a real Lucene index laid out as OpenSearch lays out a nested mapping: each
@@ -286,6 +289,45 @@ public class SdrRescorerTests extends LuceneTestCase {
             for (ScoreDoc hit : rescored.scoreDocs) {
                 assertEquals(SdrRescorer.NO_SENTENCES, hit.score, 0f);
             }
+        }
+    }
+
+    public void testWindowScoredOnSeveralThreads() throws Exception {
+        // the window split over the plugin's pool (SdrThreads): the same scores as the brute force,
+        // and a failure in a helper thread reaches the caller as itself
+        Random random = new Random(random().nextLong());
+        int dim = TestUtil.nextInt(random(), 3, 40);
+        float[][][] source = BruteForceSdr.document(random, dim, 4, 9);
+        List<Candidate> candidates = new ArrayList<>();
+        for (int i = 0; i < 53; i++) {
+            candidates.add(new Candidate("c" + i, BruteForceSdr.document(random, dim, TestUtil.nextInt(random(), 1, 17),
+                TestUtil.nextInt(random(), 1, 5))));
+        }
+        double[] mu = { 0.1, 0.05 };
+        double[] sigma = { 0.3, 0.2 };
+        ExecutorService pool = Executors.newFixedThreadPool(3);
+        try (Directory dir = index(candidates, random, List.of()); DirectoryReader reader = DirectoryReader.open(dir)) {
+            SdrThreads.set(pool, 4);
+            IndexSearcher searcher = new IndexSearcher(reader);
+            TopDocs rescored = SdrRescorer.INSTANCE.rescore(searcher.search(Queries.newNonNestedFilter(), 100), searcher,
+                context(request(source, mu, sigma, false), 100));
+            assertEquals(53, rescored.scoreDocs.length);
+            float previous = Float.POSITIVE_INFINITY;
+            for (ScoreDoc hit : rescored.scoreDocs) {
+                float[][][] cand = candidates.get(Integer.parseInt(idOf(searcher, hit.doc).substring(1))).paragraphs;
+                assertEquals(BruteForceSdr.score(source, cand, mu, sigma), hit.score, TOLERANCE);
+                assertTrue(hit.score <= previous);
+                previous = hit.score;
+            }
+            float[][][] wrong = BruteForceSdr.document(random, dim + 1, 2);
+            IllegalArgumentException e = expectThrows(IllegalArgumentException.class,
+                () -> SdrRescorer.INSTANCE.rescore(searcher.search(Queries.newNonNestedFilter(), 100), searcher,
+                    context(request(wrong, new double[] { 0 }, new double[] { 1 }, false), 100)));
+            assertTrue(e.getMessage(), e.getMessage().contains("dimensions"));
+        } finally {
+            SdrThreads.set(null, 1);
+            pool.shutdown();
+            assertTrue(pool.awaitTermination(10, TimeUnit.SECONDS));
         }
     }
 }

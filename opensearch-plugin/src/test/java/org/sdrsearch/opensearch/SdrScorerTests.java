@@ -3,20 +3,73 @@
  */
 package org.sdrsearch.opensearch;
 
+import com.carrotsearch.randomizedtesting.annotations.Name;
+import com.carrotsearch.randomizedtesting.annotations.ParametersFactory;
 import org.apache.lucene.tests.util.LuceneTestCase;
 import org.apache.lucene.tests.util.TestUtil;
 
+import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
 import java.util.Map;
 import java.util.Random;
 
 /**
- * {@link SdrScorer} against the brute-force SDR of {@link BruteForceSdr}, on awkward sizes. (Lucene's test case, not
- * OpenSearch's: OpenSearchTestCase refuses to run as root, and CI runs as root.)
+ * {@link SdrScorer} against the brute-force SDR of {@link BruteForceSdr}, on awkward sizes, once per
+ * {@link MatchKernel} (the scalar one and the vector-API one: the test JVM runs with
+ * {@code --add-modules jdk.incubator.vector}, as a node does). (Lucene's test case, not OpenSearch's:
+ * OpenSearchTestCase refuses to run as root, and CI runs as root.)
  */
 public class SdrScorerTests extends LuceneTestCase {
     private static final double TOLERANCE = 1e-5;
+
+    private final String kernelName;
+
+    public SdrScorerTests(@Name("kernel") String kernel) {
+        this.kernelName = kernel;
+    }
+
+    @ParametersFactory
+    public static Iterable<Object[]> kernels() {
+        List<Object[]> out = new ArrayList<>();
+        out.add(new Object[] { "scalar" });
+        out.add(new Object[] { "panama" });
+        return out;
+    }
+
+    private MatchKernel kernel() {
+        if (kernelName.equals("scalar")) {
+            return MatchKernel.scalar();
+        }
+        MatchKernel panama = MatchKernel.panama();
+        assertNotNull("the vector-API kernel must load in the test JVM (surefire adds jdk.incubator.vector)", panama);
+        return panama;
+    }
+
+    private SdrScorer scorer(SdrSource source) {
+        return new SdrScorer(source, kernel());
+    }
+
+    public void testKernelTilesAgainstBruteForce() {
+        // sizes around the kernel's tiles: 4 source rows, blocks of 8 or 16 candidate lanes, 2 blocks per pass
+        Random random = new Random(random().nextLong());
+        int[] sourceSizes = { 1, 3, 4, 5, 7, 8, 9 };
+        int[] candidateSizes = { 1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 48, 49 };
+        for (int dim : new int[] { 1, 3, 17, 384 }) {
+            for (int s : sourceSizes) {
+                float[][][] source = BruteForceSdr.document(random, dim, s);
+                for (int m : candidateSizes) {
+                    int first = TestUtil.nextInt(random(), 1, m);
+                    float[][][] cand = first == m ? BruteForceSdr.document(random, dim, m)
+                        : BruteForceSdr.document(random, dim, first, m - first);
+                    double[] mu = { 0.05 };
+                    double[] sigma = { 0.5 };
+                    assertEquals("dim " + dim + ", " + s + " x " + m, BruteForceSdr.score(source, cand, mu, sigma),
+                        scorer(source(source, mu, sigma)).score(candidate(cand, dim, random)), TOLERANCE);
+                }
+            }
+        }
+    }
 
     private static CandidateSentences candidate(float[][][] doc, int dim, Random random) {
         // sentences in a shuffled read order; paragraph and position say where each belongs
@@ -59,7 +112,7 @@ public class SdrScorerTests extends LuceneTestCase {
                 float[][][] cand = BruteForceSdr.document(random, dim, candidateShape);
                 float[][][] other = BruteForceSdr.document(random, dim, 3, 2);
                 double[][] stats = BruteForceSdr.statistics(source, cand, other);
-                SdrScorer scorer = new SdrScorer(source(source, stats[0], stats[1]));
+                SdrScorer scorer = scorer(source(source, stats[0], stats[1]));
                 double expected = BruteForceSdr.score(source, cand, stats[0], stats[1]);
                 double got = scorer.score(candidate(cand, dim, random));
                 assertEquals(Arrays.toString(sourceShape) + " vs " + Arrays.toString(candidateShape), expected, got, TOLERANCE);
@@ -75,11 +128,11 @@ public class SdrScorerTests extends LuceneTestCase {
         double[] mu = { 0.1, -0.2 };
         double[] sigma = { 1e-7, 0.0 };
         double expected = BruteForceSdr.score(source, cand, mu, new double[] { 1, 1 });
-        assertEquals(expected, new SdrScorer(source(source, mu, sigma)).score(candidate(cand, dim, random)), TOLERANCE);
+        assertEquals(expected, scorer(source(source, mu, sigma)).score(candidate(cand, dim, random)), TOLERANCE);
         // just at the floor it is used as it is
         double[] atFloor = { 1e-6, 1e-6 };
         double scaled = BruteForceSdr.score(source, cand, mu, atFloor);
-        assertEquals(scaled, new SdrScorer(source(source, mu, atFloor)).score(candidate(cand, dim, random)),
+        assertEquals(scaled, scorer(source(source, mu, atFloor)).score(candidate(cand, dim, random)),
             Math.abs(scaled) * 1e-6);
     }
 
@@ -90,7 +143,7 @@ public class SdrScorerTests extends LuceneTestCase {
         float[][][] doc = BruteForceSdr.document(random, dim, 1, 5, 17);
         double[] zeros = new double[3];
         double[] ones = { 1, 1, 1 };
-        SdrScorer scorer = new SdrScorer(source(doc, zeros, ones));
+        SdrScorer scorer = scorer(source(doc, zeros, ones));
         assertEquals(1.0, scorer.score(candidate(doc, dim, random)), 1e-5);
         Map<String, Object> explained = scorer.explain(candidate(doc, dim, random));
         List<?> rows = (List<?>) explained.get("source_paragraphs");
@@ -114,7 +167,7 @@ public class SdrScorerTests extends LuceneTestCase {
         float[][][] source = BruteForceSdr.document(random, dim, 1, 5, 17);
         float[][][] cand = BruteForceSdr.document(random, dim, 4, 1, 6, 2);
         double[][] stats = BruteForceSdr.statistics(source, cand, BruteForceSdr.document(random, dim, 2, 2));
-        SdrScorer scorer = new SdrScorer(source(source, stats[0], stats[1]));
+        SdrScorer scorer = scorer(source(source, stats[0], stats[1]));
         Map<String, Object> explained = scorer.explain(candidate(cand, dim, random));
         assertEquals(BruteForceSdr.score(source, cand, stats[0], stats[1]), (Double) explained.get("score"), TOLERANCE);
         assertEquals(13, explained.get("sentences"));
@@ -161,13 +214,13 @@ public class SdrScorerTests extends LuceneTestCase {
         double expected = (BruteForceSdr.score(a, cand, new double[] { 0.1, 0.2 }, new double[] { 0.5, 0.25 })
             + BruteForceSdr.score(b, cand, new double[] { 0.3 }, new double[] { 2 })) / 2;
         SdrSource source = SdrSource.of(BruteForceSdr.rows(merged), BruteForceSdr.sizes(merged), mu, sigma, new int[] { 2, 1 });
-        assertEquals(expected, new SdrScorer(source).score(candidate(cand, dim, random)), TOLERANCE);
+        assertEquals(expected, scorer(source).score(candidate(cand, dim, random)), TOLERANCE);
     }
 
     public void testNoSentenceIsMinusInfinity() {
         Random random = new Random(random().nextLong());
         float[][][] source = BruteForceSdr.document(random, 4, 2);
-        SdrScorer scorer = new SdrScorer(source(source, new double[] { 0 }, new double[] { 1 }));
+        SdrScorer scorer = scorer(source(source, new double[] { 0 }, new double[] { 1 }));
         CandidateSentences empty = new CandidateSentences(4);
         assertEquals(Double.NEGATIVE_INFINITY, scorer.score(empty), 0);
         Map<String, Object> explained = scorer.explain(empty);
@@ -182,7 +235,7 @@ public class SdrScorerTests extends LuceneTestCase {
         float[][][] source = BruteForceSdr.document(random, dim, 3, 2);
         double[] mu = { 0.05, -0.1 };
         double[] sigma = { 0.3, 0.7 };
-        SdrScorer scorer = new SdrScorer(source(source, mu, sigma));
+        SdrScorer scorer = scorer(source(source, mu, sigma));
         for (int round = 0; round < 20; round++) {
             int[] shape = new int[TestUtil.nextInt(random(), 1, 6)];
             for (int j = 0; j < shape.length; j++) {
