@@ -79,6 +79,11 @@ def create_app(settings: WorkerSettings | None = None) -> "Celery":
         worker_proc_alive_timeout=120.0,
     )
     uses_redis = settings.broker_url.startswith(("redis://", "rediss://", "unix://"))
+    # The one retry policy (sdr_search.core.retry). Celery's own autoretry_for/retry_backoff compute
+    # the same delays but round the factor up to whole seconds (int(max(1, retry_backoff))), so the
+    # tasks pass the policy's countdown to self.retry instead; index_batch also has to report its
+    # documents failed, not raise, once the retries are spent.
+    backoff = settings.backoff()
 
     @app.task(name=INDEX_TASK, bind=True, max_retries=settings.max_retries)
     def index_batch_task(self, store_spec: dict, records: list, options: dict | None = None) -> dict[str, Any]:
@@ -91,8 +96,8 @@ def create_app(settings: WorkerSettings | None = None) -> "Celery":
                 return {"outcomes": [{"status": "failed", "id": tasks._record_id(r),
                                       "error": f"gave up after {self.request.retries} retries: {e}"} for r in records],
                         "encoded_sentences": 0, "seconds": 0.0, "delivery": 0}
-            delay = settings.retry_delay(self.request.retries)
-            logger.warning("transient error (%s); retry %d/%d in %.0f s", e, self.request.retries + 1, settings.max_retries, delay)
+            delay = backoff.delay(self.request.retries)
+            logger.warning("transient error (%s); retry %d/%d in %.1f s", e, self.request.retries + 1, settings.max_retries, delay)
             raise self.retry(exc=e, countdown=delay)
 
     @app.task(name=STATS_TASK, bind=True, max_retries=settings.max_retries)
@@ -100,7 +105,7 @@ def create_app(settings: WorkerSettings | None = None) -> "Celery":
         try:
             return tasks.stats_block(store_spec, doc_ids, options)
         except tasks.TransientError as e:
-            raise self.retry(exc=e, countdown=settings.retry_delay(self.request.retries))
+            raise self.retry(exc=e, countdown=backoff.delay(self.request.retries))
 
     def _close(**_: Any) -> None:
         tasks.close_process_resources()

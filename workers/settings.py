@@ -23,6 +23,8 @@ from __future__ import annotations
 from pydantic import AliasChoices, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from sdr_search.core.retry import Backoff
+
 __all__ = ["WorkerSettings"]
 
 
@@ -124,6 +126,10 @@ class WorkerSettings(BaseSettings):
     def backend_url(self) -> str | None:
         return self.result_backend or self.broker_url
 
+    def backoff(self) -> Backoff:
+        """The retry policy of the tasks (:mod:`sdr_search.core.retry`)."""
+        return Backoff(self.max_retries, self.retry_backoff, self.retry_backoff_max)
+
     def retry_delay(self, retries: int) -> float:
         """Seconds to wait before retry number ``retries + 1`` (exponential, capped)."""
-        return float(min(self.retry_backoff_max, self.retry_backoff * (2 ** max(0, retries))))
+        return self.backoff().delay(retries)

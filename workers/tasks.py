@@ -466,20 +466,14 @@ def run_blocks_in_process(spec: Mapping[str, Any], blocks: list[list[str]], opti
 
 
 def call_with_retries(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Call a task function in-process, retrying :class:`TransientError` as a worker would."""
+    """Call a task function in-process, retrying :class:`TransientError` as a worker would (the one
+    retry policy, :mod:`sdr_search.core.retry`, with the workers' settings)."""
+    from sdr_search.core.retry import retry_call
+
     from .settings import WorkerSettings
 
-    settings = WorkerSettings()
-    for attempt in range(settings.max_retries + 1):
-        try:
-            return fn(*args, **kwargs)
-        except TransientError as e:
-            if attempt >= settings.max_retries:
-                raise
-            delay = settings.retry_delay(attempt)
-            logger.warning("%s: %s; retry %d/%d in %.0f s", fn.__name__, e, attempt + 1, settings.max_retries, delay)
-            time.sleep(delay)
-    raise AssertionError("unreachable")  # pragma: no cover
+    return retry_call(lambda: fn(*args, **kwargs), backoff=WorkerSettings().backoff(),
+                      retry_if=lambda e: isinstance(e, TransientError), what=fn.__name__)
 
 
 def refresh_stats(
