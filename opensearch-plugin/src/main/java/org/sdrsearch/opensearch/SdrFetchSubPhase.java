@@ -3,25 +3,41 @@
  */
 package org.sdrsearch.opensearch;
 
+import org.apache.lucene.index.FieldInfo;
 import org.apache.lucene.index.LeafReaderContext;
+import org.apache.lucene.search.join.BitSetProducer;
 import org.opensearch.common.document.DocumentField;
+import org.opensearch.common.lucene.search.Queries;
 import org.opensearch.search.fetch.FetchContext;
 import org.opensearch.search.fetch.FetchSubPhase;
 import org.opensearch.search.fetch.FetchSubPhaseProcessor;
 import org.opensearch.search.rescore.RescoreContext;
 
 import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Base64;
 import java.util.Collections;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
 
 /**
- * With {@code "explain": true} in the {@code sdr} clause, adds to every returned hit the field
- * {@code _sdr}: its SDR score and, per source paragraph, the best candidate paragraph with P_ij,
- * N_ij and the best sentence pairs (README.md, "Response"). Reads the hit's sentences again, in
- * the fetch phase (which visits hits in doc-id order), so it costs one more read of the returned
- * hits only.
+ * Two per-hit fields, each read from the hit's nested sentences in the fetch phase (which visits hits
+ * in doc-id order), so they cost one more read of the returned hits only:
+ * <ul>
+ *   <li>{@code _sdr}, with {@code "explain": true} in the {@code sdr} rescore clause: the hit's SDR score
+ *       and, per source paragraph, the best candidate paragraph with P_ij, N_ij and the best sentence
+ *       pairs (README.md, "Response");</li>
+ *   <li>{@code _sdr_vectors}, with {@code "ext": {"sdr_vectors": {}}}: the hit's sentence vectors
+ *       ({@link SdrVectorsExt}).</li>
+ * </ul>
  */
 final class SdrFetchSubPhase implements FetchSubPhase {
     static final String FIELD = "_sdr";
+    static final String VECTORS_FIELD = "_sdr_vectors";
 
     @Override
     public FetchSubPhaseProcessor getProcessor(FetchContext fetchContext) {
@@ -33,10 +49,37 @@ final class SdrFetchSubPhase implements FetchSubPhase {
                 }
             }
         }
-        if (found == null) {
+        SdrVectorsExt vectors = (SdrVectorsExt) fetchContext.getSearchExt(SdrVectorsExt.NAME);
+        if (found == null && vectors == null) {
             return null;
         }
-        SdrRescoreContext context = found;
+        FetchSubPhaseProcessor explain = found == null ? null : explainProcessor(found);
+        FetchSubPhaseProcessor read = vectors == null ? null
+            : vectorsProcessor(vectors, fetchContext.getQueryShardContext().bitsetFilter(Queries.newNonNestedFilter()));
+        return new FetchSubPhaseProcessor() {
+            @Override
+            public void setNextReader(LeafReaderContext readerContext) throws IOException {
+                if (explain != null) {
+                    explain.setNextReader(readerContext);
+                }
+                if (read != null) {
+                    read.setNextReader(readerContext);
+                }
+            }
+
+            @Override
+            public void process(HitContext hitContext) throws IOException {
+                if (explain != null) {
+                    explain.process(hitContext);
+                }
+                if (read != null) {
+                    read.process(hitContext);
+                }
+            }
+        };
+    }
+
+    private static FetchSubPhaseProcessor explainProcessor(SdrRescoreContext context) {
         return new FetchSubPhaseProcessor() {
             private CandidateReader reader;
             private final CandidateSentences candidate = new CandidateSentences(context.request().source().dim());
@@ -63,5 +106,81 @@ final class SdrFetchSubPhase implements FetchSubPhase {
                     new DocumentField(FIELD, Collections.singletonList(scorer.explain(candidate))));
             }
         };
+    }
+
+    private static FetchSubPhaseProcessor vectorsProcessor(SdrVectorsExt ext, BitSetProducer parents) {
+        return new FetchSubPhaseProcessor() {
+            private CandidateReader reader;
+            private CandidateSentences candidate;
+            private LeafReaderContext leaf;
+            private int dim;
+            private int last = -1;
+
+            @Override
+            public void setNextReader(LeafReaderContext readerContext) throws IOException {
+                leaf = readerContext;
+                FieldInfo info = readerContext.reader().getFieldInfos().fieldInfo(ext.field());
+                dim = info == null ? 0 : info.getVectorDimension();
+                reader = dim == 0 ? null : open();
+                last = -1;
+            }
+
+            private CandidateReader open() throws IOException {
+                if (candidate == null || candidate.dim() != dim) {
+                    candidate = new CandidateSentences(dim);
+                }
+                return new CandidateReader(leaf, parents, ext.field(), ext.paragraphField(), ext.positionField(), dim);
+            }
+
+            @Override
+            public void process(HitContext hitContext) throws IOException {
+                int doc = hitContext.docId();
+                Map<String, Object> out;
+                if (reader == null) {
+                    out = encode(null, 0);
+                } else {
+                    if (doc <= last) {
+                        reader = open();
+                    }
+                    last = doc;
+                    reader.read(doc, candidate);
+                    out = encode(candidate, dim);
+                }
+                hitContext.hit().setDocumentField(VECTORS_FIELD, new DocumentField(VECTORS_FIELD, Collections.singletonList(out)));
+            }
+        };
+    }
+
+    /** The sentences of {@code c} in (paragraph, position, read) order: base64 float32 rows and paragraph sizes. */
+    static Map<String, Object> encode(CandidateSentences c, int dim) {
+        int m = c == null ? 0 : c.size();
+        Integer[] order = new Integer[m];
+        for (int r = 0; r < m; r++) {
+            order[r] = r;
+        }
+        Arrays.sort(order, (a, b) -> {
+            int cmp = Long.compare(c.paragraph(a), c.paragraph(b));
+            if (cmp != 0) {
+                return cmp;
+            }
+            cmp = Long.compare(c.position(a), c.position(b));
+            return cmp != 0 ? cmp : Integer.compare(a, b);
+        });
+        ByteBuffer buffer = ByteBuffer.allocate(m * dim * Float.BYTES).order(ByteOrder.LITTLE_ENDIAN);
+        List<Integer> sizes = new ArrayList<>();
+        for (int t = 0; t < m; t++) {
+            int r = order[t];
+            if (t == 0 || c.paragraph(r) != c.paragraph(order[t - 1])) {
+                sizes.add(0);
+            }
+            sizes.set(sizes.size() - 1, sizes.get(sizes.size() - 1) + 1);
+            buffer.asFloatBuffer().position(t * dim).put(c.vector(r), 0, dim);
+        }
+        Map<String, Object> out = new LinkedHashMap<>();
+        out.put("sentences", m);
+        out.put("dim", dim);
+        out.put("paragraph_sizes", sizes);
+        out.put("vectors", Base64.getEncoder().encodeToString(buffer.array()));
+        return out;
     }
 }

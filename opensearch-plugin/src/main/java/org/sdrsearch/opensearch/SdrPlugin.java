@@ -13,8 +13,10 @@ import java.util.Collections;
 import java.util.List;
 
 /**
- * The {@code sdr} plugin: exact SDR as a rescorer ({@code "rescore": {"sdr": {...}}}) and its
- * per-hit explanation as the {@code _sdr} field. See README.md.
+ * The {@code sdr} plugin: exact SDR as a rescorer ({@code "rescore": {"sdr": {...}}}) with its
+ * per-hit explanation as the {@code _sdr} field, SDR's candidate stage as one query
+ * ({@code "sdr_candidates"}), and each hit's sentence vectors as the {@code _sdr_vectors} field
+ * ({@code "ext": {"sdr_vectors": {}}}). See README.md.
  */
 public class SdrPlugin extends SdrPluginBase implements SearchPlugin {
     @Override
@@ -22,6 +24,18 @@ public class SdrPlugin extends SdrPluginBase implements SearchPlugin {
         return Collections.singletonList(
             new RescorerSpec<>(SdrRescorerBuilder.NAME, SdrRescorerBuilder::new, SdrRescorerBuilder::fromXContent)
         );
+    }
+
+    @Override
+    public List<QuerySpec<?>> getQueries() {
+        return Collections.singletonList(
+            new QuerySpec<>(SdrCandidatesQueryBuilder.NAME, SdrCandidatesQueryBuilder::new, SdrCandidatesQueryBuilder::fromXContent)
+        );
+    }
+
+    @Override
+    public List<SearchExtSpec<?>> getSearchExts() {
+        return Collections.singletonList(new SearchExtSpec<>(SdrVectorsExt.NAME, SdrVectorsExt::new, SdrVectorsExt::fromXContent));
     }
 
     @Override

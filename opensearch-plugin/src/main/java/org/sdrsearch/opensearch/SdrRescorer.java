@@ -138,19 +138,7 @@ final class SdrRescorer implements Rescorer {
             Thread.currentThread().interrupt();
             throw new IOException("interrupted while scoring SDR", e);
         }
-        Throwable t = failure.get();
-        if (t instanceof IOException) {
-            throw (IOException) t;
-        }
-        if (t instanceof RuntimeException) {
-            throw (RuntimeException) t;
-        }
-        if (t instanceof Error) {
-            throw (Error) t;
-        }
-        if (t != null) {
-            throw new IOException(t);
-        }
+        SdrThreads.rethrow(failure.get());
     }
 
     @Override

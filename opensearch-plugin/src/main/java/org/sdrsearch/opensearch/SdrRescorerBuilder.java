@@ -239,18 +239,18 @@ public class SdrRescorerBuilder extends RescorerBuilder<SdrRescorerBuilder> {
         }
     }
 
-    private static ParsingException error(XContentParser parser, String message) {
+    static ParsingException error(XContentParser parser, String message) {
         return new ParsingException(parser.getTokenLocation(), "[" + NAME + "] " + message);
     }
 
-    private static String parseString(XContentParser parser, String name) throws IOException {
+    static String parseString(XContentParser parser, String name) throws IOException {
         if (parser.currentToken() != XContentParser.Token.VALUE_STRING) {
             throw error(parser, "[" + name + "] must be a string, got " + parser.currentToken());
         }
         return parser.text();
     }
 
-    private static float[][] parseRows(XContentParser parser) throws IOException {
+    static float[][] parseRows(XContentParser parser) throws IOException {
         List<float[]> rows = new ArrayList<>();
         XContentParser.Token token;
         while ((token = parser.nextToken()) != XContentParser.Token.END_ARRAY) {
@@ -267,7 +267,7 @@ public class SdrRescorerBuilder extends RescorerBuilder<SdrRescorerBuilder> {
         return rows.toArray(new float[0][]);
     }
 
-    private static double[] parseDoubles(XContentParser parser, String name) throws IOException {
+    static double[] parseDoubles(XContentParser parser, String name) throws IOException {
         if (parser.currentToken() != XContentParser.Token.START_ARRAY) {
             throw error(parser, "[" + name + "] must be an array of numbers, got " + parser.currentToken());
         }
@@ -291,7 +291,7 @@ public class SdrRescorerBuilder extends RescorerBuilder<SdrRescorerBuilder> {
         return Arrays.copyOf(out, size);
     }
 
-    private static int[] parseInts(XContentParser parser, String name) throws IOException {
+    static int[] parseInts(XContentParser parser, String name) throws IOException {
         if (parser.currentToken() != XContentParser.Token.START_ARRAY) {
             throw error(parser, "[" + name + "] must be an array of integers, got " + parser.currentToken());
         }
@@ -323,40 +323,51 @@ public class SdrRescorerBuilder extends RescorerBuilder<SdrRescorerBuilder> {
      * classes are not visible to this plugin) and the segments' field infos.
      */
     private void checkMapping(QueryShardContext context) {
-        MappedFieldType vectorType = context.fieldMapper(field);
-        if (vectorType == null) {
-            throw new IllegalArgumentException("[" + NAME + "] field [" + field + "] is not in the mapping of index ["
-                + context.index().getName() + "]");
-        }
-        if ("knn_vector".equals(vectorType.typeName()) == false) {
-            throw new IllegalArgumentException("[" + NAME + "] field [" + field + "] is of type [" + vectorType.typeName()
-                + "], not knn_vector");
-        }
-        ObjectMapper nested = context.getObjectMapper(nestedPath());
-        if (nested == null || nested.nested().isNested() == false) {
-            throw new IllegalArgumentException("[" + NAME + "] field [" + field + "] must be inside a nested object; ["
-                + nestedPath() + "] is not nested");
-        }
+        checkVectorField(context, NAME, field, source.dim());
         MappedFieldType paragraphType = context.fieldMapper(paragraphField);
         if (paragraphType == null) {
             throw new IllegalArgumentException("[" + NAME + "] paragraph field [" + paragraphField + "] is not in the mapping");
         }
+        Map<String, Object> paragraphMapping = mappingOf(context, paragraphField);
+        if (paragraphMapping != null && "false".equals(String.valueOf(paragraphMapping.get("doc_values")))) {
+            throw new IllegalArgumentException("[" + NAME + "] paragraph field [" + paragraphField + "] has no doc values");
+        }
+    }
+
+    /**
+     * Refuses (as a 400 naming {@code who}) a vector field that is not a float knn_vector inside a
+     * nested object, or that holds another dimension than {@code dim} (from the mapping and the
+     * segments' field infos).
+     */
+    static void checkVectorField(QueryShardContext context, String who, String field, int dim) {
+        MappedFieldType vectorType = context.fieldMapper(field);
+        if (vectorType == null) {
+            throw new IllegalArgumentException("[" + who + "] field [" + field + "] is not in the mapping of index ["
+                + context.index().getName() + "]");
+        }
+        if ("knn_vector".equals(vectorType.typeName()) == false) {
+            throw new IllegalArgumentException("[" + who + "] field [" + field + "] is of type [" + vectorType.typeName()
+                + "], not knn_vector");
+        }
+        int dot = field.lastIndexOf('.');
+        String nestedPath = dot > 0 ? field.substring(0, dot) : field;
+        ObjectMapper nested = context.getObjectMapper(nestedPath);
+        if (nested == null || nested.nested().isNested() == false) {
+            throw new IllegalArgumentException("[" + who + "] field [" + field + "] must be inside a nested object; ["
+                + nestedPath + "] is not nested");
+        }
         Map<String, Object> vectorMapping = mappingOf(context, field);
         if (vectorMapping != null) {
             Object dimension = vectorMapping.get("dimension");
-            if (dimension != null && String.valueOf(dimension).equals(String.valueOf(source.dim())) == false) {
-                throw new IllegalArgumentException("[" + NAME + "] the source vectors have " + source.dim()
+            if (dimension != null && String.valueOf(dimension).equals(String.valueOf(dim)) == false) {
+                throw new IllegalArgumentException("[" + who + "] the source vectors have " + dim
                     + " dimensions but field [" + field + "] has " + dimension);
             }
             Object dataType = vectorMapping.get("data_type");
             if (dataType != null && "float".equals(String.valueOf(dataType)) == false) {
-                throw new IllegalArgumentException("[" + NAME + "] field [" + field + "] holds " + dataType
+                throw new IllegalArgumentException("[" + who + "] field [" + field + "] holds " + dataType
                     + " vectors; only float vectors are supported");
             }
-        }
-        Map<String, Object> paragraphMapping = mappingOf(context, paragraphField);
-        if (paragraphMapping != null && "false".equals(String.valueOf(paragraphMapping.get("doc_values")))) {
-            throw new IllegalArgumentException("[" + NAME + "] paragraph field [" + paragraphField + "] has no doc values");
         }
         if (context.getIndexReader() != null) {
             for (LeafReaderContext leaf : context.getIndexReader().leaves()) {
@@ -364,12 +375,12 @@ public class SdrRescorerBuilder extends RescorerBuilder<SdrRescorerBuilder> {
                 if (info == null || info.getVectorDimension() == 0) {
                     continue;
                 }
-                if (info.getVectorDimension() != source.dim()) {
-                    throw new IllegalArgumentException("[" + NAME + "] the source vectors have " + source.dim()
+                if (info.getVectorDimension() != dim) {
+                    throw new IllegalArgumentException("[" + who + "] the source vectors have " + dim
                         + " dimensions but field [" + field + "] has " + info.getVectorDimension());
                 }
                 if (info.getVectorEncoding() != VectorEncoding.FLOAT32) {
-                    throw new IllegalArgumentException("[" + NAME + "] field [" + field + "] holds " + info.getVectorEncoding()
+                    throw new IllegalArgumentException("[" + who + "] field [" + field + "] holds " + info.getVectorEncoding()
                         + " vectors; only float vectors are supported");
                 }
                 break;

@@ -52,6 +52,22 @@ final class SdrThreads {
         return executor;
     }
 
+    /** Throws {@code t} as it is (IOException, RuntimeException, Error), else wrapped; nothing for null. */
+    static void rethrow(Throwable t) throws java.io.IOException {
+        if (t instanceof java.io.IOException) {
+            throw (java.io.IOException) t;
+        }
+        if (t instanceof RuntimeException) {
+            throw (RuntimeException) t;
+        }
+        if (t instanceof Error) {
+            throw (Error) t;
+        }
+        if (t != null) {
+            throw new java.io.IOException(t);
+        }
+    }
+
     static int threads() {
         return executor == null ? 1 : threads;
     }

@@ -49,11 +49,12 @@ public class SdrRescorerTests extends LuceneTestCase {
     private static final float TOLERANCE = 1e-4f;
 
     /** How a candidate is written; null vectors: no sentence at all. */
-    private static final class Candidate {
+    static final class Candidate {
         final String id;
         final float[][][] paragraphs;
         boolean dropOneVector;        // one sentence document without a vector
         boolean paragraphAsNumeric;   // NUMERIC instead of SORTED_NUMERIC doc values
+        String group = "a";           // the parent's metadata.group (filters)
 
         Candidate(String id, float[][][] paragraphs) {
             this.id = id;
@@ -61,7 +62,7 @@ public class SdrRescorerTests extends LuceneTestCase {
         }
     }
 
-    private static List<Document> block(Candidate c, Random random) {
+    static List<Document> block(Candidate c, Random random) {
         List<Document> docs = new ArrayList<>();
         int position = 0;
         for (int j = 0; j < c.paragraphs.length; j++) {
@@ -91,6 +92,8 @@ public class SdrRescorerTests extends LuceneTestCase {
         Document parent = new Document();
         parent.add(new StringField("_id", c.id, Field.Store.YES));
         parent.add(new StoredField("id", c.id));
+        parent.add(new StringField("doc_id", c.id, Field.Store.NO));
+        parent.add(new StringField("metadata.group", c.group, Field.Store.NO));
         parent.add(new NumericDocValuesField("_primary_term", 1));
         docs.add(parent);
         return docs;

@@ -1,0 +1,255 @@
+/*
+ * SPDX-License-Identifier: Apache-2.0
+ */
+package org.sdrsearch.opensearch;
+
+import org.apache.lucene.index.FieldInfo;
+import org.apache.lucene.index.IndexReader;
+import org.apache.lucene.index.LeafReaderContext;
+import org.apache.lucene.index.ReaderUtil;
+import org.apache.lucene.index.VectorSimilarityFunction;
+import org.apache.lucene.search.DocIdSetIterator;
+import org.apache.lucene.search.IndexSearcher;
+import org.apache.lucene.search.MatchNoDocsQuery;
+import org.apache.lucene.search.Query;
+import org.apache.lucene.search.QueryVisitor;
+import org.apache.lucene.search.ScoreDoc;
+import org.apache.lucene.search.ScoreMode;
+import org.apache.lucene.search.Scorer;
+import org.apache.lucene.search.TopDocs;
+import org.apache.lucene.search.Weight;
+import org.apache.lucene.search.join.BitSetProducer;
+import org.apache.lucene.search.join.DiversifyingChildrenFloatKnnVectorQuery;
+import org.apache.lucene.util.BitSet;
+import org.apache.lucene.util.FixedBitSet;
+
+import java.io.IOException;
+import java.util.List;
+import java.util.Objects;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.Executor;
+import java.util.concurrent.RejectedExecutionException;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicReference;
+
+/**
+ * The candidate stage of SDR on one shard, as one query: for every source sentence a nested k-NN
+ * search ({@link DiversifyingChildrenFloatKnnVectorQuery}: the top documents by their best sentence, as
+ * the k-NN plugin's nested {@code knn} query on a Lucene-engine field runs it, with
+ * {@code max(k, ef_search)} as Lucene's k), then the hits of all sentences aggregated per document
+ * ({@link CandidateAggregator}). It rewrites to the documents seen, scored by the aggregate
+ * ({@link DocScoresQuery}), so the search's {@code size} takes the top and a {@code rescore} can score
+ * them exactly in the same request.
+ *
+ * <p>The probes run on this thread and the plugin's pool ({@link SdrThreads}); the aggregation adds
+ * the rows in source order, so the result does not depend on the threads.
+ */
+final class SdrCandidatesQuery extends Query {
+    private final String field;
+    private final SdrSource source;
+    private final boolean statistics;
+    private final int k;
+    private final int efSearch;
+    private final CandidateAggregator.Method aggregation;
+    private final Query childFilter;      // null: every sentence
+    private final Query excluded;         // parent documents dropped after the k-NN (null: none)
+    private final int excludedCount;      // asked for on top of k when there is no filter
+    private final BitSetProducer parents;
+
+    SdrCandidatesQuery(String field, SdrSource source, boolean statistics, int k, int efSearch,
+                       CandidateAggregator.Method aggregation, Query childFilter, Query excluded, int excludedCount,
+                       BitSetProducer parents) {
+        this.field = field;
+        this.source = source;
+        this.statistics = statistics;
+        this.k = k;
+        this.efSearch = efSearch;
+        this.aggregation = aggregation;
+        this.childFilter = childFilter;
+        this.excluded = excluded;
+        this.excludedCount = excludedCount;
+        this.parents = parents;
+    }
+
+    @Override
+    public Query rewrite(IndexSearcher searcher) throws IOException {
+        IndexReader reader = searcher.getIndexReader();
+        VectorSimilarityFunction similarity = null;
+        for (LeafReaderContext leaf : reader.leaves()) {
+            FieldInfo info = leaf.reader().getFieldInfos().fieldInfo(field);
+            if (info != null && info.getVectorDimension() > 0) {
+                if (info.getVectorDimension() != source.dim()) {
+                    throw new IllegalArgumentException("[" + SdrCandidatesQueryBuilder.NAME + "] the source vectors have "
+                        + source.dim() + " dimensions but field [" + field + "] has " + info.getVectorDimension());
+                }
+                similarity = info.getVectorSimilarityFunction();
+                break;
+            }
+        }
+        if (similarity == null) {
+            return new MatchNoDocsQuery("no vector of [" + field + "] in this shard");
+        }
+        IndexSearcher probe = new IndexSearcher(reader);
+        probe.setQueryCache(null);
+        FixedBitSet drop = excluded == null ? null : matching(probe, excluded, reader.maxDoc());
+        int asked = k + (childFilter == null && drop != null ? excludedCount : 0);
+        int luceneK = Math.max(asked, efSearch);
+        int rows = source.sentences();
+        int[][] hitDocs = new int[rows][];
+        float[][] hitCos = new float[rows][];
+        VectorSimilarityFunction function = similarity;
+        List<LeafReaderContext> leaves = reader.leaves();
+        BitSet[] parentBits = new BitSet[leaves.size()];
+        for (int l = 0; l < leaves.size(); l++) {
+            parentBits[l] = parents.getBitSet(leaves.get(l));
+        }
+        ProbeRange probes = (from, to) -> {
+            for (int row = from; row < to; row++) {
+                TopDocs top = probe.search(new DiversifyingChildrenFloatKnnVectorQuery(field, source.vector(row), childFilter,
+                    luceneK, parents), luceneK);
+                int[] docs = new int[k];
+                float[] cos = new float[k];
+                int n = 0;
+                for (ScoreDoc hit : top.scoreDocs) {
+                    if (n == k) {
+                        break;
+                    }
+                    // the hit is the document's best sentence (a child): its parent follows it in the block
+                    int l = ReaderUtil.subIndex(hit.doc, leaves);
+                    LeafReaderContext leaf = leaves.get(l);
+                    if (parentBits[l] == null) {
+                        continue;
+                    }
+                    int parent = parentBits[l].nextSetBit(hit.doc - leaf.docBase) + leaf.docBase;
+                    if (drop != null && drop.get(parent)) {
+                        continue;
+                    }
+                    docs[n] = parent;
+                    cos[n] = cosine(function, hit.score);
+                    n++;
+                }
+                hitDocs[row] = n == k ? docs : java.util.Arrays.copyOf(docs, n);
+                hitCos[row] = n == k ? cos : java.util.Arrays.copyOf(cos, n);
+            }
+        };
+        run(probes, rows);
+        CandidateAggregator aggregator = new CandidateAggregator(aggregation, source, statistics);
+        for (int row = 0; row < rows; row++) {
+            aggregator.add(row, hitDocs[row], hitCos[row], hitDocs[row].length);
+        }
+        int count = aggregator.size();
+        int[] docs = new int[count];
+        double[] scores = new double[count];
+        aggregator.result(docs, scores);
+        return new DocScoresQuery(DocScores.of(docs, scores, count), reader.getContext().id(),
+            "sdr_candidates: " + aggregation.label() + " of the nested k-NN hits of " + rows + " source sentences");
+    }
+
+    /** The cosine of unit vectors from a Lucene vector score (the inverse of the field's similarity's scaling). */
+    static float cosine(VectorSimilarityFunction function, float score) {
+        switch (function) {
+            case MAXIMUM_INNER_PRODUCT:
+                return score >= 1f ? score - 1f : 1f - 1f / score;
+            case DOT_PRODUCT:
+            case COSINE:
+                return 2f * score - 1f;
+            case EUCLIDEAN:
+                return 1f - (1f / score - 1f) / 2f;  // |x - y|^2 = 2 - 2 cos for unit vectors
+            default:
+                throw new IllegalArgumentException("[" + SdrCandidatesQueryBuilder.NAME + "] unsupported similarity " + function);
+        }
+    }
+
+    private static FixedBitSet matching(IndexSearcher searcher, Query query, int maxDoc) throws IOException {
+        FixedBitSet bits = new FixedBitSet(Math.max(1, maxDoc));
+        Weight weight = searcher.createWeight(searcher.rewrite(query), ScoreMode.COMPLETE_NO_SCORES, 1f);
+        for (LeafReaderContext leaf : searcher.getIndexReader().leaves()) {
+            Scorer scorer = weight.scorer(leaf);
+            if (scorer == null) {
+                continue;
+            }
+            DocIdSetIterator it = scorer.iterator();
+            for (int doc = it.nextDoc(); doc != DocIdSetIterator.NO_MORE_DOCS; doc = it.nextDoc()) {
+                bits.set(leaf.docBase + doc);
+            }
+        }
+        return bits;
+    }
+
+    @FunctionalInterface
+    private interface ProbeRange {
+        void run(int from, int to) throws IOException;
+    }
+
+    /** Runs the probes [0, rows) in chunks on this thread and the plugin's pool (as the rescorer splits a window). */
+    private static void run(ProbeRange probes, int rows) throws IOException {
+        Executor executor = SdrThreads.executor();
+        int chunks = Math.max(1, Math.min(SdrThreads.threads(), rows / 4));
+        if (executor == null || chunks == 1) {
+            probes.run(0, rows);
+            return;
+        }
+        AtomicInteger next = new AtomicInteger();
+        CountDownLatch done = new CountDownLatch(chunks);
+        AtomicReference<Throwable> failure = new AtomicReference<>();
+        Runnable drain = () -> {
+            int c;
+            while ((c = next.getAndIncrement()) < chunks) {
+                try {
+                    if (failure.get() == null) {
+                        probes.run((int) ((long) c * rows / chunks), (int) ((long) (c + 1) * rows / chunks));
+                    }
+                } catch (Throwable t) {
+                    failure.compareAndSet(null, t);
+                } finally {
+                    done.countDown();
+                }
+            }
+        };
+        for (int h = 1; h < chunks; h++) {
+            try {
+                executor.execute(drain);
+            } catch (RejectedExecutionException e) {
+                break;
+            }
+        }
+        drain.run();
+        try {
+            done.await();
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new IOException("interrupted while searching SDR candidates", e);
+        }
+        SdrThreads.rethrow(failure.get());
+    }
+
+    @Override
+    public String toString(String f) {
+        return SdrCandidatesQueryBuilder.NAME + "(" + field + ", " + source.sentences() + " sentences, k=" + k + ", ef_search="
+            + efSearch + ", " + aggregation.label() + (childFilter == null ? "" : ", filter=" + childFilter) + ")";
+    }
+
+    @Override
+    public void visit(QueryVisitor visitor) {
+        visitor.visitLeaf(this);
+    }
+
+    @Override
+    public boolean equals(Object o) {
+        if (this == o) {
+            return true;
+        }
+        if (o == null || getClass() != o.getClass()) {
+            return false;
+        }
+        SdrCandidatesQuery other = (SdrCandidatesQuery) o;
+        return field.equals(other.field) && source.equals(other.source) && statistics == other.statistics && k == other.k
+            && efSearch == other.efSearch && aggregation == other.aggregation && Objects.equals(childFilter, other.childFilter)
+            && Objects.equals(excluded, other.excluded) && excludedCount == other.excludedCount && parents.equals(other.parents);
+    }
+
+    @Override
+    public int hashCode() {
+        return Objects.hash(field, source, statistics, k, efSearch, aggregation, childFilter, excluded, excludedCount);
+    }
+}
