@@ -116,7 +116,7 @@ def test_the_test_command_leaves_a_running_node_alone(opensearch_url):
 
 
 # -- what setup says it installed ------------------------------------------------------------------------
-@pytest.mark.unit
+@pytest.mark.integration  # imports torch and transformers, walks .venv: several seconds
 def test_setup_reports_the_torch_build_it_installed():
     """setup.sh once said it pinned a CPU wheel while PyPI's CUDA build came with 2.7 GB of nvidia-*
     packages: what it prints is read from .venv, not assumed."""
