@@ -26,7 +26,6 @@ import json
 import logging
 import re
 import secrets
-import sys
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -55,7 +54,6 @@ __all__ = [
     "encode_multipart",
     "import_saved_objects",
     "default_ndjson_path",
-    "cmd_dashboards_import",
 ]
 
 logger = logging.getLogger("sdr")
@@ -303,33 +301,6 @@ def default_ndjson_path() -> Path:
     raise InputReadError(
         f"saved objects file not found ({DEFAULT_NDJSON} or ./mappings/dashboards.ndjson); pass --file PATH"
     )
-
-
-def cmd_dashboards_import(args) -> int:
-    """Handler of ``sdr dashboards import --url URL [--index NAME] [--file PATH]``: prints one JSON summary.
-
-    ``--index`` defaults like every store command's: env ``SDR_OPENSEARCH_INDEX``, else ``sdr``.
-    """
-    index = getattr(args, "index", None)
-    if not index:
-        from sdr_search.indexer.opensearch.settings import OpenSearchSettings
-
-        index = OpenSearchSettings().index
-    path = Path(args.file) if getattr(args, "file", None) else default_ndjson_path()
-    overwrite = not getattr(args, "no_overwrite", False)
-    timeout = getattr(args, "timeout", None) or 30
-    answer = import_saved_objects(args.url, path, index=index, overwrite=overwrite, timeout=timeout)
-    summary = {
-        "url": args.url,
-        "index": index,
-        "file": str(path),
-        "overwrite": overwrite,
-        "success": answer["success"],
-        "successCount": answer.get("successCount", 0),
-        "errors": answer.get("errors", []),
-    }
-    sys.stdout.write(json.dumps(summary) + "\n")
-    return 0
 
 
 def _check_url(url: str) -> str:

@@ -29,7 +29,7 @@ from sdr_search.core.errors import (
     StatsUnavailableError,
 )
 from sdr_search.core.scoring import NormStats
-from sdr_search.core.settings import SegmentationSettings
+from sdr_search.core.settings import EncoderSettings, SegmentationSettings
 from sdr_search.core.stats import SampledParagraphs, stats_against_sample
 from sdr_search.core.vectors import DocVectors
 from sdr_search.indexer.store import DocumentStore, IndexMeta, QueryState
@@ -37,7 +37,7 @@ from sdr_search.indexer.store import DocumentStore, IndexMeta, QueryState
 from .offsets import aligned_spans, sentence_spans
 from .query import Query, SourceItem
 
-__all__ = ["Source", "merge_sources", "SourceResolver"]
+__all__ = ["Source", "merge_sources", "SourceResolver", "query_encoder"]
 
 logger = logging.getLogger(__name__)
 
@@ -253,3 +253,13 @@ class SourceResolver:
         # a one-document store: the source's own paragraphs are the whole sample; no statistics
         # exist, so its scores stay unnormalised (mu 0, sigma 1) rather than failing
         return stats_against_sample(vectors, sample, exclude_doc=exclude, if_empty="identity" if own_id else "raise")
+
+
+def query_encoder(meta: IndexMeta | None, settings: EncoderSettings | None = None) -> SentenceEncoder:
+    """The encoder for queries on a store: ``settings.model`` (``--model`` / ``SDR_MODEL``) when
+    given, else the model the store was built with, else the default model. Nothing loads until it
+    first encodes."""
+    settings = settings or EncoderSettings()
+    if settings.model is None and meta is not None and meta.model_dir is not None:
+        settings = settings.model_copy(update={"model": meta.model_dir})
+    return SentenceEncoder(settings=settings)

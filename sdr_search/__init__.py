@@ -2,7 +2,8 @@
 
 The front door for library use; the subpackages hold the rest (``sdr_search.core``: segmentation,
 encoder, exact scoring; ``sdr_search.indexer``: stores and indexing; ``sdr_search.reranker``: the
-engine and the HTTP service; ``sdr_search.workers``: Celery workers)::
+engine and the HTTP service; ``sdr_search.workers``: Celery workers; ``sdr_search.cli``: the ``sdr``
+command)::
 
     from sdr_search import Query, index_files, more_like_this, open_store
 

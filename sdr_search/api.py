@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from sdr_search.core.encoder import SentenceEncoder
-from sdr_search.core.settings import EncoderSettings, SegmentationSettings
-from sdr_search.indexer.store import DocumentStore, IndexMeta
+from sdr_search.core.settings import SegmentationSettings
+from sdr_search.indexer.store import DocumentStore
 from sdr_search.reranker.engine import MLTResult, MLTSettings, MoreLikeThis, Query
+from sdr_search.reranker.sources import query_encoder  # re-exported: the store's model for queries
 
 __all__ = ["open_store", "index_files", "more_like_this", "query_encoder"]
 
@@ -30,15 +31,6 @@ def open_store(target: str | Path, *, index: str | None = None, create: bool = F
     from sdr_search.indexer.embedded import EmbeddedStore
 
     return EmbeddedStore(Path(target), create=create)
-
-
-def query_encoder(meta: IndexMeta | None, settings: EncoderSettings | None = None) -> SentenceEncoder:
-    """The encoder for queries on a store: ``settings.model`` (``--model`` / ``SDR_MODEL``) when
-    given, else the model the store was built with, else the default model."""
-    settings = settings or EncoderSettings()
-    if settings.model is None and meta is not None and meta.model_dir is not None:
-        settings = settings.model_copy(update={"model": meta.model_dir})
-    return SentenceEncoder(settings=settings)
 
 
 def index_files(

@@ -33,7 +33,6 @@ from sdr_search.indexer.dashboards import (
     IMPORT_PATH,
     build_import_request,
     check_pattern_title,
-    cmd_dashboards_import,
     encode_multipart,
     import_saved_objects,
     read_saved_objects,
@@ -41,6 +40,7 @@ from sdr_search.indexer.dashboards import (
     saved_objects_for_index,
     set_index_pattern_title,
 )
+from sdr_search.cli.dashboards import cmd_dashboards_import
 from sdr_search.core.errors import (
     BackendUnavailableError,
     DashboardsImportError,

@@ -1,6 +1,7 @@
 """One import package: everything is importable as ``sdr_search.*`` (the design card's folders
-mapped by setuptools), nothing imports the old top-level names, and the package has no import
-cycle (imports anywhere in a module, function-level ones included)."""
+mapped by setuptools), nothing imports the old top-level names, the package has no import cycle
+(imports anywhere in a module, function-level ones included), and imports go one way: only the
+CLI (``sdr_search.cli``) knows argparse, and no subpackage imports the top package back."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ pytestmark = pytest.mark.unit
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
-from import_graph import cycles, import_graph, package_dirs  # noqa: E402
+from import_graph import cycles, import_graph, modules, package_dirs  # noqa: E402
 
 OLD = ("sdr_core", "indexer", "reranker", "workers")
 
@@ -45,6 +46,52 @@ def test_no_import_cycle():
     graph = import_graph(REPO)
     assert len(graph) > 50
     assert cycles(graph) == []
+
+
+def _imported_names(module: str, path: Path) -> list[tuple[int, str]]:
+    """(line, module name) of every import in ``path`` (function-level ones included), relative
+    ones resolved; ``from X import a`` gives ``X.a``."""
+    package = module if path.stem == "__init__" else module.rpartition(".")[0]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(p for p in (*parts, base) if p)
+            out += [(node.lineno, f"{base}.{a.name}") for a in node.names]
+    return out
+
+
+def test_only_the_cli_knows_argparse_and_nothing_imports_the_top_package_back():
+    """argparse only in sdr_search.cli; outside the top package (core, indexer, reranker, workers)
+    no import of the CLI or of the top package's own modules (``sdr_search``: its ``__init__``,
+    ``sdr_search.api``, ``sdr_search.__main__``); in the top package only ``__main__`` imports the CLI."""
+    found = modules(REPO)
+    top = {"sdr_search", "sdr_search.api", "sdr_search.__main__"}
+    assert "sdr_search.cli" in found and "sdr_search.cli.parser" in found
+
+    def resolve(name: str) -> str | None:  # the sdr_search module an imported name lives in
+        while name and name not in found:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    def in_cli(mod: str) -> bool:
+        return mod == "sdr_search.cli" or mod.startswith("sdr_search.cli.")
+
+    bad = []
+    for mod, path in sorted(found.items()):
+        for line, name in _imported_names(mod, path):
+            target = resolve(name)
+            if name.split(".")[0] == "argparse" and not in_cli(mod):
+                bad.append(f"{path.relative_to(REPO)}:{line} {name} (argparse outside the CLI)")
+            elif target and in_cli(target) and not in_cli(mod) and mod != "sdr_search.__main__":
+                bad.append(f"{path.relative_to(REPO)}:{line} {name} (the CLI imported back)")
+            elif target in top and mod not in top and not in_cli(mod):
+                bad.append(f"{path.relative_to(REPO)}:{line} {name} (the top package imported back)")
+    assert bad == []
 
 
 def test_the_front_door_loads_nothing_at_import():

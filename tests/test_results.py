@@ -27,7 +27,7 @@ from sdr_search.indexer.pipeline import index_documents
 from sdr_search.indexer.stats_job import refresh_stats
 from sdr_search.indexer.store import DocumentStore
 from sdr_search.reranker.api_models import DocumentResponse, response_from
-from sdr_search.reranker.commands import EXPLAIN_LEGEND, format_result
+from sdr_search.cli.mlt import EXPLAIN_LEGEND, format_result
 from sdr_search.reranker.engine import MoreLikeThis, Query, aligned_spans, sentence_spans
 
 unit = pytest.mark.unit  # every test here but the OpenSearch one: no model, no service
@@ -252,7 +252,7 @@ def test_cli_table_and_explain_print_whole_sentences_offsets_and_the_legend(stor
 def test_the_legend_is_in_the_readme_and_the_guide():
     for doc in ("README.md", "docs/guide.md"):
         text = " ".join((REPO / doc).read_text(encoding="utf-8").split())
-        assert " ".join(EXPLAIN_LEGEND.split()) in text, f"{doc} lacks the --explain legend (reranker/commands.py)"
+        assert " ".join(EXPLAIN_LEGEND.split()) in text, f"{doc} lacks the --explain legend (sdr_search/cli/mlt.py)"
 
 
 # -- start-up ------------------------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from sdr_search.indexer.commands import store_segmentation
+from sdr_search.cli.index import store_segmentation
 from sdr_search.indexer.provenance import segmentation_mismatch, segmentation_record
 from sdr_search.reranker.engine import MoreLikeThis
 from sdr_search.core.errors import ModelMismatchError

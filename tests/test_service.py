@@ -70,7 +70,7 @@ def test_filter_semantics():
 
 @pytest.mark.unit
 def test_bind_refuses_a_public_host_without_an_api_key_unless_insecure():
-    from sdr_search.reranker.serve import check_bind, is_loopback
+    from sdr_search.reranker.bind import check_bind, is_loopback
     from sdr_search.core.errors import SDRError
 
     assert is_loopback("127.0.0.1") and is_loopback("localhost") and is_loopback("::1")

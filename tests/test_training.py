@@ -288,7 +288,7 @@ def test_cli_train_errors_are_one_line(tmp_path, caplog):
 
 def test_cli_train_flags_reach_the_settings():
     from sdr_search.cli import build_parser
-    from sdr_search.core.training.commands import train_settings
+    from sdr_search.cli.train import train_settings
 
     args = build_parser().parse_args(["train", "--corpus", "c.jsonl", "--out", "m", "--positive-fraction", "0.75",
                                       "--max-tokens", "128", "--margin", "0.5"])
@@ -465,7 +465,7 @@ def test_cli_train_new_flags_reach_the_settings(monkeypatch):
     assert (TrainSettings().trainable_layers, TrainSettings().objective) == (3, "inbatch")
     monkeypatch.delenv("SDR_TRAIN_TRAINABLE_LAYERS")
     monkeypatch.delenv("SDR_TRAIN_OBJECTIVE")
-    from sdr_search.core.training.commands import train_settings
+    from sdr_search.cli.train import train_settings
 
     args = build_parser().parse_args(["train", "--corpus", "c.jsonl", "--out", "m", "--objective", "inbatch",
                                       "--temperature", "0.1", "--trainable-layers", "2"])

@@ -106,7 +106,7 @@ def test_app_configuration():
 
 def test_worker_argv_and_cli_parsers():
     from sdr_search.cli import build_parser
-    from sdr_search.workers.commands import worker_argv
+    from sdr_search.cli.workers import worker_argv
 
     argv = worker_argv(WorkerSettings(queue="q"), concurrency=2, pool=None, name="w@h", loglevel="INFO")
     assert "--pool=prefork" in argv and "--concurrency=2" in argv and argv[argv.index("--queues") + 1] == "q"
@@ -426,7 +426,7 @@ def test_switch_symlink_from_nothing_from_a_link_and_from_a_plain_directory(tmp_
 
 
 def test_a_new_target_never_reuses_an_existing_name(tmp_path):
-    from sdr_search.workers.commands import _unused_name
+    from sdr_search.workers.plan import _unused_name
 
     taken = {timestamped_name("live"), timestamped_name("live") + "-2"}
     name = _unused_name("live", lambda n: n in taken)

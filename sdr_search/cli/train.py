@@ -1,4 +1,4 @@
-"""``sdr train``: read the corpus, train, print a JSON summary."""
+"""``sdr train``: read the corpus, train (:mod:`sdr_search.core.training`), print a JSON summary."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import json
 import logging
 import sys
 
-from ..errors import SDRError
+from sdr_search.core.errors import SDRError
+
+from .args import segmentation_settings
 
 __all__ = ["cmd_train", "train_settings"]
 
@@ -25,7 +27,7 @@ _FLAGS = {
 def train_settings(args):
     from pydantic import ValidationError
 
-    from .settings import TrainSettings
+    from sdr_search.core.training.settings import TrainSettings
 
     overrides = {field: getattr(args, flag) for flag, field in _FLAGS.items() if getattr(args, flag, None) is not None}
     try:
@@ -36,9 +38,8 @@ def train_settings(args):
 
 
 def cmd_train(args) -> int:
-    from sdr_search.cli_args import segmentation_settings
-    from ..documents import ReadReport, read_documents
-    from .trainer import train
+    from sdr_search.core.documents import ReadReport, read_documents
+    from sdr_search.core.training.trainer import train
 
     settings = train_settings(args)
     report = ReadReport()

@@ -1,56 +1,32 @@
-"""Handler of ``sdr serve`` (argument parsing lives in sdr_search.cli): the HTTP service over one
-store, with uvicorn.
+"""``sdr serve``: the HTTP service (:mod:`sdr_search.reranker.service`) over one store, with uvicorn.
 
 Binding: without an API key (``SDR_SERVICE_API_KEY``) the server binds to 127.0.0.1 by default, and
 binding to any non-loopback interface without a key is refused (exit status 2) unless
-``--insecure`` is given, which logs a warning instead.
+``--insecure`` is given, which logs a warning instead (:mod:`sdr_search.reranker.bind`).
 """
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import re
 
 from sdr_search.core.errors import SDRError
+from sdr_search.reranker.bind import check_bind
 
-__all__ = ["cmd_serve", "is_loopback", "check_bind"]
+from .args import encoder_for_store, open_store
+
+__all__ = ["cmd_serve"]
 
 logger = logging.getLogger("sdr")
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` names a loopback interface (``localhost``, 127.0.0.0/8, ``::1``)."""
-    if host.strip().lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False  # any other host name may resolve to a public interface
-
-
-def check_bind(host: str, *, has_api_key: bool, insecure: bool) -> None:
-    """Refuse a non-loopback bind without an API key unless ``insecure`` (then warn)."""
-    if has_api_key or is_loopback(host):
-        return
-    if not insecure:
-        raise SDRError(
-            f"refusing to serve on {host} without an API key: set SDR_SERVICE_API_KEY, bind to 127.0.0.1, "
-            "or pass --insecure to serve an open API"
-        )
-    logger.warning("serving on %s WITHOUT an API key (--insecure): anyone who can reach it can query it", host)
 
 
 def cmd_serve(args) -> int:
     import uvicorn
 
-    from sdr_search.indexer.commands import open_store
-
-    from .api_models import INDEX_PATTERN
-    from .commands import encoder_for_store
-    from .engine import MLTSettings
-    from .service import create_app
-    from .settings import ServiceSettings
+    from sdr_search.reranker.api_models import INDEX_PATTERN
+    from sdr_search.reranker.engine import MLTSettings
+    from sdr_search.reranker.service import create_app
+    from sdr_search.reranker.settings import ServiceSettings
 
     overrides = {k: v for k, v in {"host": args.host, "port": args.port}.items() if v is not None}
     settings = ServiceSettings(**overrides)

@@ -1,4 +1,6 @@
-"""Handler of ``sdr mlt`` (argument parsing lives in sdr_search.cli)."""
+"""``sdr mlt``: the query from the flags (the same :class:`~sdr_search.reranker.query.Query` the HTTP
+body builds), one run of the engine, and the text it prints (:func:`format_result`, with the
+``--explain`` legend) or the HTTP response body (``--json``)."""
 
 from __future__ import annotations
 
@@ -8,11 +10,13 @@ import sys
 from pathlib import Path
 
 from sdr_search.core.errors import InputReadError, InvalidInputError
-from sdr_search.core.fusion import format_weights, parse_weights
+from sdr_search.core.fusion import format_weights
+
+from .args import encoder_for_store, fusion_args, index_name, open_store
 
 logger = logging.getLogger("sdr")
 
-__all__ = ["cmd_mlt", "cmd_eval_store", "record_from_file", "fusion_args", "format_result", "EXPLAIN_LEGEND"]
+__all__ = ["cmd_mlt", "record_from_file", "source_args", "filter_arg", "format_result", "EXPLAIN_LEGEND"]
 
 
 def record_from_file(path: Path) -> dict:
@@ -66,31 +70,6 @@ def source_args(args) -> dict:
     return source
 
 
-def fusion_args(args) -> dict:
-    """``method``/``fusion``/``weights``/``rank_constant``/``feedback`` given on the command line (for
-    :meth:`sdr_search.reranker.engine.MoreLikeThis.resolve`); absent ones are left to the defaults."""
-    out: dict = {}
-    if getattr(args, "method", None):
-        out["method"] = args.method
-    if getattr(args, "fusion", None):
-        out["fusion"] = args.fusion
-    if getattr(args, "weights", None):
-        out["weights"] = parse_weights(args.weights)
-    if getattr(args, "rank_constant", None) is not None:
-        out["rank_constant"] = args.rank_constant
-    if getattr(args, "feedback", None) is not None:
-        out["feedback"] = args.feedback
-    return out
-
-
-def encoder_for_store(args, store):
-    """The query encoder: --model / SDR_MODEL when given, else the model the store was built with."""
-    from sdr_search.api import query_encoder
-    from sdr_search.cli_args import encoder_settings
-
-    return query_encoder(store.meta(), encoder_settings(args))
-
-
 def filter_arg(text: str | None) -> dict | None:
     """``--filter JSON``: a metadata equality filter object (validated by the engine's query)."""
     if text is None:
@@ -104,20 +83,8 @@ def filter_arg(text: str | None) -> dict | None:
     return value
 
 
-def index_name(args) -> str:
-    """The index name a result reports: the OpenSearch index or alias, ``default`` for an embedded
-    store (as ``sdr serve`` names it)."""
-    if getattr(args, "opensearch", None):
-        from sdr_search.indexer.opensearch import OpenSearchSettings
-
-        return args.index or OpenSearchSettings().index
-    return "default"
-
-
 def cmd_mlt(args) -> int:
-    from sdr_search.indexer.commands import open_store
-
-    from .engine import MLTSettings, MoreLikeThis, Query
+    from sdr_search.reranker.engine import MLTSettings, MoreLikeThis, Query
 
     settings = MLTSettings()
     given = dict(size=args.size, offset=args.offset, candidates=args.candidates, filter=filter_arg(args.filter),
@@ -127,7 +94,7 @@ def cmd_mlt(args) -> int:
         encoder = encoder_for_store(args, store) if query.needs_encoder else None
         result = MoreLikeThis(store=store, encoder=encoder, settings=settings).run(query)
     if args.json:
-        from .api_models import response_from  # the HTTP schema (pydantic models): only for --json
+        from sdr_search.reranker.api_models import response_from  # the HTTP schema (pydantic models): only for --json
 
         body = response_from(result, index_name(args)).model_dump(mode="json", exclude_none=True, by_alias=True)
         sys.stdout.write(json.dumps(body) + "\n")
@@ -235,73 +202,3 @@ def format_result(result, *, explain: bool = False, width: int = 100) -> str:
                      f"(share {feedback['share']:.2f}; --no-feedback for the source alone)")
     lines.append(f"{result.candidates} candidates {how}; stats from {result.stats_origin}{stale}")
     return "\n".join(lines)
-
-
-def cmd_eval_store(args) -> int:
-    """`sdr eval --store`: every query through the two-stage engine (raw-text sources)."""
-    import time
-
-    from sdr_search.indexer.commands import open_store
-    from sdr_search.cli_args import cache_from_args
-    from sdr_search.core.documents import ReadReport, read_documents
-    from sdr_search.core.embed import embed_documents
-    from sdr_search.core.errors import SDRError
-    from sdr_search.core.evaluation import cut_source, parse_source_cut, weights_by_kind
-    from sdr_search.core.fusion import SIGNALS, SourceShape
-    from sdr_search.core.metrics import evaluate, read_qrels, write_run
-
-    from .engine import MLTSettings, MoreLikeThis, Query
-
-    cut = parse_source_cut(getattr(args, "source_cut", None))
-    if args.method not in ("sdr", "hybrid"):
-        raise SDRError("with --store only --method sdr (two-stage exact SDR) and --method hybrid are available")
-    t0 = time.perf_counter()
-    qrels = read_qrels(args.qrels)
-    report = ReadReport()
-    settings = MLTSettings(**({"candidates": args.candidates} if args.candidates is not None else {}))
-    runs = {}
-    with open_store(args) as store:
-        encoder = encoder_for_store(args, store)
-        engine = MoreLikeThis(store=store, encoder=encoder, settings=settings)
-        engine.check_encoder()
-        fusion = fusion_args(args)
-        # queries are segmented as the store's documents were (its recorded segmentation)
-        query_docs = list(read_documents(args.queries, settings=engine.segmentation(), report=report, strict=args.strict))
-        query_docs = [cut_source(q, cut) for q in query_docs]  # --source-cut: short sources, same qrels
-        spec = engine.resolve(**fusion_args(args))
-        weights_used: dict = {}
-        cache = cache_from_args(args)
-        pairs = list(embed_documents(query_docs, encoder, cache=cache, progress=not args.no_progress, total=len(query_docs)))
-        bar = None
-        if not args.no_progress:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=len(pairs), unit="query", desc="two-stage ranking")
-        for doc, vecs in pairs:
-            result = engine.run(Query(document=doc, vectors=vecs, size=settings.candidates, details=False, **fusion))
-            runs[doc.id] = [(h.id, h.score) for h in result.hits]
-            signals = result.hits[0].signals if result.hits and spec is not None else None
-            if signals:  # the weights the engine reports for this query's fusion
-                total = sum(float(signals[s].weight) for s in SIGNALS if s in signals) or 1.0
-                weights_used[doc.id] = {s: float(signals[s].weight) / total for s in SIGNALS if s in signals}
-                if spec.feedback:  # the share document feedback took (0: the source was too long for it)
-                    weights_used[doc.id]["feedback"] = float((result.hybrid or {}).get("feedback", {}).get("share", 0.0))
-            if bar is not None:
-                bar.update(1)
-        if bar is not None:
-            bar.close()
-        n_docs = store.counts()["documents"]
-    result = evaluate({q: [d for d, _ in r] for q, r in runs.items()}, qrels)
-    if args.run:
-        args.run.parent.mkdir(parents=True, exist_ok=True)
-        write_run(args.run, runs, args.run_tag or f"{args.method}-two-stage")
-    extra = {"hybrid": spec.to_dict()} if spec is not None else {}
-    if spec is not None:  # the fusion weights used, per query kind (one paragraph / several)
-        extra["hybrid"]["weights_used"] = weights_by_kind(weights_used, {q.id: SourceShape.of(q) for q in query_docs})
-    if cut is not None:
-        extra["source_cut"] = str(cut)
-    out = {"method": args.method, "engine": "two-stage", "candidates": settings.candidates, **extra, **result,
-           "model": encoder.model_id, "corpus_documents": n_docs,
-           "skipped": {"queries": report.n_skipped}, "seconds": round(time.perf_counter() - t0, 1)}
-    sys.stdout.write(json.dumps(out) + "\n")
-    return 0

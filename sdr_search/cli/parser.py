@@ -1,26 +1,13 @@
-"""The ``sdr`` command line. Each subcommand has ``--help``.
-
-Errors that a user can cause end in one line on stderr and exit status 2 (no stack trace);
-``--debug`` shows the trace.
-"""
+"""The ``sdr`` argument parser: every subcommand's flags and ``--help``. A command's handler, in
+the module of its group (``sdr_search.cli.<group>``), is imported only when that command runs, so
+``sdr --help`` and a one-shot ``sdr mlt --id`` import neither torch nor transformers."""
 
 from __future__ import annotations
 
 import argparse
-import json
-import logging
-import sys
-import time
 from pathlib import Path
-from typing import Sequence
 
-from sdr_search.core.errors import SDRError
-
-from .cli_args import cache_from_args, encoder_settings, hybrid_spec_from_args, segmentation_settings
-
-__all__ = ["main", "build_parser", "encoder_settings", "segmentation_settings", "cache_from_args"]
-
-logger = logging.getLogger("sdr")
+__all__ = ["build_parser"]
 
 
 def _port(text: str) -> int:
@@ -31,16 +18,6 @@ def _port(text: str) -> int:
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"{value} is not a TCP port (0 to 65535)")
     return value
-
-
-def _settings_error(e: Exception) -> str:
-    """A pydantic settings error (from the environment or a flag) as one line."""
-    parts = []
-    for err in e.errors():  # type: ignore[attr-defined]
-        where = ".".join(str(x) for x in err.get("loc", ())) or "setting"
-        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
-        parts.append(f"{where}: {msg}")
-    return f"invalid setting ({type(e).__name__}): " + "; ".join(parts)
 
 
 def _add_encoder_args(p: argparse.ArgumentParser) -> None:
@@ -140,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_hybrid_args(ev)
     _add_encoder_args(ev)
     _add_segmentation_args(ev)
-    ev.set_defaults(handler=cmd_eval)
+    ev.set_defaults(handler=_lazy("eval", "cmd_eval"))
 
     ix = sub.add_parser(
         "index", help="index documents into an embedded store (resumable)",
@@ -156,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     ix.add_argument("--no-progress", action="store_true")
     _add_encoder_args(ix)
     _add_segmentation_args(ix)
-    ix.set_defaults(handler=_lazy("sdr_search.indexer.commands", "cmd_index"))
+    ix.set_defaults(handler=_lazy("index", "cmd_index"))
 
     ml = sub.add_parser(
         "mlt", help="more like this: documents of a store most similar to a document",
@@ -194,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "index's default (sdr defaults), else env SDR_METHOD, else hybrid)")
     _add_hybrid_args(ml)
     _add_encoder_args(ml)
-    ml.set_defaults(handler=_lazy("sdr_search.reranker.commands", "cmd_mlt"))
+    ml.set_defaults(handler=_lazy("mlt", "cmd_mlt"))
 
     st = sub.add_parser(
         "stats", help="recompute normalisation statistics of a store",
@@ -207,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="size of the reference sample recorded for new-text queries when computing exact stats (default 5000)")
     st.add_argument("--seed", type=int, default=0)
     st.add_argument("--no-progress", action="store_true")
-    st.set_defaults(handler=_lazy("sdr_search.indexer.commands", "cmd_stats"))
+    st.set_defaults(handler=_lazy("index", "cmd_stats"))
 
     df = sub.add_parser(
         "defaults", help="show or set an index's search defaults (method, hybrid fusion and weights)",
@@ -219,12 +196,12 @@ def build_parser() -> argparse.ArgumentParser:
     df.add_argument("--method", choices=["sdr", "hybrid"], help="default ranking method of the index")
     _add_hybrid_args(df, feedback=False)
     df.add_argument("--clear", action="store_true", help="forget the recorded defaults (before applying any option given)")
-    df.set_defaults(handler=_lazy("sdr_search.indexer.commands", "cmd_defaults"))
+    df.set_defaults(handler=_lazy("index", "cmd_defaults"))
 
     inf = sub.add_parser("info", help="counts, model and statistics state of a store")
     _add_store_args(inf)
     inf.add_argument("--json", action="store_true")
-    inf.set_defaults(handler=_lazy("sdr_search.indexer.commands", "cmd_info"))
+    inf.set_defaults(handler=_lazy("index", "cmd_info"))
 
     dl = sub.add_parser(
         "delete", help="delete documents from a store by id",
@@ -234,7 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_store_args(dl)
     dl.add_argument("ids", nargs="*", metavar="ID", help="document ids")
     dl.add_argument("--ids-file", type=Path, metavar="FILE", help="one id per line (- for stdin)")
-    dl.set_defaults(handler=_lazy("sdr_search.indexer.maintenance", "cmd_delete"))
+    dl.set_defaults(handler=_lazy("maintenance", "cmd_delete"))
 
     cp = sub.add_parser(
         "compact", help="reclaim the dead rows of an embedded store (replaced or deleted documents)",
@@ -243,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(they reload the new files). An OpenSearch index merges its segments itself.",
     )
     cp.add_argument("--store", type=Path, metavar="DIR", required=True, help="embedded store directory")
-    cp.set_defaults(handler=_lazy("sdr_search.indexer.maintenance", "cmd_compact"))
+    cp.set_defaults(handler=_lazy("maintenance", "cmd_compact"))
 
     sv = sub.add_parser(
         "serve", help="serve more-like-this over HTTP (FastAPI + uvicorn)",
@@ -259,7 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--insecure", action="store_true", help="allow a non-loopback host without an API key (logs a warning)")
     sv.add_argument("--access-log", action="store_true", help="log every request (uvicorn access log)")
     _add_encoder_args(sv)
-    sv.set_defaults(handler=_lazy("sdr_search.reranker.serve", "cmd_serve"))
+    sv.set_defaults(handler=_lazy("serve", "cmd_serve"))
 
     db = sub.add_parser(
         "dashboards", help="OpenSearch Dashboards saved objects (index pattern, saved search, visualizations)",
@@ -279,7 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
     dbi.add_argument("--file", type=Path, metavar="PATH", help="saved objects ndjson (default: mappings/dashboards.ndjson)")
     dbi.add_argument("--no-overwrite", action="store_true", help="report objects that already exist as conflicts instead of replacing them")
     dbi.add_argument("--timeout", type=float, default=30, help="seconds to wait for an answer (default 30)")
-    dbi.set_defaults(handler=_lazy("sdr_search.indexer.dashboards", "cmd_dashboards_import"))
+    dbi.set_defaults(handler=_lazy("dashboards", "cmd_dashboards_import"))
 
     rx = sub.add_parser(
         "reindex", help="build a new index from documents and switch the live name to it atomically",
@@ -305,7 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
     rx.add_argument("--no-progress", action="store_true")
     _add_encoder_args(rx)
     _add_segmentation_args(rx)
-    rx.set_defaults(handler=_lazy("sdr_search.workers.commands", "cmd_reindex"))
+    rx.set_defaults(handler=_lazy("workers", "cmd_reindex"))
 
     tr = sub.add_parser(
         "train", help="adapt the encoder to a corpus without labels (MLM + contrastive, or triplet)",
@@ -345,7 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--restart", action="store_true", help="discard checkpoints in --out and start over")
     tr.add_argument("--no-progress", action="store_true")
     _add_segmentation_args(tr)
-    tr.set_defaults(handler=_lazy("sdr_search.core.training.commands", "cmd_train"))
+    tr.set_defaults(handler=_lazy("train", "cmd_train"))
 
     wk = sub.add_parser(
         "worker", help="run a Celery worker that embeds and indexes batches for `sdr reindex`",
@@ -358,130 +335,16 @@ def build_parser() -> argparse.ArgumentParser:
     wk.add_argument("--pool", choices=["prefork", "solo", "threads"], help="Celery pool (default: solo for 1 process, else prefork)")
     wk.add_argument("--threads", type=int, metavar="T", help="torch threads per process (default: cores / N)")
     wk.add_argument("--name", metavar="NAME", help="worker node name, e.g. w1@%%h (default: celery@hostname)")
-    wk.set_defaults(handler=_lazy("sdr_search.workers.commands", "cmd_worker"))
+    wk.set_defaults(handler=_lazy("workers", "cmd_worker"))
     return parser
 
 
-def _lazy(module: str, name: str):
+def _lazy(group: str, name: str):
+    """The handler ``name`` of ``sdr_search.cli.<group>``, imported when the command runs."""
+
     def handler(args):
         import importlib
 
-        return getattr(importlib.import_module(module), name)(args)
+        return getattr(importlib.import_module(f"{__package__}.{group}"), name)(args)
 
     return handler
-
-
-
-
-
-def cmd_eval(args) -> int:
-    from sdr_search.core.documents import ReadReport, read_documents
-    from sdr_search.core.encoder import SentenceEncoder
-    from sdr_search.core.embed import embed_corpus, embed_documents
-    from sdr_search.core.evaluation import EvalInputs, VECTOR_METHODS, cut_source, parse_source_cut, rank_all, weights_by_kind
-    from sdr_search.core.fusion import SourceShape
-    from sdr_search.core.metrics import evaluate, read_qrels, write_run
-
-    cut = parse_source_cut(getattr(args, "source_cut", None))  # validated before any reading
-    if args.store is not None or args.opensearch is not None:
-        from sdr_search.reranker.commands import cmd_eval_store
-
-        return cmd_eval_store(args)
-    if not args.corpus:
-        raise SDRError("sdr eval needs --corpus (exhaustive ranking) or --store (two-stage engine)")
-    hybrid = None
-    if args.method == "hybrid":  # validated before any reading or encoding
-        from sdr_search.core.settings import HybridSettings
-
-        hybrid = hybrid_spec_from_args(args, HybridSettings().spec())
-    elif args.fusion or args.weights or args.rank_constant is not None:
-        raise SDRError("--fusion, --weights and --rank-constant apply to --method hybrid only")
-    t0 = time.perf_counter()
-    progress = not args.no_progress
-    seg = segmentation_settings(args)
-    qrels = read_qrels(args.qrels)
-    corpus_report, query_report = ReadReport(), ReadReport()
-    corpus_docs = list(read_documents(args.corpus, settings=seg, report=corpus_report, strict=args.strict))
-    query_docs = list(read_documents(args.queries, settings=seg, report=query_report, strict=args.strict))
-    query_docs = [cut_source(q, cut) for q in query_docs]
-    if not corpus_docs:
-        raise SDRError("the corpus has no usable document")
-    if not query_docs:
-        raise SDRError("there is no usable query document")
-    logger.info("corpus: %d documents (%d skipped); queries: %d (%d skipped)",
-                corpus_report.read, corpus_report.n_skipped, query_report.read, query_report.n_skipped)
-    inputs = EvalInputs(corpus_docs, query_docs)
-    extra: dict = {}
-    if args.method in VECTOR_METHODS:
-        encoder = SentenceEncoder(settings=encoder_settings(args))
-        cache = cache_from_args(args)
-        try:
-            inputs.query_vectors = [v for _, v in embed_documents(query_docs, encoder, cache=cache, progress=progress, total=len(query_docs))]
-            inputs.corpus_vectors = embed_corpus(corpus_docs, encoder, cache=cache, progress=progress)
-        finally:
-            if cache is not None:
-                cache.close()
-        extra["model"] = encoder.model_id
-        extra["precision"] = encoder.precision
-    if args.method in ("sdr", "hybrid"):
-        extra["stats"] = args.stats if args.stats == "exact" else f"sampled(R={args.sample}, seed={args.seed})"
-    if hybrid is not None:
-        extra["hybrid"] = {**hybrid.to_dict(), "candidates": args.candidates or 100}
-    weights_used: dict = {}
-    runs = rank_all(args.method, inputs, stats=args.stats, sample_size=args.sample, seed=args.seed, progress=progress,
-                    hybrid=hybrid, candidates=args.candidates or 100, weights_used=weights_used)
-    if hybrid is not None:  # the fusion weights it used, per query kind (one paragraph / several)
-        by_kind = weights_by_kind(weights_used, {q.id: SourceShape.of(q) for q in query_docs})
-        extra["hybrid"]["weights_used"] = by_kind
-        for kind, entry in by_kind.items():
-            logger.info("fusion weights, %s (%d queries, %d-%d sentences): %s", kind, entry["queries"],
-                        *entry["sentences"], ", ".join(f"{s} {entry[s]['mean']:.2f}" for s in ("bm25", "sdr", "mean")
-                                                       if s in entry)
-                        + (f"; document feedback share {entry['feedback']['mean']:.2f}" if "feedback" in entry else ""))
-    if cut is not None:
-        extra["source_cut"] = str(cut)
-    result = evaluate({q: [d for d, _ in r] for q, r in runs.items()}, qrels)
-    if args.run:
-        args.run.parent.mkdir(parents=True, exist_ok=True)
-        write_run(args.run, {q: r[: args.run_depth] for q, r in runs.items()}, args.run_tag or args.method)
-        logger.info("wrote run file %s", args.run)
-    out = {"method": args.method, **result, **extra,
-           "segmentation": seg.recorded(),
-           "corpus_documents": len(corpus_docs),
-           "skipped": {"corpus": corpus_report.n_skipped, "queries": query_report.n_skipped},
-           "seconds": round(time.perf_counter() - t0, 1)}
-    sys.stdout.write(json.dumps(out) + "\n")
-    return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=getattr(logging, args.log_level), format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    if args.log_level != "DEBUG":
-        # opensearch-py logs every request (INFO) and every failed one with its traceback (WARNING);
-        # the OpenSearch store raises each failure as one SDRError, reported below in one line
-        logging.getLogger("opensearch").setLevel(logging.ERROR)
-    else:  # the FAISS loader's lines (each CPU variant it tries) are silenced below DEBUG (indexer/embedded/ann.py)
-        logging.getLogger("faiss.loader").setLevel(logging.DEBUG)
-    try:
-        return args.handler(args)
-    except SDRError as e:
-        if args.debug:
-            raise
-        logger.error("%s", e)
-        return 2
-    except KeyboardInterrupt:
-        logger.error("interrupted")
-        return 130
-    except Exception as e:
-        from pydantic import ValidationError
-
-        if args.debug or not isinstance(e, ValidationError):
-            raise
-        logger.error("%s", _settings_error(e))  # a setting from the environment or a flag out of its range
-        return 2
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -1,4 +1,4 @@
-"""Handlers of ``sdr delete`` and ``sdr compact`` (argument parsing lives in :mod:`sdr_search.cli`)."""
+"""``sdr delete`` and ``sdr compact``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 
 from sdr_search.core.errors import InputReadError, InvalidInputError
 
-from .commands import open_store
+from .args import open_store
 
 __all__ = ["cmd_delete", "cmd_compact", "read_ids"]
 
@@ -48,7 +48,7 @@ def cmd_delete(args) -> int:
 
 
 def cmd_compact(args) -> int:
-    from .embedded import EmbeddedStore
+    from sdr_search.indexer.embedded import EmbeddedStore
 
     t0 = time.perf_counter()
     with EmbeddedStore(args.store) as store:

@@ -1,4 +1,5 @@
-"""Handlers of ``sdr index``, ``sdr stats`` and ``sdr info`` (argument parsing lives in sdr_search.cli)."""
+"""``sdr index``, ``sdr stats``, ``sdr info`` and ``sdr defaults``: a store named by the flags, the
+indexer's library calls, a JSON (or text) summary on stdout."""
 
 from __future__ import annotations
 
@@ -8,22 +9,11 @@ import sys
 import time
 from pathlib import Path
 
+from .args import cache_from_args, encoder_settings, open_store, segmentation_settings, store_label
+
 logger = logging.getLogger("sdr")
 
-__all__ = ["cmd_index", "cmd_stats", "cmd_info", "cmd_defaults", "open_store"]
-
-
-def open_store(args, *, create: bool = False):
-    """The store named on the command line: ``--store DIR`` (embedded) or ``--opensearch URL``."""
-    from sdr_search.api import open_store as open_target
-
-    if getattr(args, "opensearch", None):
-        return open_target(args.opensearch, index=args.index)
-    return open_target(args.store, create=create)
-
-
-def store_label(args) -> str:
-    return f"{args.opensearch}/{args.index or 'default index'}" if getattr(args, "opensearch", None) else str(args.store)
+__all__ = ["cmd_index", "cmd_stats", "cmd_info", "cmd_defaults", "store_segmentation"]
 
 
 _SEGMENTATION_FLAGS = ("paragraph_unit", "min_paragraph_sentences", "min_sentence_chars")
@@ -32,9 +22,7 @@ _SEGMENTATION_FLAGS = ("paragraph_unit", "min_paragraph_sentences", "min_sentenc
 def store_segmentation(args, recorded):
     """How documents added to a store are segmented (:func:`sdr_search.indexer.ingest.recorded_segmentation`
     with the command line's flags: a flag given explicitly that differs from the record is refused)."""
-    from sdr_search.cli_args import segmentation_settings
-
-    from .ingest import recorded_segmentation
+    from sdr_search.indexer.ingest import recorded_segmentation
 
     return recorded_segmentation(recorded, segmentation_settings(args), label=f"store {store_label(args)}",
                                  explicit={k: getattr(args, k, None) for k in _SEGMENTATION_FLAGS})
@@ -55,10 +43,8 @@ def cmd_index(args) -> int:
     """``sdr index``. The inputs and the model are checked before the store is created
     (:func:`sdr_search.indexer.ingest.index_paths`); should the run still fail before it wrote any
     document, an embedded store directory it created is removed again."""
-    from sdr_search.cli_args import cache_from_args, encoder_settings, segmentation_settings
     from sdr_search.core.encoder import SentenceEncoder
-
-    from .ingest import index_paths
+    from sdr_search.indexer.ingest import index_paths
 
     encoder = SentenceEncoder(settings=encoder_settings(args))
     embedded = not getattr(args, "opensearch", None)
@@ -86,7 +72,7 @@ def cmd_index(args) -> int:
 def _remove_failed_start(store_dir: Path, created: Path) -> None:
     """Remove the store this run created when it holds no document, and the parent directories
     the run created with it (``created``: the outermost), when they are empty."""
-    from .embedded.store import remove_unused_store
+    from sdr_search.indexer.embedded.store import remove_unused_store
 
     try:
         if not remove_unused_store(store_dir):
@@ -105,7 +91,7 @@ def cmd_stats(args) -> int:
     """``sdr stats``: refresh the statistics; prints the new state as JSON. A store of one document
     has none (they are taken over the other documents): exit 0 all the same, with
     ``"unavailable"`` saying why (:data:`sdr_search.indexer.stats_job.ONE_DOCUMENT`)."""
-    from .stats_job import refresh_stats, unavailable_reason
+    from sdr_search.indexer.stats_job import refresh_stats, unavailable_reason
 
     t0 = time.perf_counter()
     with open_store(args) as store:
@@ -132,8 +118,7 @@ def cmd_info(args) -> int:
     (every page of an embedded store's database is read); a damaged store is reported as such, with
     exit status 2."""
     from sdr_search.core.errors import StoreDamagedError
-
-    from .stats_job import unavailable_reason
+    from sdr_search.indexer.stats_job import unavailable_reason
 
     with open_store(args) as store:
         try:
