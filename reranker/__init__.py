@@ -1,7 +1,21 @@
 """reranker: the two-stage "more like this" engine and its HTTP service.
 
-- :mod:`sdr_search.reranker.engine` - candidates from any store, exact SDR rerank, explanations
-- :mod:`sdr_search.reranker.service` - FastAPI app (``sdr serve``); errors mapped to HTTP in :mod:`sdr_search.reranker.errors`
+The engine (:mod:`sdr_search.reranker.engine`, :meth:`MoreLikeThis.run`) reads top to bottom over
+one module per stage:
 
-The scoring math is in :mod:`sdr_search.core.scoring`, shared with indexer and workers.
+- :mod:`~sdr_search.reranker.query` - the query contract (HTTP body, library and CLI alike)
+- :mod:`~sdr_search.reranker.engine_settings` - the engine's settings (``SDR_*``)
+- :mod:`~sdr_search.reranker.sources` - sources with their statistics; the reference sample
+- :mod:`~sdr_search.reranker.retrieval` - candidates, pre-rank, fetch (:mod:`~sdr_search.reranker.candidates`,
+  :mod:`~sdr_search.reranker.prerank`, :mod:`~sdr_search.reranker.filters`)
+- :mod:`~sdr_search.reranker.ranking` - exact SDR, the hybrid fusion, several sources, document feedback
+- :mod:`~sdr_search.reranker.explain`, :mod:`~sdr_search.reranker.offsets` - explanations, snippets, offsets
+- :mod:`~sdr_search.reranker.results` - the one ``Hit`` model and ``MLTResult``
+
+The HTTP service: :mod:`~sdr_search.reranker.service` (FastAPI, ``sdr serve``), its response models
+(:mod:`~sdr_search.reranker.api_models`), writes (:mod:`~sdr_search.reranker.writes`), errors mapped to
+HTTP status in one place (:mod:`~sdr_search.reranker.errors`), limits, metrics, compute slots, settings,
+and the bind policy (:mod:`~sdr_search.reranker.bind`).
+
+The scoring maths is in :mod:`sdr_search.core.scoring`, shared with the indexer and the workers.
 """
