@@ -2,9 +2,9 @@
 training with its dev evaluation, time-boxed to fit one device command (< 10 minutes).
 
 Run it through ``bench/gpu.sh`` (which picks the Python and says how the environment reaches the
-device); ``bench/gpu.sh --dry-run`` runs every stage on CPU with tiny sizes in about a minute
-(``tests/test_gpu_script.py``). Results go to ``OUT`` (``--out DIR``, else ``$OUT``, else
-``gpu-out/``): ``gpu.json`` (every figure), ``gpu.md`` (a summary to paste into
+device); ``bench/gpu.sh --dry-run`` runs every stage on CPU with tiny sizes in one to two minutes
+on 2 cores (``tests/test_gpu_script.py``). Results go to ``--out DIR``, else ``$OUT`` (the device
+tool's output folder), else ``/tmp/sdr-gpu-out``: ``gpu.json`` (every figure), ``gpu.md`` (a summary to paste into
 docs/results/gpu.md) and ``gpu.log`` (this script's log, with the tails of its subprocesses' logs).
 Both files are rewritten after every stage, so a run cut short still leaves what it measured.
 
@@ -31,8 +31,9 @@ a later stage that needs an earlier one's output is skipped with the reason):
    stores and evaluations still to come.
 5. **eval**: ``sdr eval --store`` (the two-stage engine, default settings) on the dev queries, full
    sources and short sources (``--source-cut sentences:9``), ``--method hybrid`` (the default) then
-   ``--method sdr``, for the untrained store, and for each trained encoder a store built by the same
-   workers (``sdr reindex --model DIR``); per-query AP against the untrained encoder (paired).
+   ``--method sdr``, for the untrained store (while the trainings run), and for each trained
+   encoder, in objective order while time is left, a store built by the same workers
+   (``sdr reindex --model DIR``); per-query AP against the untrained encoder (paired).
 
 Usage: bench/gpu.sh [--dry-run] [--out DIR] [--budget SECONDS] [--stages env,encoder,reindex,train,eval]
 [--objectives inbatch,sdr] [--workers N] [--train-steps N] ...  (``--help`` lists all)
@@ -360,10 +361,14 @@ class Run:
         self.event(f"redis: {version.split(' sha=')[0]} on port {port}")
 
     def worker_env(self) -> dict[str, str]:
+        """The workers' settings. Their statistics blocks are numpy (OpenBLAS) work: each gets its
+        share of the cores there too, or W processes x all cores oversubscribe the CPU."""
         a = self.args
+        threads = str(max(1, cores() // self.n_workers))
         return self.penv(SDR_BROKER_URL=self.redis_url, SDR_QUEUE=f"gpu-{os.getpid()}", SDR_MODEL=self.model,
                          SDR_PRECISION=a.precision, SDR_MAX_BATCH_TOKENS=str(self.batch_tokens),
-                         SDR_TORCH_THREADS=str(max(1, cores() // self.n_workers)))
+                         SDR_TORCH_THREADS=threads, OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads,
+                         MKL_NUM_THREADS=threads, RAYON_NUM_THREADS=threads, RAYON_RS_NUM_CPUS=threads)
 
     def start_workers(self) -> None:
         a = self.args
@@ -797,7 +802,11 @@ class Run:
         stores = self.stage("stores")
         runs = (self.r["stages"].get("train") or {}).get("runs") or {}
         per_model_spent: list[float] = []
+        wanted = (a.eval_objectives or a.objectives).split(",")
         for o in [o for o in a.objectives.split(",") if o in runs]:
+            if o not in wanted:
+                st[o] = {"status": "skipped", "reason": f"not in --eval-objectives ({','.join(wanted)})"}
+                continue
             if runs[o].get("status") != "ok":
                 st[o] = {"status": "skipped", "reason": f"training {runs[o].get('status')}"}
                 continue
@@ -833,6 +842,9 @@ class Run:
     def run(self) -> int:
         a = self.args
         self.stages = set(a.stages.split(","))
+        unknown = self.stages - set(STAGES)
+        if unknown:
+            raise SystemExit(f"unknown stages {sorted(unknown)}; choose from {', '.join(STAGES)}")
         self.r["stages_asked"] = sorted(self.stages, key=STAGES.index)
         self.event(f"start: mode {self.r['mode']}, budget {a.budget:.0f} s, out {self.out}, work {self.work}")
         self.save()
@@ -1390,11 +1402,13 @@ def cmd_eval(a: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dry-run", action="store_true", help="every stage on CPU with tiny sizes (about a minute)")
-    ap.add_argument("--out", default=os.environ.get("OUT") or "gpu-out", help="output folder (default $OUT, else gpu-out)")
+    ap.add_argument("--out", default=os.environ.get("OUT") or "/tmp/sdr-gpu-out", help="output folder (default $OUT, else /tmp/sdr-gpu-out)")
     ap.add_argument("--work", help="scratch folder (default a new one under /tmp)")
     ap.add_argument("--budget", type=float, help="seconds for the whole run (default 540; dry run 300)")
     ap.add_argument("--stages", default=",".join(STAGES), help="comma-separated subset of " + ",".join(STAGES))
     ap.add_argument("--objectives", default="inbatch,sdr", help="training objectives, in order of evaluation")
+    ap.add_argument("--eval-objectives", help="the trained encoders that get a store and an evaluation (default: all; "
+                    "dry run: the first)")
     ap.add_argument("--device", default="auto", help="auto (CUDA when present), cuda or cpu")
     ap.add_argument("--allow-cpu", action="store_true", help="a full run without CUDA (hours)")
     ap.add_argument("--model", help="base model directory (default: SDR_MODEL, the unpacked .gpu model, or the bundled one)")
@@ -1455,6 +1469,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.evals == ",".join(EVALS):
             a.evals = "full:hybrid,short:hybrid"
             a.trained_evals = a.trained_evals or "full:hybrid"
+        a.eval_objectives = a.eval_objectives or a.objectives.split(",")[0]
     a.budget = a.budget or 540
 
     def on_term(signum, frame):  # the device tool's limit, or a kill: stop the services and keep what was measured
