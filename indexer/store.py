@@ -43,6 +43,7 @@ __all__ = [
     "ReferenceParagraphs",
     "QueryState",
     "query_state_of",
+    "SdrScores",
     "StoreCapabilities",
     "DocumentStore",
 ]
@@ -165,6 +166,21 @@ class QueryState:
         return not self.reference_current
 
 
+@dataclass(frozen=True)
+class SdrScores:
+    """Exact SDR computed by the store (:meth:`DocumentStore.sdr_scores`): ``scores[s, c]`` is
+    source ``s``'s SDR score of candidate ``ids[c]`` (float64; ``-inf`` for a document without
+    sentence vectors), the same numbers as :func:`sdr_search.core.scoring.sdr_scores` of
+    :func:`~sdr_search.core.scoring.document_best` within float32 rounding (tested at 1e-4).
+    ``explanations[c]``, when asked for, is the first source's breakdown for candidate ``c``: its best
+    candidate paragraph per source paragraph with P_ij, N_ij and the best sentence pairs
+    (opensearch-plugin/README.md, "Response"); empty when not asked for."""
+
+    ids: list[str]
+    scores: np.ndarray
+    explanations: list[Mapping[str, Any] | None] = field(default_factory=list)
+
+
 def query_state_of(
     meta: IndexMeta | None,
     search_defaults: Mapping[str, Any] | None,
@@ -201,6 +217,15 @@ class StoreCapabilities:
     # ids_matching(filter) lists the documents a filter matches (a filter applied inside the
     # candidate stage; without it the engine over-fetches candidates and filters them)
     filtered_knn: bool = False
+    # sdr_candidates() runs the whole candidate stage inside the store in one request: a nested
+    # k-NN per source sentence and the aggregation of reranker/candidates.py, returning the best
+    # documents with their aggregate scores (without it: the engine calls sentence_knn() and
+    # aggregates the hits itself). OpenSearch: when the node has the sdr plugin.
+    sdr_candidates: bool = False
+    # sdr_scores() computes exact SDR next to the data, for any number of sources in one request,
+    # so the rerank fetches no vectors (without it: fetch_documents() and the Python rerank, which
+    # stays the reference). OpenSearch: when the node has the sdr plugin.
+    exact_sdr: bool = False
 
     def to_dict(self) -> dict[str, bool]:
         return dict(self.__dict__)
@@ -278,6 +303,33 @@ class DocumentStore(ABC):
 
         raise StoreError(f"{type(self).__name__} cannot filter inside the candidate stage "
                          "(capabilities.filtered_knn is false)")
+
+    def sdr_candidates(
+        self, source: DocVectors, k: int, size: int, *, stats: NormStats | None = None,
+        aggregation: str = "weighted-sum", exclude_ids: Sequence[str] = (), filter: Mapping[str, Any] | None = None,
+    ) -> tuple[list[str], np.ndarray]:
+        """SDR's candidate stage in the store, one request: for each sentence of ``source`` the
+        nested k-NN top ``k`` documents (as :meth:`sentence_knn` with ``exclude_ids`` and ``filter``),
+        aggregated per document as :func:`sdr_search.reranker.candidates.aggregate_hits` does
+        (``aggregation``, with ``stats`` the source paragraphs' statistics), and the best ``size`` of
+        them: ``(ids, scores)``, best first (float64). Equal to ``top_of(*aggregate_hits(
+        sentence_knn(...)), size)`` up to the HNSW search and ties at the cut. Only for a store that
+        declares ``capabilities.sdr_candidates``."""
+        from sdr_search.core.errors import StoreError
+
+        raise StoreError(f"{type(self).__name__} cannot run the candidate stage itself "
+                         "(capabilities.sdr_candidates is false)")
+
+    def sdr_scores(
+        self, sources: Sequence[tuple[DocVectors, NormStats]], ids: Sequence[str], *, explain: bool = False,
+    ) -> SdrScores:
+        """Exact SDR of each of ``sources`` (vectors and their paragraphs' statistics) against the
+        documents ``ids``, computed by the store next to its data, in one request (:class:`SdrScores`,
+        ids in the order given). A missing id raises ``DocumentNotFoundError``. Only for a store that
+        declares ``capabilities.exact_sdr``."""
+        from sdr_search.core.errors import StoreError
+
+        raise StoreError(f"{type(self).__name__} cannot compute exact SDR itself (capabilities.exact_sdr is false)")
 
     @abstractmethod
     def lexical_search(

@@ -264,9 +264,13 @@ start() {
   fi
   rm -f "$PID_FILE"
   echo "$home" >"$RUN_DIR/home"
+  # The sdr plugin's fast kernel uses the JDK's vector API; OpenSearch's jvm.options adds the module on
+  # Java 20+ only, so a 2.x node on Java 17 gets it here (without it the plugin falls back to its scalar kernel).
+  local vector_opts=""
+  if [ "$PLUGIN" = 1 ] && [ "$(java_major "$java_home")" -lt 20 ]; then vector_opts="--add-modules=jdk.incubator.vector"; fi
   # shellcheck disable=SC2086
   "${runner[@]}" env OPENSEARCH_JAVA_HOME="$java_home" OPENSEARCH_PATH_CONF="$home/config" \
-    OPENSEARCH_JAVA_OPTS="-Xms$HEAP -Xmx$HEAP ${OPENSEARCH_JAVA_OPTS:-}" \
+    OPENSEARCH_JAVA_OPTS="-Xms$HEAP -Xmx$HEAP $vector_opts ${OPENSEARCH_JAVA_OPTS:-}" \
     "$home/bin/opensearch" -d -p "$PID_FILE" \
     -E cluster.name=sdr-local -E node.name=sdr-local-$PORT -E discovery.type=single-node \
     -E network.host=127.0.0.1 -E http.port="$PORT" -E transport.port=$((PORT + 100)) \

@@ -58,6 +58,13 @@ from sdr_search.indexer.opensearch.requests import (
     should_retry,
     state_index_name,
     stats_os_id,
+    VECTORS_INDEX,
+    build_document_source,
+    build_sdr_candidates_query,
+    build_sdr_scores_msearch,
+    build_vectors_search,
+    parse_sdr_hits,
+    parse_vector_hit,
 )
 from sdr_search.indexer.store import IndexMeta, ReferenceParagraphs
 from sdr_search.core.cache import document_key
@@ -141,6 +148,8 @@ def test_index_body_golden():
                 "space_type": "innerproduct",
                 "engine": "lucene",
                 "derived_source": False,
+                "vectors": "b64",
+                "recovery_source_excludes": False,
                 "created_at": AT,
             }},
         },
@@ -801,3 +810,84 @@ def test_unreachable_node_is_backend_unavailable(caplog):
     finally:
         store.close()
     assert store._client is None
+
+
+# -- the sdr plugin's requests (opensearch-plugin/README.md) ---------------------------------------
+def test_index_body_without_vectors_in_recovery_source():
+    meta = build_meta(META, versions={}, hnsw={}, derived_source=False, created_at=AT, engine="lucene",
+                      space_type="innerproduct", vectors=VECTORS_INDEX, recovery_source_excludes=True)
+    assert meta["sdr"]["vectors"] == "index" and meta["sdr"]["recovery_source_excludes"] is True
+    body = build_index_body(8, m=16, ef_construction=100, shards=1, replicas=0, meta=meta, recovery_source_excludes=True)
+    assert body["mappings"]["_source"] == {"excludes": ["sentences.vector"], "recovery_source_excludes": ["sentences.vector"]}
+    # derived source: no _source section at all (3.x rebuilds the vectors, recovery included)
+    body = build_index_body(8, m=16, ef_construction=100, shards=1, replicas=0, meta=meta, derived_source=True,
+                            recovery_source_excludes=True)
+    assert "_source" not in body["mappings"]
+
+
+def test_document_source_without_the_base64_copy():
+    doc, vectors = small_doc()
+    src = build_document_source(doc, vectors, encoder_tag="t", model_id="m", indexed_at=AT, vector_copy=False)
+    assert "vectors_b64" not in src
+    assert [s["vector"] for s in src["sentences"]] == vectors.vectors.tolist()
+    actions = build_bulk_actions([(doc, vectors)], index="i", encoder_tag="t", model_id="m", indexed_at=AT, vector_copy=False)
+    assert "vectors_b64" not in actions[0]["_source"]
+    assert "vectors_b64" in build_bulk_actions([(doc, vectors)], index="i", encoder_tag="t", model_id="m")[0]["_source"]
+
+
+def test_sdr_candidates_query():
+    v = np.array([[1, 0], [0, 1], [0.6, 0.8]], np.float32)
+    body = build_sdr_candidates_query(v, [2, 1], k=30, size=200, ef_search=100, mu=[0.1, 0.2], sigma=[0.5, 1.0],
+                                      exclude_ids=["a", "a", "b"], filter={"term": {"metadata.x": 1}})
+    assert body == {"size": 200, "_source": False, "docvalue_fields": ["doc_id"], "track_total_hits": False,
+                    "query": {"sdr_candidates": {
+                        "vectors": encode_vectors_b64(v), "paragraph_sizes": [2, 1], "mu": [0.1, 0.2], "sigma": [0.5, 1.0],
+                        "k": 30, "ef_search": 100, "aggregation": "weighted-sum", "exclude": ["a", "b"],
+                        "filter": {"term": {"metadata.x": 1}}}}}
+    plain = build_sdr_candidates_query(v, [3], k=150, size=10, ef_search=100, aggregation="sdr-bound")["query"]["sdr_candidates"]
+    assert "mu" not in plain and "exclude" not in plain and "filter" not in plain
+    assert plain["ef_search"] == 150  # at least k, as the nested k-NN query asks
+    with pytest.raises(ValueError, match="aggregation"):
+        build_sdr_candidates_query(v, [3], k=5, size=10, ef_search=100, aggregation="max")
+    with pytest.raises(ValueError, match="k must be"):
+        build_sdr_candidates_query(v, [3], k=MAX_KNN_K + 1, size=10, ef_search=100)
+
+
+def test_sdr_scores_msearch_and_hits():
+    v = np.array([[1, 0], [0, 1]], np.float32)
+    long_id = "x" * 600
+    body = build_sdr_scores_msearch("idx", [(v, [1, 1], [0.0, 0.1], [1.0, 0.5]), (v[:1], [1], [0.2], [0.3])],
+                                    ["a", long_id, "a"], explain=True)
+    assert [h for h in body[::2]] == [{"index": "idx"}, {"index": "idx"}]
+    first, second = body[1], body[3]
+    assert first["query"] == {"ids": {"values": ["a", document_os_id(long_id)]}} and first["size"] == 2
+    assert first["rescore"]["window_size"] == 2 and first["rescore"]["sdr"]["explain"] is True
+    assert first["rescore"]["sdr"]["mu"] == [0.0, 0.1] and first["rescore"]["sdr"]["paragraph_sizes"] == [1, 1]
+    assert "explain" not in second["rescore"]["sdr"] and second["rescore"]["sdr"]["vectors"] == encode_vectors_b64(v[:1])
+    ids, scores, why = parse_sdr_hits({"hits": {"hits": [
+        {"_score": 1.5, "fields": {"doc_id": ["a"], "_sdr": [{"score": 1.5}]}},
+        {"_score": -3.4028234663852886e38, "fields": {"doc_id": ["b"]}}]}})
+    assert ids == ["a", "b"] and scores[0] == 1.5 and scores[1] == -np.inf and why == [{"score": 1.5}, None]
+    with pytest.raises(StoreError, match="sdr"):
+        parse_sdr_hits({"error": {"type": "illegal_argument_exception", "reason": "[sdr] bad"}, "status": 400})
+
+
+def test_vectors_search_and_hit():
+    assert build_vectors_search(["a", "b", "a"]) == {
+        "size": 2, "_source": ["doc_id", "par_sizes"], "track_total_hits": False,
+        "query": {"ids": {"values": ["a", "b"]}}, "ext": {"sdr_vectors": {}}}
+    v = np.array([[1, 0], [0, 1], [0.5, -0.25]], np.float32)
+    hit = {"_source": {"doc_id": "a", "par_sizes": [2, 1]}, "fields": {"_sdr_vectors": [
+        {"sentences": 3, "dim": 2, "paragraph_sizes": [2, 1], "vectors": encode_vectors_b64(v)}]}}
+    got = parse_vector_hit(hit, 2)
+    np.testing.assert_array_equal(got.vectors, v)
+    assert got.par_offsets.tolist() == [0, 2, 3]
+    with pytest.raises(StoreError, match="damaged"):
+        parse_vector_hit({**hit, "_source": {"doc_id": "a", "par_sizes": [1, 2]}}, 2)
+    with pytest.raises(StoreError, match="dimension"):
+        parse_vector_hit(hit, 3)
+    with pytest.raises(StoreError, match="no vectors"):
+        parse_vector_hit({"_source": {"doc_id": "a"}}, 2)
+    with pytest.raises(StoreError, match="missing"):
+        parse_vector_hit({"_source": {"doc_id": "a", "par_sizes": []}, "fields": {"_sdr_vectors": [
+            {"sentences": 0, "dim": 2, "paragraph_sizes": [], "vectors": ""}]}}, 2)

@@ -125,6 +125,14 @@ __all__ = [
     "knn_score_to_cosine",
     "cosine_to_knn_score",
     "build_mget_body",
+    "VECTORS_B64",
+    "VECTORS_INDEX",
+    "AGGREGATIONS",
+    "build_sdr_candidates_query",
+    "build_sdr_scores_msearch",
+    "parse_sdr_hits",
+    "build_vectors_search",
+    "parse_vector_hit",
     "LEXICAL_FIELD",
     "build_terms_query",
     "build_more_like_this_query",
@@ -164,6 +172,15 @@ MATCH_NONE: dict[str, Any] = {"match_none": {}}
 """The filter of a metadata filter that no stored document can match (nothing to search)."""
 
 STATE_DOC_ID = "state"
+VECTORS_B64 = "b64"
+"""``_meta.sdr.vectors`` of an index whose documents carry the base64 copy ``vectors_b64`` (every index
+created before the sdr plugin, and any created on a node without it)."""
+VECTORS_INDEX = "index"
+"""``_meta.sdr.vectors`` of an index that keeps the vectors only in its nested ``knn_vector`` field
+(read back through the sdr plugin: :func:`build_vectors_search`)."""
+AGGREGATIONS = ("weighted-sum", "sum", "votes", "sdr-bound")
+"""The candidate aggregations the sdr plugin's ``sdr_candidates`` query computes (as
+``reranker/candidates.py``)."""
 _HASHED_ID_PREFIX = "sha256-"
 _PLACEHOLDER = re.compile(r"^\$\{([a-z_]+)\}$")
 _MAPPINGS_PACKAGE_DIR = "mappings"
@@ -251,11 +268,16 @@ def build_meta(
     created_at: str,
     engine: str,
     space_type: str,
+    vectors: str = VECTORS_B64,
+    recovery_source_excludes: bool = False,
 ) -> dict[str, Any]:
     """The mapping ``_meta`` of a new document index: provenance under the key ``sdr``.
 
     ``engine`` and ``space_type`` are those of the filled mapping (:func:`knn_method`), which is
-    what the score translation of the index's k-NN results follows."""
+    what the score translation of the index's k-NN results follows. ``vectors`` is where readers
+    find the sentence vectors (:data:`VECTORS_B64`: the ``vectors_b64`` copy in ``_source``;
+    :data:`VECTORS_INDEX`: only the nested ``knn_vector`` field, read through the sdr plugin's
+    ``sdr_vectors`` fetch, :func:`build_vectors_search`)."""
     return {
         "sdr": {
             "format_version": FORMAT_VERSION,
@@ -265,6 +287,8 @@ def build_meta(
             "space_type": str(space_type),
             "engine": str(engine),
             "derived_source": bool(derived_source),
+            "vectors": str(vectors),
+            "recovery_source_excludes": bool(recovery_source_excludes),
             "created_at": created_at,
         }
     }
@@ -298,6 +322,7 @@ def build_index_body(
     engine: str = "lucene",
     derived_source: bool = False,
     max_sentences: int = 20_000,
+    recovery_source_excludes: bool = False,
 ) -> dict[str, Any]:
     """Settings and mappings of a document index (``mappings/index.json`` filled in).
 
@@ -306,6 +331,11 @@ def build_index_body(
     absent): ``derived_source`` true also drops the ``_source.excludes`` of the vectors.
     ``max_sentences`` raises ``index.mapping.nested_objects.limit`` (default 10,000 nested
     objects per document) to the largest document accepted (``SDR_MAX_SENTENCES``).
+    ``recovery_source_excludes`` (without derived source) also leaves the vectors out of
+    ``_recovery_source``, the full copy of each document's source that OpenSearch keeps until merges
+    prune it (2.x; half the index as written, measured in docs/results/opensearch.md). A replica that
+    recovers by replaying operations from that history would then index those documents without
+    vectors: :class:`OpenSearchStore` asks for it only for an index created without replicas.
     """
     for name, value in {"dim": dim, "m": m, "ef_construction": ef_construction,
                         "shards": shards, "max_sentences": max_sentences}.items():
@@ -324,6 +354,9 @@ def build_index_body(
     body["settings"]["index"]["knn.derived_source.enabled"] = bool(derived_source)
     if derived_source:
         body["mappings"].pop("_source", None)
+    elif recovery_source_excludes:
+        source = body["mappings"].setdefault("_source", {})
+        source["recovery_source_excludes"] = list(source.get("excludes", [KNN_FIELD]))
     knn_method(body)  # refuses an edited mapping whose space type has no score translation
     body["mappings"]["_meta"] = copy.deepcopy(dict(meta))
     return body
@@ -407,10 +440,12 @@ def _now() -> str:
 
 
 def build_document_source(
-    doc: Document, vectors: DocVectors, *, encoder_tag: str, model_id: str, indexed_at: str
+    doc: Document, vectors: DocVectors, *, encoder_tag: str, model_id: str, indexed_at: str, vector_copy: bool = True,
 ) -> dict[str, Any]:
     """``_source`` of one document. ``sentences[r]`` is row ``r`` of the document's vectors
-    (``position`` = sentence index in the document, ``paragraph`` = its paragraph)."""
+    (``position`` = sentence index in the document, ``paragraph`` = its paragraph). ``vector_copy``:
+    also the base64 copy ``vectors_b64`` (an index whose ``_meta.sdr.vectors`` is
+    :data:`VECTORS_B64`)."""
     sizes = [len(p) for p in doc.paragraphs]
     paragraph_of = np.repeat(np.arange(len(sizes)), sizes).tolist()
     rows = np.asarray(vectors.vectors, dtype=np.float32).tolist()
@@ -427,7 +462,7 @@ def build_document_source(
         "indexed_at": indexed_at,
         "paragraphs": [list(p) for p in doc.paragraphs],
         "par_sizes": sizes,
-        "vectors_b64": encode_vectors_b64(vectors.vectors),
+        **({"vectors_b64": encode_vectors_b64(vectors.vectors)} if vector_copy else {}),
         "sentences": [{"vector": v, "paragraph": p, "position": r} for r, (v, p) in enumerate(zip(rows, paragraph_of))],
     }
 
@@ -439,13 +474,15 @@ def build_bulk_actions(
     encoder_tag: str,
     model_id: str,
     indexed_at: str | None = None,
+    vector_copy: bool = True,
 ) -> list[dict[str, Any]]:
     """One ``index`` action per document (whole-document writes, never partial updates),
     with the stable ``_id`` of :func:`document_os_id`."""
     at = indexed_at or _now()
     return [
         {"_op_type": "index", "_index": index, "_id": document_os_id(doc.id),
-         "_source": build_document_source(doc, vec, encoder_tag=encoder_tag, model_id=model_id, indexed_at=at)}
+         "_source": build_document_source(doc, vec, encoder_tag=encoder_tag, model_id=model_id, indexed_at=at,
+                                          vector_copy=vector_copy)}
         for doc, vec in items
     ]
 
@@ -792,6 +829,118 @@ def parse_knn_responses(
 
 
 # =============================================================================================
+# the sdr plugin: candidates, exact SDR, vectors (opensearch-plugin/README.md)
+# =============================================================================================
+def _source_clause(vectors: np.ndarray, par_sizes: Sequence[int], mu: Sequence[float] | None,
+                   sigma: Sequence[float] | None) -> dict[str, Any]:
+    """The source part shared by ``sdr_candidates`` and the ``sdr`` rescorer: base64 float32 rows,
+    paragraph sizes, and the per-paragraph statistics when given."""
+    clause: dict[str, Any] = {"vectors": encode_vectors_b64(np.asarray(vectors, dtype=np.float32)),
+                              "paragraph_sizes": [int(n) for n in par_sizes]}
+    if mu is not None:
+        clause["mu"] = [float(v) for v in mu]
+        clause["sigma"] = [float(v) for v in sigma]  # type: ignore[union-attr]
+    return clause
+
+
+def build_sdr_candidates_query(
+    vectors: np.ndarray, par_sizes: Sequence[int], *, k: int, size: int, ef_search: int,
+    aggregation: str = "weighted-sum", mu: Sequence[float] | None = None, sigma: Sequence[float] | None = None,
+    exclude_ids: Sequence[str] = (), filter: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One search that runs SDR's candidate stage on each shard (the plugin's ``sdr_candidates``
+    query): per source sentence (a row of ``vectors``, grouped into paragraphs by ``par_sizes``) the
+    nested k-NN top ``k`` documents with ``ef_search``, aggregated per document (``aggregation``, with
+    the source paragraphs' ``mu``/``sigma`` when given), the best ``size`` returned with their aggregate
+    score. ``exclude_ids`` (document ids, ``doc_id``) and ``filter`` (a document-level query,
+    :func:`build_candidate_filter`) as :func:`build_nested_knn_query` applies them: without a filter
+    the excluded documents are asked for on top of ``k`` and dropped; with one, they are left out
+    inside it."""
+    if aggregation not in AGGREGATIONS:
+        raise ValueError(f"aggregation must be one of {', '.join(AGGREGATIONS)}, got {aggregation!r}")
+    if not 1 <= int(k) <= MAX_KNN_K:
+        raise ValueError(f"k must be between 1 and {MAX_KNN_K}, got {k}")
+    clause = {**_source_clause(vectors, par_sizes, mu, sigma), "k": int(k),
+              "ef_search": max(int(ef_search), int(k)), "aggregation": aggregation}
+    excluded = list(dict.fromkeys(str(i) for i in exclude_ids))
+    if excluded:
+        clause["exclude"] = excluded
+    if filter is not None:
+        clause["filter"] = copy.deepcopy(dict(filter))
+    return {"size": int(size), "_source": False, "docvalue_fields": ["doc_id"], "track_total_hits": False,
+            "query": {"sdr_candidates": clause}}
+
+
+def build_sdr_scores_msearch(
+    index: str, sources: Sequence[tuple[np.ndarray, Sequence[int], Sequence[float], Sequence[float]]],
+    ids: Sequence[str], *, explain: bool = False,
+) -> list[dict[str, Any]]:
+    """``_msearch`` body with one search per source (``(vectors, par_sizes, mu, sigma)``): the
+    documents ``ids`` (by ``_id``) rescored by the plugin's exact SDR (``sdr`` rescorer, window =
+    all of them). ``explain`` asks for the ``_sdr`` breakdown of each hit (first source only)."""
+    unique = list(dict.fromkeys(str(i) for i in ids))
+    body: list[dict[str, Any]] = []
+    for n, (vectors, par_sizes, mu, sigma) in enumerate(sources):
+        clause = _source_clause(vectors, par_sizes, mu, sigma)
+        if explain and n == 0:
+            clause["explain"] = True
+        body.append({"index": index})
+        body.append({"size": len(unique), "_source": False, "docvalue_fields": ["doc_id"], "track_total_hits": False,
+                     "query": {"ids": {"values": [document_os_id(i) for i in unique]}},
+                     "rescore": {"window_size": max(1, len(unique)), "sdr": clause}})
+    return body
+
+
+NO_SENTENCES_SCORE = -3.4028234663852886e38
+"""The plugin's score for a document without sentence vectors (SDR's -infinity as the lowest float)."""
+
+
+def parse_sdr_hits(item: Mapping[str, Any], *, index: str | None = None, what: str = "an sdr search"
+                   ) -> tuple[list[str], np.ndarray, list[Mapping[str, Any] | None]]:
+    """Document ids (``fields.doc_id``), scores (float64, ``-inf`` for a document without sentence
+    vectors) and the ``_sdr`` explanations (None where absent) of one plugin search, in hit order. An
+    item with an ``error`` raises the matching domain error."""
+    if "error" in item:
+        raise error_from_response(item.get("status", 500), item, what=what, index=index)
+    hits = item.get("hits", {}).get("hits", [])
+    ids = [str(h["fields"]["doc_id"][0]) for h in hits]
+    scores = np.asarray([float(h["_score"]) for h in hits], dtype=np.float64)
+    scores[scores <= NO_SENTENCES_SCORE * 0.999] = -np.inf
+    explained = [(h.get("fields", {}).get("_sdr") or [None])[0] for h in hits]
+    return ids, scores, explained
+
+
+def build_vectors_search(ids: Sequence[str], *, fields: Sequence[str] = ("doc_id", "par_sizes")) -> dict[str, Any]:
+    """A search for the documents ``ids`` (by ``_id``) that returns each one's sentence vectors from
+    the index's vector data (the plugin's ``sdr_vectors`` fetch), with ``fields`` of ``_source``."""
+    unique = list(dict.fromkeys(str(i) for i in ids))
+    return {"size": len(unique), "_source": list(fields), "track_total_hits": False,
+            "query": {"ids": {"values": [document_os_id(i) for i in unique]}}, "ext": {"sdr_vectors": {}}}
+
+
+def parse_vector_hit(hit: Mapping[str, Any], dim: int) -> DocVectors:
+    """The :class:`DocVectors` of one hit of :func:`build_vectors_search` (or a scan with the same
+    ``ext``). Raises :class:`StoreError` when the plugin's vectors are missing, of another dimension,
+    or do not match the document's recorded paragraph sizes (``_source.par_sizes``)."""
+    src = hit.get("_source") or {}
+    doc_id = src.get("doc_id", hit.get("_id"))
+    got = (hit.get("fields", {}).get("_sdr_vectors") or [None])[0]
+    if not isinstance(got, Mapping):
+        raise StoreError(f"the node returned no vectors for document {doc_id!r} (is the sdr plugin installed?)")
+    sizes = [int(n) for n in got.get("paragraph_sizes", [])]
+    recorded = [int(n) for n in src.get("par_sizes", sizes)]
+    if int(got.get("sentences", 0)) == 0:
+        raise StoreError(f"stored vectors of document {doc_id!r} are missing: the index holds no sentence vector for it")
+    if int(got.get("dim", dim)) != int(dim):
+        raise StoreError(f"stored vectors of document {doc_id!r} have dimension {got.get('dim')}, the index {dim}")
+    if sizes != recorded:
+        raise StoreError(f"stored vectors of document {doc_id!r} are damaged: paragraphs of {sizes} sentences in the "
+                         f"vector data, {recorded} recorded")
+    return DocVectors(decode_vectors_b64(str(got["vectors"]), dim),
+                      np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64))
+
+
+# =============================================================================================
 # reads
 # =============================================================================================
 def build_mget_body(ids: Iterable[str], fields: Sequence[str] | Mapping[str, Any] | bool, *, index: str | None = None) -> dict[str, Any]:
@@ -828,6 +977,7 @@ def build_stats_count_query(version: int | None = None) -> dict[str, Any]:
 def build_scan_query(
     *, size: int, source: Sequence[str] | bool, search_after: Sequence[Any] | None = None,
     pit_id: str | None = None, keep_alive: str = "2m", query: Mapping[str, Any] | None = None,
+    ext: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One page of a scan over all documents in ``doc_id`` order (unique, so ``search_after``
     pages neither repeat nor skip a document). With ``pit_id`` the page reads that point in time
@@ -847,6 +997,8 @@ def build_scan_query(
         body["search_after"] = list(search_after)
     if pit_id is not None:
         body["pit"] = {"id": pit_id, "keep_alive": keep_alive}
+    if ext is not None:
+        body["ext"] = copy.deepcopy(dict(ext))
     return body
 
 

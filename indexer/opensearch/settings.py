@@ -55,7 +55,7 @@ class OpenSearchSettings(BaseSettings):
         100 * 1024 * 1024, ge=1,
         description="The cluster's http.max_content_length (100 MB by default): a document whose _bulk "
         "action is larger is refused by name (the others are written) instead of failing the request. "
-        "About 6 kB per sentence at 384 dimensions (JSON floats plus the base64 copy).",
+        "About 4 kB per sentence at 384 dimensions (JSON floats; 6 kB with the base64 copy).",
     )
     max_retries: int = Field(
         5, ge=0,
@@ -128,6 +128,28 @@ class OpenSearchSettings(BaseSettings):
         description="How sentence vectors are kept out of stored _source: 'on' = k-NN derived source "
         "(index.knn.derived_source.enabled true), 'off' = _source.excludes (the setting false), 'auto' = "
         "derived source when the cluster is 3.0 or newer. The index setting is always written explicitly.",
+    )
+    plugin: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Use the node's sdr plugin (opensearch-plugin/: candidates, exact SDR and vector reads next "
+        "to the data) when it is installed. 'auto': detected once per store from the node's plugin list; 'on': "
+        "required (an error names the node when it lacks it); 'off': never (the Python path: k-NN per "
+        "source sentence, vectors fetched, exact SDR in Python).",
+    )
+    vector_copy: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Whether a new index also stores each document's vectors as base64 in _source "
+        "(vectors_b64), the Python path's way to read them. 'auto': only when the node lacks the sdr plugin "
+        "at creation (with it, vectors are stored once, in the k-NN field, and read through the plugin); "
+        "'on' / 'off': always / never. Recorded in the index's _meta; fixed at index creation.",
+    )
+    recovery_source: Literal["auto", "full", "without-vectors"] = Field(
+        "auto",
+        description="Without derived source (2.x), OpenSearch keeps each document's whole source, vectors as "
+        "JSON floats included, as _recovery_source until merges prune it (half the index as written). "
+        "'without-vectors' leaves the vectors out of it (_source.recovery_source_excludes); a replica that "
+        "recovers by replaying recent operations would then index those documents without vectors. 'auto': "
+        "without vectors for an index created with 0 replicas, full otherwise. Fixed at index creation.",
     )
     lexical_query: Literal["terms", "more_like_this"] = Field(
         "terms",

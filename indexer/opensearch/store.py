@@ -60,6 +60,7 @@ from sdr_search.indexer.store import (
     LexicalHits,
     QueryState,
     ReferenceParagraphs,
+    SdrScores,
     SentenceHits,
     StatsInfo,
     StoreCapabilities,
@@ -106,7 +107,14 @@ from .requests import (
     build_reference_actions,
     build_reference_delete_actions,
     build_scan_query,
+    build_sdr_candidates_query,
+    build_sdr_scores_msearch,
     build_state_index_body,
+    build_vectors_search,
+    parse_sdr_hits,
+    parse_vector_hit,
+    VECTORS_B64,
+    VECTORS_INDEX,
     build_stats_count_query,
     build_stats_delete_actions,
     build_stats_update_actions,
@@ -132,6 +140,7 @@ __all__ = ["OpenSearchStore"]
 logger = logging.getLogger(__name__)
 
 _MGET_CHUNK = 500
+_VECTOR_CHUNK = 100  # documents per search of the plugin's vector fetch (~400 kB of base64 each at 200 x 384)
 _SMALL_DOCS_PER_BULK = 2_000  # statistics documents and deletes are a few hundred bytes each
 _STATE_CAS_ATTEMPTS = 5
 _SCORE_IDS_PER_SEARCH = 1_000  # ids scored by one filtered lexical search
@@ -197,6 +206,8 @@ class _Target:
     engine: str = "faiss"  # k-NN engine recorded in _meta (indices from before the setting: faiss)
     space_type: str = "innerproduct"  # k-NN space type recorded in _meta
     bm25_factor: float = 2.5  # what the node's BM25 multiplies bm25s's by: 1 + k1 on 2.x, 1 on 3.x
+    vectors: str = VECTORS_B64  # where readers find the vectors (_meta.sdr.vectors; indices from before: b64)
+    derived_source: bool = False  # k-NN derived source (vectors rebuilt into _source on read)
 
     @property
     def recorded(self) -> IndexMeta:
@@ -217,8 +228,43 @@ class OpenSearchStore(DocumentStore):
 
     # metadata by _mget without vectors; BM25 is the node's own (nothing to build); paragraph
     # centroids are computed from fetched vectors (the interface's default); a metadata filter is
-    # the nested k-NN query's own filter (k-NN "efficient filtering" on the parent documents' fields)
-    capabilities = StoreCapabilities(metadata_lookup=True, filtered_knn=True)
+    # the nested k-NN query's own filter (k-NN "efficient filtering" on the parent documents' fields);
+    # with the node's sdr plugin, the candidate stage and exact SDR run on the node (capabilities)
+    _BASE_CAPABILITIES = StoreCapabilities(metadata_lookup=True, filtered_knn=True)
+    _PLUGIN_CAPABILITIES = StoreCapabilities(metadata_lookup=True, filtered_knn=True, sdr_candidates=True, exact_sdr=True)
+
+    @property
+    def capabilities(self) -> StoreCapabilities:  # type: ignore[override]
+        """The interface's optional features: ``sdr_candidates`` and ``exact_sdr`` when the node has
+        the sdr plugin (``settings.plugin``; detected once per store from the node's plugin list)."""
+        return self._PLUGIN_CAPABILITIES if self.has_plugin() else self._BASE_CAPABILITIES
+
+    def has_plugin(self) -> bool:
+        """Whether this store uses the node's sdr plugin: ``settings.plugin`` 'off' never, 'on' always
+        (:class:`StoreError` when the node lacks it), 'auto' when the node lists it. Asked once per
+        store (until :meth:`close`); a node that cannot be reached is asked again next time."""
+        mode = self.settings.plugin
+        if mode == "off":
+            return False
+        known = self._plugin
+        if known is None:
+            try:
+                plugins = self._call("listing the node's plugins", lambda: self._os().cat.plugins(
+                    params={"format": "json", "h": "component"}))
+            except BackendUnavailableError as e:
+                logger.debug("could not list the plugins of %s: %s", self.url, e)
+                if mode == "on":
+                    raise
+                return False
+            known = any(str(p.get("component")) == "sdr" for p in plugins or [])
+            self._plugin = known
+            if not known:
+                logger.info("OpenSearch at %s has no sdr plugin: candidates and exact SDR run in Python "
+                            "(opensearch-plugin/README.md installs it)", self.url)
+        if mode == "on" and not known:
+            raise StoreError(f"SDR_OPENSEARCH_PLUGIN=on but OpenSearch at {self.url} has no sdr plugin; install "
+                             "opensearch-plugin/ (docs/opensearch.md) or set SDR_OPENSEARCH_PLUGIN=auto")
+        return known
 
     def __init__(
         self,
@@ -239,6 +285,7 @@ class OpenSearchStore(DocumentStore):
         self._target: _Target | None = None
         self._state_checked = False
         self._metadata_fields: tuple[str, dict[str, MetadataField]] | None = None  # (index, fields) as last read
+        self._plugin: bool | None = None  # the node has the sdr plugin (None: not asked yet)
 
     # =========================================================================================
     # client, errors, target
@@ -346,7 +393,8 @@ class OpenSearchStore(DocumentStore):
         recorded = meta.get("sdr") if isinstance(meta.get("sdr"), Mapping) else {}
         target = _Target(name, state_index_name(name), index_meta_from_meta(meta),
                          str(recorded.get("engine", "faiss")), str(recorded.get("space_type", "innerproduct")),
-                         _bm25_factor(recorded))
+                         _bm25_factor(recorded), str(recorded.get("vectors", VECTORS_B64)),
+                         bool(recorded.get("derived_source", False)))
         if target.meta is not None:
             self._target = target
         return target
@@ -391,6 +439,16 @@ class OpenSearchStore(DocumentStore):
         except ValueError:
             return False
 
+    def _vector_layout(self) -> str:
+        """Where a new index keeps the vectors: only in the k-NN field when the node has the sdr plugin
+        (``settings.vector_copy`` 'auto') or when asked ('off'), else also as base64 in ``_source``."""
+        mode = self.settings.vector_copy
+        if mode == "on":
+            return VECTORS_B64
+        if mode == "off":
+            return VECTORS_INDEX
+        return VECTORS_INDEX if self.has_plugin() else VECTORS_B64
+
     def _create_state_index(self, state: str) -> None:
         from opensearchpy import exceptions as ox
 
@@ -420,13 +478,18 @@ class OpenSearchStore(DocumentStore):
         except importlib_metadata.PackageNotFoundError:  # pragma: no cover - a client was passed in
             pass
         hnsw = {"m": s.hnsw_m, "ef_construction": s.hnsw_ef_construction}
+        vectors = self._vector_layout()
+        recovery = not derived and (s.recovery_source == "without-vectors"
+                                    or (s.recovery_source == "auto" and s.replicas == 0))
         body = build_index_body(
             meta.dim, m=s.hnsw_m, ef_construction=s.hnsw_ef_construction, engine=s.engine,
             shards=s.shards, replicas=s.replicas, derived_source=derived, max_sentences=s.max_sentences, meta={},
+            recovery_source_excludes=recovery,
         )
         engine, space_type = knn_method(body)
         body["mappings"]["_meta"] = build_meta(meta, versions=versions, hnsw=hnsw, derived_source=derived,
-                                               created_at=_now(), engine=engine, space_type=space_type)
+                                               created_at=_now(), engine=engine, space_type=space_type,
+                                               vectors=vectors, recovery_source_excludes=recovery)
         body["mappings"]["_meta"]["sdr"]["bm25_k1"] = bm25_k1(body)
         self._create_state_index(state_index_name(self.index))
         def create() -> bool:
@@ -441,8 +504,10 @@ class OpenSearchStore(DocumentStore):
         if not self._call("creating the index", create):
             return
         self._state_checked = True
-        logger.info("created OpenSearch index %s (dim %d, %s HNSW M=%d, %s, derived source %s, cluster %s)",
-                    self.index, meta.dim, engine, s.hnsw_m, space_type, derived, cluster)
+        logger.info("created OpenSearch index %s (dim %d, %s HNSW M=%d, %s, derived source %s, vectors %s, recovery "
+                    "source %s, cluster %s)", self.index, meta.dim, engine, s.hnsw_m, space_type, derived,
+                    "once (k-NN field, read through the sdr plugin)" if vectors == VECTORS_INDEX else "with a base64 copy",
+                    "without vectors" if recovery else "full", cluster)
 
     def meta(self) -> IndexMeta | None:
         target = self._resolve()
@@ -552,7 +617,8 @@ class OpenSearchStore(DocumentStore):
         check_put_items(items, meta, where=f"OpenSearch index {target.name!r}",
                         max_sentences=self.settings.max_sentences)
         ids = [doc.id for doc, _ in items]
-        actions = build_bulk_actions(items, index=target.name, encoder_tag=meta.encoder_tag, model_id=meta.model_id)
+        actions = build_bulk_actions(items, index=target.name, encoder_tag=meta.encoder_tag, model_id=meta.model_id,
+                                     vector_copy=target.vectors == VECTORS_B64)
         # a document written again with the same content keeps its statistics, and alone makes none stale
         stored = self.content_keys(ids)
         changed = [doc.id for doc, _ in items if stored.get(doc.id) != document_key(meta.encoder_tag, doc.paragraphs)]
@@ -578,6 +644,54 @@ class OpenSearchStore(DocumentStore):
     # =========================================================================================
     # reads
     # =========================================================================================
+    def _vectors_of(self, target: _Target, ids: Sequence[str], what: str) -> dict[str, DocVectors]:
+        """``id -> DocVectors`` for the ids that exist, in an index that keeps its vectors only in the
+        k-NN field (``_meta.sdr.vectors`` :data:`VECTORS_INDEX`): through the sdr plugin's
+        ``sdr_vectors`` fetch (base64 from the index's vector data; one ``_msearch`` of searches of
+        :data:`_VECTOR_CHUNK` documents), or, on a node without the plugin, from the vectors that
+        derived source rebuilds into ``_source`` (JSON floats: slow)."""
+        dim = target.recorded.dim
+        unique = list(dict.fromkeys(str(i) for i in ids))
+        found: dict[str, DocVectors] = {}
+        if not unique:
+            return found
+        if self.has_plugin():
+            body: list[dict[str, Any]] = []
+            for chunk in _chunks(unique, _VECTOR_CHUNK):
+                body += [{"index": target.name}, build_vectors_search(chunk)]
+            r = self._call(what, lambda: self._os().msearch(body=body), index=target.name)
+            for item in r["responses"]:
+                if "error" in item:
+                    raise error_from_response(item.get("status", 500), item, what=what, index=target.name)
+                for hit in item["hits"]["hits"]:
+                    found[str(hit["_source"]["doc_id"])] = parse_vector_hit(hit, dim)
+            return found
+        if not target.derived_source:
+            raise self._unreadable(target)
+        for doc_id, src in self._mget_sources(target, unique, ["doc_id", "par_sizes", "sentences"], what).items():
+            found[doc_id] = self._derived_vectors(src, dim)
+        return found
+
+    def _unreadable(self, target: _Target) -> StoreError:
+        return StoreError(
+            f"OpenSearch index {target.name!r} keeps its sentence vectors only in the k-NN field, and the node at "
+            f"{self.url} has no sdr plugin to read them (SDR_OPENSEARCH_PLUGIN={self.settings.plugin}); install the "
+            "plugin (docs/opensearch.md), or re-index with SDR_OPENSEARCH_VECTOR_COPY=on")
+
+    @staticmethod
+    def _derived_vectors(src: Mapping[str, Any], dim: int) -> DocVectors:
+        """A document's vectors from the ``sentences`` that derived source rebuilds (JSON floats)."""
+        try:
+            rows = sorted(src["sentences"], key=lambda r: int(r["position"]))
+            vectors = np.asarray([r["vector"] for r in rows], dtype=np.float32).reshape(-1, dim)
+            offsets = _offsets(src["par_sizes"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise StoreError(f"stored vectors of document {src.get('doc_id')!r} are damaged: {e}") from e
+        if vectors.shape[0] != offsets[-1]:
+            raise StoreError(f"stored vectors of document {src.get('doc_id')!r} are damaged: {vectors.shape[0]} "
+                             f"sentence vectors for {offsets[-1]} sentences")
+        return DocVectors(vectors, offsets)
+
     def _doc_vectors(self, src: Mapping[str, Any], dim: int) -> DocVectors:
         try:
             return DocVectors(decode_vectors_b64(src["vectors_b64"], dim), _offsets(src["par_sizes"]))
@@ -597,7 +711,10 @@ class OpenSearchStore(DocumentStore):
         document = Document(
             str(src["doc_id"]), tuple(tuple(p) for p in src["paragraphs"]), src.get("title"), src.get("metadata") or {}
         )
-        vectors = self._doc_vectors(src, target.recorded.dim)
+        vectors = (self._doc_vectors(src, target.recorded.dim) if target.vectors == VECTORS_B64
+                   else self._vectors_of(target, [doc_id], "reading a document").get(doc_id))
+        if vectors is None:
+            raise DocumentNotFoundError(doc_id)
         stats = None
         if stats_doc.get("found"):
             s = stats_doc["_source"]
@@ -647,7 +764,7 @@ class OpenSearchStore(DocumentStore):
         }
 
     def _scan(self, target: _Target, source: Sequence[str] | bool, size: int,
-              query: Mapping[str, Any] | None = None) -> Iterator[dict[str, Any]]:
+              query: Mapping[str, Any] | None = None, ext: Mapping[str, Any] | None = None) -> Iterator[dict[str, Any]]:
         """Every document's hit (or every one ``query`` matches), in ``doc_id`` order, page by page
         (``search_after``), reading one point in time when the cluster offers it."""
         pit_id = self._open_pit(target) if source is not False else None
@@ -655,7 +772,7 @@ class OpenSearchStore(DocumentStore):
             after = None
             while True:
                 body = build_scan_query(size=size, source=source, search_after=after, pit_id=pit_id,
-                                        keep_alive=self.settings.pit_keep_alive, query=query)
+                                        keep_alive=self.settings.pit_keep_alive, query=query, ext=ext)
                 try:
                     r = self._call("scanning documents", lambda body=body, pit_id=pit_id: self._os().search(body=body)
                                    if pit_id else self._os().search(index=target.name, body=body), index=target.name)
@@ -789,6 +906,87 @@ class OpenSearchStore(DocumentStore):
             scores += batch_scores
         return SentenceHits(ids, scores)
 
+    def _plugin_target(self, what: str) -> _Target:
+        target = self._read_target()
+        if not self.has_plugin():
+            raise StoreError(f"{what} needs the sdr plugin on the node at {self.url} (capabilities: "
+                             f"{'plugin off' if self.settings.plugin == 'off' else 'not installed'})")
+        return target
+
+    def _source_rows(self, target: _Target, source: DocVectors) -> np.ndarray:
+        q = np.atleast_2d(np.asarray(source.vectors, dtype=np.float32))
+        if q.shape[1] != int(target.recorded.dim):
+            raise ModelMismatchError(
+                f"query vectors have dimension {q.shape[1]}, OpenSearch index {target.name!r} holds dimension "
+                f"{target.recorded.dim} (model {target.recorded.model_id})")
+        if q.shape[0] == 0 or not np.all(np.isfinite(q)):
+            raise InvalidInputError("query vectors must be finite and at least one")
+        return q
+
+    def sdr_candidates(
+        self, source: DocVectors, k: int, size: int, *, stats: NormStats | None = None,
+        aggregation: str = "weighted-sum", exclude_ids: Sequence[str] = (), filter: Mapping[str, Any] | None = None,
+    ) -> tuple[list[str], np.ndarray]:
+        """The candidate stage on the node in one search (the sdr plugin's ``sdr_candidates`` query;
+        :meth:`DocumentStore.sdr_candidates`): per source sentence the nested k-NN top ``k`` with
+        ``ef_search`` (``settings.hnsw_ef_search``), the metadata ``filter`` and ``exclude_ids`` as
+        :meth:`sentence_knn` applies them, aggregated per document on each shard; the best ``size``
+        ``(ids, scores)``, best first, ties by id. ``capabilities.sdr_candidates``."""
+        if k < 1 or k > MAX_KNN_K:
+            raise InvalidInputError(f"k must be between 1 and {MAX_KNN_K} on OpenSearch, got {k}")
+        if size < 0:
+            raise InvalidInputError(f"size must be >= 0, got {size}")
+        target = self._plugin_target("sdr_candidates")
+        q = self._source_rows(target, source)
+        restriction = self._candidate_filter(target, filter, None)
+        if restriction == MATCH_NONE or size == 0:
+            return [], np.zeros(0, dtype=np.float64)
+        body = build_sdr_candidates_query(
+            q, np.diff(source.par_offsets), k=k, size=size, ef_search=self.settings.hnsw_ef_search,
+            aggregation=aggregation, mu=None if stats is None else stats.mu, sigma=None if stats is None else stats.sigma,
+            exclude_ids=[str(i) for i in exclude_ids], filter=restriction)
+        r = self._call("an sdr candidate search", lambda: self._os().search(index=target.name, body=body),
+                       index=target.name)
+        ids, scores, _ = parse_sdr_hits(r, index=target.name, what="an sdr candidate search")
+        order = sorted(range(len(ids)), key=lambda i: (-scores[i], ids[i]))  # ties by id, as top_of
+        return [ids[i] for i in order], scores[order]
+
+    def sdr_scores(
+        self, sources: Sequence[tuple[DocVectors, NormStats]], ids: Sequence[str], *, explain: bool = False,
+    ) -> SdrScores:
+        """Exact SDR on the node (the sdr plugin's rescorer): one ``_msearch`` with one search per
+        source over the documents ``ids`` (:meth:`DocumentStore.sdr_scores`). ``capabilities.exact_sdr``."""
+        unique = list(dict.fromkeys(str(i) for i in ids))
+        if not sources:
+            raise InvalidInputError("sdr_scores needs at least one source")
+        if len(unique) > MAX_KNN_K:
+            raise InvalidInputError(f"at most {MAX_KNN_K} documents per sdr_scores call (the rescore window), got "
+                                    f"{len(unique)}")
+        target = self._plugin_target("sdr_scores")
+        rows = []
+        for vectors, stats in sources:
+            q = self._source_rows(target, vectors)
+            if len(stats) != vectors.n_paragraphs:
+                raise InvalidInputError(f"statistics for {len(stats)} paragraphs, the source has {vectors.n_paragraphs}")
+            rows.append((q, np.diff(vectors.par_offsets), stats.mu, stats.sigma))
+        if not unique:
+            return SdrScores([], np.zeros((len(sources), 0), dtype=np.float64), [])
+        body = build_sdr_scores_msearch(target.name, rows, unique, explain=explain)
+        r = self._call("an exact SDR search", lambda: self._os().msearch(body=body), index=target.name)
+        scores = np.full((len(sources), len(unique)), np.nan, dtype=np.float64)
+        column = {d: c for c, d in enumerate(unique)}
+        explanations: list[Mapping[str, Any] | None] = [None] * len(unique) if explain else []
+        for row, item in enumerate(r["responses"]):
+            got, values, explained = parse_sdr_hits(item, index=target.name, what="an exact SDR search")
+            for doc_id, value, why in zip(got, values, explained):
+                scores[row, column[doc_id]] = value
+                if explain and row == 0:
+                    explanations[column[doc_id]] = why
+        missing = [d for d, c in column.items() if np.isnan(scores[0, c])]
+        if missing:
+            raise DocumentNotFoundError(missing[0])
+        return SdrScores(unique, scores, explanations)
+
     def lexical_search(
         self, text: str, k: int, *, exclude_ids: Sequence[str] = (), score_ids: Sequence[str] = (),
         filter: Mapping[str, Any] | None = None,
@@ -865,16 +1063,20 @@ class OpenSearchStore(DocumentStore):
         return checked
 
     def fetch(self, ids: Sequence[str]) -> CorpusVectors:
-        """Sentence vectors of ``ids`` in that order, from ``vectors_b64`` with ``_mget``."""
+        """Sentence vectors of ``ids`` in that order: from ``vectors_b64`` with ``_mget``, or, in an
+        index without that copy, from the k-NN field (:meth:`_vectors_of`)."""
         ids = [str(i) for i in ids]
         if not ids:
             raise InvalidInputError("fetch() needs at least one document id")
         target = self._read_target()
-        found = self._mget_sources(target, ids, ["doc_id", "par_sizes", "vectors_b64"], "fetching vectors")
+        if target.vectors == VECTORS_B64:
+            found = self._mget_sources(target, ids, ["doc_id", "par_sizes", "vectors_b64"], "fetching vectors")
+            decoded = {doc_id: self._doc_vectors(src, target.recorded.dim) for doc_id, src in found.items()}
+        else:
+            decoded = self._vectors_of(target, ids, "fetching vectors")
         for doc_id in ids:
-            if doc_id not in found:
+            if doc_id not in decoded:
                 raise DocumentNotFoundError(doc_id)
-        decoded = {doc_id: self._doc_vectors(src, target.recorded.dim) for doc_id, src in found.items()}
         return CorpusVectors.from_docs(ids, [decoded[i] for i in ids])
 
     def all_vectors(self) -> CorpusVectors:
@@ -882,9 +1084,21 @@ class OpenSearchStore(DocumentStore):
         target = self._read_target()
         ids: list[str] = []
         docs: list[DocVectors] = []
-        for hit in self._scan(target, ["doc_id", "par_sizes", "vectors_b64"], self.settings.scan_page_size):
+        dim = target.recorded.dim
+        if target.vectors == VECTORS_B64:
+            hits = self._scan(target, ["doc_id", "par_sizes", "vectors_b64"], self.settings.scan_page_size)
+            read = lambda hit: self._doc_vectors(hit["_source"], dim)  # noqa: E731
+        elif self.has_plugin():
+            hits = self._scan(target, ["doc_id", "par_sizes"], self.settings.scan_page_size, ext={"sdr_vectors": {}})
+            read = lambda hit: parse_vector_hit(hit, dim)  # noqa: E731
+        else:
+            if not target.derived_source:
+                raise self._unreadable(target)
+            hits = self._scan(target, ["doc_id", "par_sizes", "sentences"], self.settings.scan_page_size)
+            read = lambda hit: self._derived_vectors(hit["_source"], dim)  # noqa: E731
+        for hit in hits:
             ids.append(str(hit["_source"]["doc_id"]))
-            docs.append(self._doc_vectors(hit["_source"], target.recorded.dim))
+            docs.append(read(hit))
         if not ids:
             raise StoreError(f"OpenSearch index {target.name!r} has no documents")
         return CorpusVectors.from_docs(ids, docs)
@@ -1084,6 +1298,7 @@ class OpenSearchStore(DocumentStore):
             self._target = None
             self._state_checked = False
             self._metadata_fields = None
+            self._plugin = None
 
     def __repr__(self) -> str:
         return f"OpenSearchStore({self.url!r}, index={self.index!r})"
