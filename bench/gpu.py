@@ -46,7 +46,6 @@ import contextlib
 import gzip
 import io
 import json
-import lzma
 import math
 import os
 import platform
@@ -529,9 +528,16 @@ class Run:
         a = self.args
         st = self.stage("reindex")
         enc = self.r["stages"].get("encoder") or {}
-        best = (enc.get("by_precision") or {}).get(self.precision_used()) or {}
-        # the workers take stage 2's best token budget (restarted if they guessed another; not in a dry run)
-        chosen = a.batch_tokens or (None if a.dry_run else best.get("max_batch_tokens")) or self.batch_tokens
+        rows = [r for r in enc.get("rows") or [] if r["precision"] == self.precision_used()]
+        rate = lambda r: r["pipeline_sentences_per_s"]  # noqa: E731
+        top = max(rows, key=rate) if rows else None
+        current = next((r for r in rows if r["max_batch_tokens"] == self.batch_tokens), None)
+        # the workers take stage 2's best token budget when it beats the one they started with by
+        # more than 10 % (a restart of the workers costs about their start-up); never in a dry run
+        chosen = a.batch_tokens or self.batch_tokens
+        if not a.batch_tokens and not a.dry_run and top and (current is None or rate(top) > 1.1 * rate(current)):
+            chosen = top["max_batch_tokens"]
+        best = next((r for r in rows if r["max_batch_tokens"] == chosen), None) or top or {}
         self.restart_workers_if_needed(int(chosen))
         timeout = min(a.reindex_budget, self.left() - 20)
         if timeout < 20:
