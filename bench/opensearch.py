@@ -52,6 +52,7 @@ import argparse
 import itertools
 import json
 import logging
+import os
 import shutil
 import sys
 import tempfile
@@ -60,7 +61,7 @@ from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -81,14 +82,14 @@ from sdr_search.core.cache import EmbeddingCache  # noqa: E402
 from sdr_search.core.documents import Document, read_documents  # noqa: E402
 from sdr_search.core.embed import embed_documents  # noqa: E402
 from sdr_search.core.encoder import SentenceEncoder  # noqa: E402
-from sdr_search.core.scoring import NormStats  # noqa: E402
+from sdr_search.core.scoring import NormStats, rank  # noqa: E402
 from sdr_search.core.settings import CacheSettings  # noqa: E402
 from sdr_search.core.vectors import DocVectors  # noqa: E402
 
 logger = logging.getLogger("bench.opensearch")
 
 STAGES = ("candidates", "prerank", "fetch", "rerank")
-STORES = ("embedded", "opensearch")
+ALL_STAGES = ("source", *STAGES)  # source: the plugin path's reading of the source (the engine counts it in "other")
 
 
 # =============================================================================================
@@ -279,9 +280,12 @@ def timed_puts(store: DocumentStore, items: Sequence[tuple[Document, DocVectors]
     return total
 
 
-def fill(args, corpus: Corpus, work: Path) -> tuple[EmbeddedStore, OpenSearchStore, dict[str, Any]]:
-    """Section 1 and 2: write the corpus into both stores (timed), measure their sizes, copy the statistics."""
-    out: dict[str, Any] = {"sentences": corpus.sentences, "documents": len(corpus.items)}
+def fill(args, corpus: Corpus, work: Path) -> tuple[EmbeddedStore, dict[str, OpenSearchStore], dict[str, Any]]:
+    """Section 1 and 2: write the corpus into every store (timed), measure their sizes, copy the statistics.
+    Node stores: ``opensearch`` (the Python path: SDR_OPENSEARCH_PLUGIN=off, so the base64 copy and a k-NN
+    query per source sentence), and with ``--plugin`` also ``plugin`` (a second index on the same node,
+    created and queried through the node's sdr plugin: vectors stored once)."""
+    out: dict[str, Any] = {"sentences": corpus.sentences, "documents": len(corpus.items), "node": {}}
     path = work / "embedded"
     if path.exists():
         shutil.rmtree(path)
@@ -292,106 +296,174 @@ def fill(args, corpus: Corpus, work: Path) -> tuple[EmbeddedStore, OpenSearchSto
     emb.close()  # saves faiss.index
     out["embedded_close_s"] = time.perf_counter() - t
 
-    os_store = OpenSearchStore(args.url, index=args.index)
-    os_store.drop()
-    with recovery_source_excluded(args.recovery_source_excludes):
-        os_store.ensure_meta(corpus.meta)
-    source = os_store._os().indices.get_mapping(index=os_store.index_name)[os_store.index_name]["mappings"].get("_source")
-    out["node_source_mapping"] = source
-    out["refresh"] = os_store.settings.refresh
-    out["opensearch_put_s"] = timed_puts(os_store, corpus.items, args.batch_docs, "opensearch")
-    t = time.perf_counter()
-    name = os_store.index_name
-    wait_for_merges(os_store, name)
-    out["opensearch_settle_s"] = time.perf_counter() - t
-    out["node"] = node_description(os_store, name)
+    nodes: dict[str, OpenSearchStore] = {
+        "opensearch": OpenSearchStore(args.url, index=args.index,
+                                      settings=OpenSearchSettings(plugin="off") if args.plugin else None)}
+    if args.plugin:
+        nodes["plugin"] = OpenSearchStore(args.url, index=f"{args.index}-plugin", settings=OpenSearchSettings(plugin="on"))
+    for label, os_store in nodes.items():
+        os_store.drop()
+        with recovery_source_excluded(args.recovery_source_excludes):
+            os_store.ensure_meta(corpus.meta)
+        name = os_store.index_name
+        mapping = os_store._os().indices.get_mapping(index=name)[name]["mappings"]
+        node: dict[str, Any] = {"source_mapping": mapping.get("_source"),
+                                "vectors": mapping.get("_meta", {}).get("sdr", {}).get("vectors", "b64")}
+        node["put_s"] = timed_puts(os_store, corpus.items, args.batch_docs, label)
+        t = time.perf_counter()
+        wait_for_merges(os_store, name)
+        node["settle_s"] = time.perf_counter() - t
+        node["description"] = node_description(os_store, name)
+        out["node"][label] = node
+    out["refresh"] = nodes["opensearch"].settings.refresh
 
     emb = EmbeddedStore(path)
     copy_stats(corpus, emb)
     emb.close()  # sizes with statistics and reference sample, the SQLite WAL checkpointed
-    copy_stats(corpus, os_store)
     out["embedded_bytes"] = dir_mb(path) * 1e6
     out["embedded_files"] = {p.name: p.stat().st_size for p in sorted(path.iterdir()) if p.is_file()}
-    out.update({f"node_{k}": v for k, v in node_sizes(os_store, name, f"{name}-sdr-state").items()})
+    for label, os_store in nodes.items():
+        copy_stats(corpus, os_store)
+        name = os_store.index_name
+        out["node"][label].update(node_sizes(os_store, name, f"{name}-sdr-state"))
     emb = EmbeddedStore(path)
-    for store in (emb, os_store):
+    for store in (emb, *nodes.values()):
         info = store.stats_info()
         if info.stale or info.docs_without_stats:
             logger.warning("%r: statistics stale=%s, %d documents without", store, info.stale, info.docs_without_stats)
-    return emb, os_store, out
+    return emb, nodes, out
 
 
-def fidelity(args, emb: EmbeddedStore, os_store: OpenSearchStore, encoder, cache) -> dict[str, Any]:
+# =============================================================================================
+# the ways of answering a query: the engine on a store, or the plugin path
+# =============================================================================================
+Runner = Callable[[Query], tuple[list[str], dict[str, float]]]
+
+
+def engine_runner(engine: MoreLikeThis) -> Runner:
+    def run(query: Query) -> tuple[list[str], dict[str, float]]:
+        res = engine.run(query)
+        return [h.id for h in res.hits], dict(res.timings_ms)
+    return run
+
+
+def plugin_runner(engine: MoreLikeThis, store: OpenSearchStore, pool: int) -> Runner:
+    """``more_like_this`` (method sdr, one like source) through the node's sdr plugin, as the engine is
+    to run it once wired (issue 33 item 4): the source as the engine reads it (by id: the document's
+    vectors through the plugin's vector fetch, its statistics), then ``store.sdr_candidates`` (the
+    candidate stage on the node: one search; the engine's knn_k and aggregation) for the best ``pool``
+    documents, then ``store.sdr_scores`` (exact SDR of all of them on the node: one search), ranked
+    by score (ties by id). No centroid pre-rank: the pool is scored exactly."""
+    settings = engine.settings
+
+    def run(query: Query) -> tuple[list[str], dict[str, float]]:
+        t0 = time.perf_counter()
+        src = engine.source(query)
+        t1 = time.perf_counter()
+        exclude = [src.indexed_id] if src.indexed_id else []
+        ids, _ = store.sdr_candidates(src.vectors, settings.knn_k, pool, stats=src.stats,
+                                      aggregation=settings.aggregation, exclude_ids=exclude)
+        t2 = time.perf_counter()
+        scored = store.sdr_scores([(src.vectors, src.stats)], ids)
+        t3 = time.perf_counter()
+        order = rank(ids, scored.scores[0])[: query.size]
+        return [ids[i] for i in order], {"source": (t1 - t0) * 1e3, "candidates": (t2 - t1) * 1e3,
+                                         "rerank": (t3 - t2) * 1e3}
+    return run
+
+
+def runners(emb: EmbeddedStore, nodes: dict[str, OpenSearchStore], pools: Sequence[int], K: int,
+            encoder: Any = None) -> dict[str, Runner]:
+    settings = MLTSettings(candidates=K, method="sdr")
+    out: dict[str, Runner] = {"embedded": engine_runner(MoreLikeThis(store=emb, encoder=encoder, settings=settings)),
+                              "opensearch": engine_runner(MoreLikeThis(store=nodes["opensearch"], encoder=encoder,
+                                                                       settings=settings))}
+    if "plugin" in nodes:
+        engine = MoreLikeThis(store=nodes["plugin"], encoder=encoder, settings=settings)
+        for pool in pools:
+            out[f"plugin-{pool}"] = plugin_runner(engine, nodes["plugin"], pool)
+    return out
+
+
+def fidelity(args, emb: EmbeddedStore, nodes: dict[str, OpenSearchStore], encoder, cache) -> dict[str, Any]:
     """Section 3: two-stage top-10 vs exhaustive SDR, on new-text queries, per store and K."""
     queries = list(itertools.islice(read_documents(args.queries), args.max_queries))
     pairs = list(embed_documents(queries, encoder, cache=cache))
     corpus = emb.all_vectors()
-    stores = {"embedded": emb, "opensearch": os_store}
     out: dict[str, Any] = {"queries": len(pairs), "rows": []}
-    base = {name: MoreLikeThis(store=s, encoder=encoder) for name, s in stores.items()}
-    sources, truth = [], []
+    base = {name: MoreLikeThis(store=s, encoder=encoder) for name, s in {"embedded": emb, **nodes}.items()}
+    queries_, truth = [], []
     for d, v in pairs:
         query = Query(document=d, vectors=v, size=10, method="sdr")
         src = {name: e.source(query) for name, e in base.items()}
-        a, b = src["embedded"].stats, src["opensearch"].stats
-        if not (np.allclose(a.mu, b.mu) and np.allclose(a.sigma, b.sigma)):
-            raise RuntimeError(f"query {d.id}: the two stores give different statistics (reference samples differ)")
-        sources.append((src, query))
+        for name in nodes:
+            a, b = src["embedded"].stats, src[name].stats
+            if not (np.allclose(a.mu, b.mu) and np.allclose(a.sigma, b.sigma)):
+                raise RuntimeError(f"query {d.id}: the stores give different statistics (reference samples differ)")
+        queries_.append(query)
         truth.append(set(exhaustive_top(base["embedded"], src["embedded"], corpus)))
     for K in args.candidates:
-        engines = {name: MoreLikeThis(store=s, encoder=encoder, settings=MLTSettings(candidates=K, method="sdr"))
-                   for name, s in stores.items()}
+        ways = runners(emb, nodes, [p * K // 100 for p in args.plugin_pools], K, encoder)
         recall: dict[str, list[float]] = defaultdict(list)
         ms: dict[str, list[float]] = defaultdict(list)
-        agree = []
-        for n, ((src, query), true) in enumerate(zip(sources, truth), 1):
+        agree: dict[str, list[float]] = defaultdict(list)
+        for n, (query, true) in enumerate(zip(queries_, truth), 1):
             tops = {}
-            for name, engine in engines.items():
+            for name, run in ways.items():
                 t = time.perf_counter()
-                res = engine.run(query)
+                top, _ = run(query)
                 ms[name].append((time.perf_counter() - t) * 1e3)
-                tops[name] = {h.id for h in res.hits}
+                tops[name] = set(top)
                 recall[name].append(len(tops[name] & true) / max(1, len(true)))
-            agree.append(len(tops["embedded"] & tops["opensearch"]) / 10)
-            logger.info("fidelity K=%d: query %d/%d, recall %s", K, n, len(sources),
-                        " / ".join(f"{recall[s][-1]:.1f}" for s in STORES))
-        out["rows"].append({"K": K, **{f"{s}_recall": float(np.mean(recall[s])) for s in STORES},
-                            **{f"{s}_min": float(np.min(recall[s])) for s in STORES},
-                            **{f"{s}_ms_p50": float(np.median(ms[s])) for s in STORES},
-                            "agreement": float(np.mean(agree))})
+            for name in ways:
+                agree[name].append(len(tops["embedded"] & tops[name]) / 10)
+            logger.info("fidelity K=%d: query %d/%d, recall %s", K, n, len(queries_),
+                        " / ".join(f"{name} {recall[name][-1]:.1f}" for name in ways))
+        out["rows"].append({"K": K, "ways": {name: {"recall": float(np.mean(recall[name])), "min": float(np.min(recall[name])),
+                                                    "ms_p50": float(np.median(ms[name])),
+                                                    "agreement": float(np.mean(agree[name]))} for name in ways}})
     return out
 
 
-def latency(args, emb: EmbeddedStore, os_store: OpenSearchStore, corpus: Corpus, log: RequestLog) -> dict[str, Any]:
-    """Section 4: more_like_this by id, the two stores alternating query by query."""
+def latency(args, emb: EmbeddedStore, nodes: dict[str, OpenSearchStore], corpus: Corpus, log: RequestLog) -> dict[str, Any]:
+    """Section 4: more_like_this by id, the ways alternating query by query; with ``--fidelity-by-id``
+    also each way's top-10 against the exhaustive SDR top-10 of the same sources."""
     rng = np.random.default_rng(1)
     pool = [d.id for d, v in corpus.items if 150 <= v.n_sentences <= 250]
     picks = [pool[i] for i in rng.choice(len(pool), size=min(args.latency_queries, len(pool)), replace=False)]
-    settings = MLTSettings(candidates=100, method="sdr")
-    engines = {"embedded": MoreLikeThis(store=emb, settings=settings),
-               "opensearch": MoreLikeThis(store=os_store, settings=settings)}
-    for engine in engines.values():  # warm up (the embedded store computes its centroids here)
+    ways = runners(emb, nodes, args.plugin_pools, 100)
+    truth: dict[str, set[str]] = {}
+    if args.fidelity_by_id:
+        every = emb.all_vectors()
+        reference = MoreLikeThis(store=emb)
+        for doc_id in picks:
+            truth[doc_id] = set(exhaustive_top(reference, reference.source(Query(id=doc_id, size=10)), every))
+    for run in ways.values():  # warm up (the embedded store computes its centroids here)
         for doc_id in picks[:2]:
-            engine.run(Query(id=doc_id, size=10))
-    parts: dict[str, dict[str, list[float]]] = {s: defaultdict(list) for s in STORES}
-    requests: list[list[tuple[str, str, float, float, int]]] = []
+            run(Query(id=doc_id, size=10))
+    parts: dict[str, dict[str, list[float]]] = {name: defaultdict(list) for name in ways}
+    recall: dict[str, list[float]] = defaultdict(list)
+    requests: dict[str, list[list[tuple[str, str, float, float, int]]]] = defaultdict(list)
     for n, doc_id in enumerate(picks, 1):
-        for name, engine in engines.items():
+        for name, run in ways.items():
             mark = log.mark()
             t = time.perf_counter()
-            res = engine.run(Query(id=doc_id, size=10))
+            top, stages = run(Query(id=doc_id, size=10))
             total = (time.perf_counter() - t) * 1e3
             parts[name]["total"].append(total)
-            for stage in STAGES:
-                parts[name][stage].append(res.timings_ms.get(stage, 0.0))
-            parts[name]["other"].append(total - sum(res.timings_ms.get(s, 0.0) for s in STAGES))
-            if name == "opensearch":
-                requests.append(log.since(mark))
+            for stage in ALL_STAGES:
+                parts[name][stage].append(stages.get(stage, 0.0))
+            parts[name]["other"].append(total - sum(stages.get(s, 0.0) for s in ALL_STAGES))
+            if name != "embedded":
+                requests[name].append(log.since(mark))
+            if truth:
+                recall[name].append(len(set(top) & truth[doc_id]) / max(1, len(truth[doc_id])))
         if n % 10 == 0:
             logger.info("latency: %d/%d sources", n, len(picks))
     sentences = [next(v.n_sentences for d, v in corpus.items if d.id == i) for i in picks]
     return {"sources": len(picks), "source_sentences": [int(min(sentences)), int(np.median(sentences)), int(max(sentences))],
-            "parts": {s: {k: list(v) for k, v in p.items()} for s, p in parts.items()}, "requests": requests}
+            "parts": {s: {k: list(v) for k, v in p.items()} for s, p in parts.items()}, "requests": dict(requests),
+            "recall": {k: [float(np.mean(v)), float(np.min(v))] for k, v in recall.items()}, "load": os.getloadavg()}
 
 
 # =============================================================================================
@@ -404,79 +476,95 @@ def per_million(nbytes: float, sentences: int) -> float:
 def report(fill_out: dict[str, Any], fid: dict[str, Any] | None, lats: list[tuple[str, dict[str, Any]]],
            merged: dict[str, Any] | None, emb_settings) -> None:
     n = fill_out["sentences"]
-    print(f"\n== corpus: {fill_out['documents']} documents, {n:,} sentences; node: {fill_out['node']}; embedded: "
-          f"faiss HNSW M={emb_settings.hnsw_m} efConstruction={emb_settings.hnsw_ef_construction} "
+    nodes = fill_out["node"]
+    print(f"\n== corpus: {fill_out['documents']} documents, {n:,} sentences; node: {nodes['opensearch']['description']}; "
+          f"embedded: faiss HNSW M={emb_settings.hnsw_m} efConstruction={emb_settings.hnsw_ef_construction} "
           f"efSearch={emb_settings.hnsw_ef_search}")
+    labels = ["embedded", *nodes]
+    head = "".join(f"{label:>14}" for label in labels)
 
     print("\n== bulk indexing (put() in batches; vectors given, no encoder), sentences/s")
     emb_put, emb_all = fill_out["embedded_put_s"], fill_out["embedded_put_s"] + fill_out["embedded_close_s"]
-    os_put, os_all = fill_out["opensearch_put_s"], fill_out["opensearch_put_s"] + fill_out["opensearch_settle_s"]
-    print(f"{'':44} {'embedded':>12} {'opensearch':>12} {'ratio':>7}")
-    print(f"{'put() calls: seconds':44} {emb_put:12.1f} {os_put:12.1f} {os_put / emb_put:6.2f}x")
-    print(f"{'put() calls: sentences/s':44} {n / emb_put:12,.0f} {n / os_put:12,.0f} {emb_put / os_put:6.2f}x")
-    print(f"{'+ close (faiss save) / refresh + merges: s':44} {fill_out['embedded_close_s']:12.1f} "
-          f"{fill_out['opensearch_settle_s']:12.1f}")
-    print(f"{'until searchable and settled: sentences/s':44} {n / emb_all:12,.0f} {n / os_all:12,.0f} {emb_all / os_all:6.2f}x")
-    print(f"(node refresh policy {fill_out['refresh']!r}; {fill_out['node_segments']} segments after merges, "
-          f"{fill_out['node_lucene_docs']:,} Lucene documents incl. nested sentences)")
+    print(f"{'':44}{head}")
+    print(f"{'put() calls: seconds':44}{emb_put:14.1f}" + "".join(f"{nodes[k]['put_s']:14.1f}" for k in nodes))
+    print(f"{'put() calls: sentences/s':44}{n / emb_put:14,.0f}" + "".join(f"{n / nodes[k]['put_s']:14,.0f}" for k in nodes))
+    print(f"{'until searchable and settled: sentences/s':44}{n / emb_all:14,.0f}"
+          + "".join(f"{n / (nodes[k]['put_s'] + nodes[k]['settle_s']):14,.0f}" for k in nodes))
+    print(f"(node refresh policy {fill_out['refresh']!r}; segments after merges: "
+          + ", ".join(f"{k} {v['segments']}" for k, v in nodes.items()) + ")")
 
     print("\n== size on disk (statistics and reference sample included; node: document index + state index)")
-    emb_b, st_b = fill_out["embedded_bytes"], fill_out["node_state_bytes"]
-    os_b = fill_out["node_index_bytes"] + st_b
-    print(f"{'':44} {'embedded':>12} {'opensearch':>12} {'ratio':>7}")
-    print(f"{'MB':44} {emb_b / 1e6:12,.0f} {os_b / 1e6:12,.0f} {os_b / emb_b:6.2f}x")
-    print(f"{'MB per million sentences':44} {per_million(emb_b, n):12,.0f} {per_million(os_b, n):12,.0f}")
-    print(f"{'raw float32 vectors, MB per million':44} {per_million(n * 384 * 4, n):12,.0f}")
-    print("embedded files: " + ", ".join(f"{k}={v / 1e6:,.0f}MB" for k, v in fill_out["embedded_files"].items()))
-    print("node document index, Lucene files: " + ", ".join(
-        f"{k}={v / 1e6:,.0f}MB" for k, v in sorted(fill_out["node_files"].items(), key=lambda kv: -kv[1]) if v >= 1e6))
-    print(f"node state index (statistics, reference sample): {st_b / 1e6:,.0f} MB")
-    print(f"node _source mapping: {json.dumps(fill_out['node_source_mapping'])}")
+    emb_b = fill_out["embedded_bytes"]
+    print(f"{'':44}{head}")
+    sizes = {k: v["index_bytes"] + v["state_bytes"] for k, v in nodes.items()}
+    print(f"{'MB, as written':44}{emb_b / 1e6:14,.0f}" + "".join(f"{sizes[k] / 1e6:14,.0f}" for k in nodes))
+    print(f"{'MB per million sentences':44}{per_million(emb_b, n):14,.0f}"
+          + "".join(f"{per_million(sizes[k], n):14,.0f}" for k in nodes))
+    print(f"{'ratio to the embedded store':44}{1:14.2f}" + "".join(f"{sizes[k] / emb_b:14.2f}" for k in nodes))
     if merged is not None:
-        m_b = merged["index_bytes"] + merged["state_bytes"]
-        print(f"after _forcemerge to {merged['segments']} segment(s) ({merged['seconds']:.0f} s): {m_b / 1e6:,.0f} MB, "
-              f"{per_million(m_b, n):,.0f} MB per million sentences ({m_b / emb_b:.2f}x the embedded store); files: "
-              + ", ".join(f"{k}={v / 1e6:,.0f}MB" for k, v in sorted(merged["files"].items(), key=lambda kv: -kv[1])
-                          if v >= 1e6))
+        m = {k: v["index_bytes"] + v["state_bytes"] for k, v in merged["node"].items()}
+        print(f"{'MB after _forcemerge to 1 segment':44}{emb_b / 1e6:14,.0f}" + "".join(f"{m[k] / 1e6:14,.0f}" for k in nodes))
+        print(f"{'ratio to the embedded store, merged':44}{1:14.2f}" + "".join(f"{m[k] / emb_b:14.2f}" for k in nodes))
+        print("force merge seconds: " + ", ".join(f"{k} {v['seconds']:.0f}" for k, v in merged["node"].items()))
+    print(f"raw float32 vectors: {per_million(n * 384 * 4, n):,.0f} MB per million sentences")
+    print("embedded files: " + ", ".join(f"{k}={v / 1e6:,.0f}MB" for k, v in fill_out["embedded_files"].items()))
+    for k, v in nodes.items():
+        print(f"node {k} (vectors: {v['vectors']}; _source {json.dumps(v['source_mapping'])}): state index "
+              f"{v['state_bytes'] / 1e6:,.0f} MB; Lucene files as written: " + ", ".join(
+                  f"{f}={b / 1e6:,.0f}MB" for f, b in sorted(v["files"].items(), key=lambda kv: -kv[1]) if b >= 1e6))
+        if merged is not None:
+            mv = merged["node"][k]
+            print("  merged: " + ", ".join(f"{f}={b / 1e6:,.0f}MB" for f, b in
+                                           sorted(mv["files"].items(), key=lambda kv: -kv[1]) if b >= 1e6))
 
     if fid is not None:
         print(f"\n== fidelity: exhaustive SDR top-10 found in the two-stage top-10 ({fid['queries']} new-text queries, "
-              f"statistics from the reference sample)")
-        print(f"{'K':>5} {'embedded':>9} {'opensearch':>11} {'min emb/os':>11} {'top-10 agreement':>17} "
-              f"{'ms/query emb':>13} {'ms/query os':>12}")
+              f"statistics from the reference sample); plugin-N: the node's plugin, exact SDR of the best N candidates")
         for r in fid["rows"]:
-            print(f"{r['K']:>5} {r['embedded_recall']:9.3f} {r['opensearch_recall']:11.3f} "
-                  f"{r['embedded_min']:5.1f}/{r['opensearch_min']:<5.1f} {r['agreement']:17.3f} "
-                  f"{r['embedded_ms_p50']:13.0f} {r['opensearch_ms_p50']:12.0f}")
+            print(f"K = {r['K']}")
+            print(f"{'':14} {'recall':>8} {'worst':>7} {'agree w/ emb':>13} {'ms p50':>8}")
+            for name, w in r["ways"].items():
+                print(f"{name:14} {w['recall']:8.3f} {w['min']:7.1f} {w['agreement']:13.3f} {w['ms_p50']:8.0f}")
 
     for label, lat in lats:
         lo, med, hi = lat["source_sentences"]
+        ways = list(lat["parts"])
         print(f"\n== latency, node index {label}: more_like_this by id, method sdr, K=100, {lat['sources']} sources of "
-              f"{lo}-{hi} sentences (median {med}); stores alternate query by query; ms")
-        print(f"{'':12} {'emb p50':>9} {'emb p99':>9} {'os p50':>9} {'os p99':>9} {'p50 ratio':>10}")
-        for part in ("total", *STAGES, "other"):
-            e, o = (np.asarray(lat["parts"][s][part]) for s in STORES)
-            ratio = np.percentile(o, 50) / np.percentile(e, 50) if np.percentile(e, 50) > 0 else float("nan")
-            print(f"{part:12} {np.percentile(e, 50):9.1f} {np.percentile(e, 99):9.1f} {np.percentile(o, 50):9.1f} "
-                  f"{np.percentile(o, 99):9.1f} {ratio:9.2f}x")
-        print("\nnode requests per query (median over queries): which store method, count, wire ms, JSON decode ms, "
+              f"{lo}-{hi} sentences (median {med}); the ways alternate query by query; ms p50 / p99; load average "
+              f"{' '.join(f'{x:.1f}' for x in lat['load'])}")
+        print(f"{'':12}" + "".join(f"{w:>20}" for w in ways))
+        for part in ("total", *ALL_STAGES, "other"):
+            cells = []
+            for w in ways:
+                a = np.asarray(lat["parts"][w][part])
+                cells.append(f"{np.percentile(a, 50):9.1f} /{np.percentile(a, 99):8.1f}")
+            if any(np.percentile(np.asarray(lat["parts"][w][part]), 99) > 0 for w in ways):
+                print(f"{part:12}" + "".join(f"{c:>20}" for c in cells))
+        e = np.asarray(lat["parts"]["embedded"]["total"])
+        print(f"{'ratio p50/p99':12}" + "".join(
+            f"{np.percentile(lat['parts'][w]['total'], 50) / np.percentile(e, 50):9.2f}x/{np.percentile(lat['parts'][w]['total'], 99) / np.percentile(e, 99):7.2f}x"
+            .rjust(20) for w in ways))
+        if lat["recall"]:
+            print(f"{'top-10 fid.':12}" + "".join(f"{lat['recall'][w][0]:9.3f} /{lat['recall'][w][1]:8.1f}" .rjust(20)
+                                                  for w in ways) + "   (mean / worst vs exhaustive SDR, by id)")
+        print("\nnode requests per query (median over queries): way, store method, request, count, wire ms, JSON decode ms, "
               "response MB")
-        grouped: dict[tuple[str, str], list[list[float]]] = defaultdict(list)
-        for rows in lat["requests"]:
-            per: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0, 0.0, 0])
-            for who, path, wire, decode, size in rows:
-                acc = per[who, path]
-                acc[0] += 1
-                acc[1] += wire
-                acc[2] += decode
-                acc[3] += size
-            for key, acc in per.items():
-                grouped[key].append(acc)
-        print(f"{'method':>22} {'request':>18} {'count':>6} {'wire ms':>9} {'decode ms':>10} {'MB':>8}")
-        for (who, path), accs in sorted(grouped.items(), key=lambda kv: -np.median([a[1] for a in kv[1]])):
-            a = np.asarray(accs, dtype=np.float64)
-            print(f"{who:>22} {path:>18} {np.median(a[:, 0]):6.0f} {np.median(a[:, 1]):9.1f} {np.median(a[:, 2]):10.1f} "
-                  f"{np.median(a[:, 3]) / 1e6:8.2f}")
+        for way, per_query in lat["requests"].items():
+            grouped: dict[tuple[str, str], list[list[float]]] = defaultdict(list)
+            for rows in per_query:
+                per: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0, 0.0, 0])
+                for who, path, wire, decode, size in rows:
+                    acc = per[who, path]
+                    acc[0] += 1
+                    acc[1] += wire
+                    acc[2] += decode
+                    acc[3] += size
+                for key, acc in per.items():
+                    grouped[key].append(acc)
+            for (who, path), accs in sorted(grouped.items(), key=lambda kv: -np.median([a[1] for a in kv[1]])):
+                a = np.asarray(accs, dtype=np.float64)
+                print(f"{way:>14} {who:>22} {path:>18} {np.median(a[:, 0]):6.0f} {np.median(a[:, 1]):9.1f} "
+                      f"{np.median(a[:, 2]):10.1f} {np.median(a[:, 3]) / 1e6:8.2f}")
 
 
 # =============================================================================================
@@ -502,6 +590,13 @@ def main(argv: list[str] | None = None) -> None:
                          "(0: skip)")
     ap.add_argument("--recovery-source-excludes", action="store_true",
                     help="variant: create the node's index with _source.recovery_source_excludes for the vectors")
+    ap.add_argument("--plugin", action="store_true",
+                    help="also measure the node's sdr plugin: a second index on the node created and queried through "
+                         "it (the node must have it); the plain node index then runs with SDR_OPENSEARCH_PLUGIN=off")
+    ap.add_argument("--plugin-pools", type=int, nargs="+", default=[100, 200], metavar="N",
+                    help="candidates the plugin path scores exactly (per K = 100; default: 100 200)")
+    ap.add_argument("--fidelity-by-id", action="store_true",
+                    help="in the latency section, also each way's top-10 against exhaustive SDR of the same sources")
     ap.add_argument("--skip-fidelity", action="store_true")
     ap.add_argument("--skip-latency", action="store_true")
     ap.add_argument("--workdir", type=Path, default=None, help="where the embedded copy is written (default: a temp dir)")
@@ -517,7 +612,7 @@ def main(argv: list[str] | None = None) -> None:
     cache = EmbeddingCache(CacheSettings().cache_dir / "embeddings.sqlite")
     work = args.workdir or Path(tempfile.mkdtemp(prefix="sdr-bench-os-"))
     work.mkdir(parents=True, exist_ok=True)
-    os_store = None
+    nodes: dict[str, OpenSearchStore] = {}
     try:
         if args.store is None:
             docs = list(itertools.islice(read_documents(DATA / "irled" / "corpus.jsonl.gz"), args.docs))
@@ -530,21 +625,25 @@ def main(argv: list[str] | None = None) -> None:
         logger.info("read %d documents, %d sentences, %d with statistics in %.0f s", len(corpus.items),
                     corpus.sentences, len(corpus.stats), time.perf_counter() - t)
 
-        emb, os_store, fill_out = fill(args, corpus, work)
+        emb, nodes, fill_out = fill(args, corpus, work)
         log = RequestLog()
-        log.install(os_store._os())
-        fid = None if args.skip_fidelity else fidelity(args, emb, os_store, encoder, cache)
+        for os_store in nodes.values():
+            log.install(os_store._os())
+        fid = None if args.skip_fidelity else fidelity(args, emb, nodes, encoder, cache)
         lats: list[tuple[str, dict[str, Any]]] = []
         if not args.skip_latency:
-            lats.append((f"as indexed ({fill_out['node_segments']} segments)", latency(args, emb, os_store, corpus, log)))
+            segments = ", ".join(f"{k} {v['segments']}" for k, v in fill_out["node"].items())
+            lats.append((f"as indexed ({segments} segments)", latency(args, emb, nodes, corpus, log)))
         merged = None
         if args.force_merge:
-            name = os_store.index_name
-            seconds = force_merge(os_store, name, args.force_merge)
-            merged = {"seconds": seconds, **node_sizes(os_store, name, f"{name}-sdr-state")}
-            logger.info("force-merged %s to %d segment(s) in %.0f s", name, merged["segments"], seconds)
+            merged = {"node": {}}
+            for label, os_store in nodes.items():
+                name = os_store.index_name
+                seconds = force_merge(os_store, name, args.force_merge)
+                merged["node"][label] = {"seconds": seconds, **node_sizes(os_store, name, f"{name}-sdr-state")}
+                logger.info("force-merged %s to %d segment(s) in %.0f s", name, merged["node"][label]["segments"], seconds)
             if not args.skip_latency:
-                lats.append((f"force-merged ({merged['segments']} segment(s))", latency(args, emb, os_store, corpus, log)))
+                lats.append((f"force-merged to {args.force_merge} segment(s)", latency(args, emb, nodes, corpus, log)))
         report(fill_out, fid, lats, merged, EmbeddedStoreSettings())
         print(f"\nbench wall time: {time.perf_counter() - started:.0f} s")
         if args.json:
@@ -552,7 +651,7 @@ def main(argv: list[str] | None = None) -> None:
                                             indent=1, default=str))
         emb.close()
     finally:
-        if os_store is not None:
+        for os_store in nodes.values():
             if not args.keep_index:
                 os_store.drop()
             os_store.close()

@@ -846,7 +846,8 @@ def _source_clause(vectors: np.ndarray, par_sizes: Sequence[int], mu: Sequence[f
 def build_sdr_candidates_query(
     vectors: np.ndarray, par_sizes: Sequence[int], *, k: int, size: int, ef_search: int,
     aggregation: str = "weighted-sum", mu: Sequence[float] | None = None, sigma: Sequence[float] | None = None,
-    exclude_ids: Sequence[str] = (), filter: Mapping[str, Any] | None = None,
+    exclude_ids: Sequence[str] = (), filter: Mapping[str, Any] | None = None, search: str = "documents",
+    oversample: int = 4,
 ) -> dict[str, Any]:
     """One search that runs SDR's candidate stage on each shard (the plugin's ``sdr_candidates``
     query): per source sentence (a row of ``vectors``, grouped into paragraphs by ``par_sizes``) the
@@ -855,13 +856,19 @@ def build_sdr_candidates_query(
     score. ``exclude_ids`` (document ids, ``doc_id``) and ``filter`` (a document-level query,
     :func:`build_candidate_filter`) as :func:`build_nested_knn_query` applies them: without a filter
     the excluded documents are asked for on top of ``k`` and dropped; with one, they are left out
-    inside it."""
+    inside it. ``search`` ``documents``: each sentence's search is the nested k-NN of ``k`` documents;
+    ``sentences``: the k-NN of ``max(k * oversample, ef_search)`` sentences, each document kept once,
+    the first ``k`` (the embedded store's nested k-NN)."""
+    if search not in ("documents", "sentences"):
+        raise ValueError(f"search must be documents or sentences, got {search!r}")
     if aggregation not in AGGREGATIONS:
         raise ValueError(f"aggregation must be one of {', '.join(AGGREGATIONS)}, got {aggregation!r}")
     if not 1 <= int(k) <= MAX_KNN_K:
         raise ValueError(f"k must be between 1 and {MAX_KNN_K}, got {k}")
     clause = {**_source_clause(vectors, par_sizes, mu, sigma), "k": int(k),
               "ef_search": max(int(ef_search), int(k)), "aggregation": aggregation}
+    if search == "sentences":
+        clause.update(search="sentences", oversample=int(oversample))
     excluded = list(dict.fromkeys(str(i) for i in exclude_ids))
     if excluded:
         clause["exclude"] = excluded

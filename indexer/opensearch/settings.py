@@ -136,6 +136,19 @@ class OpenSearchSettings(BaseSettings):
         "required (an error names the node when it lacks it); 'off': never (the Python path: k-NN per "
         "source sentence, vectors fetched, exact SDR in Python).",
     )
+    candidate_search: Literal["sentences", "documents"] = Field(
+        "sentences",
+        description="How the sdr plugin's candidate stage searches for each source sentence. 'sentences': the "
+        "k-NN of k x candidate_oversample sentences, each document kept once (its best sentence), the best k "
+        "documents, as the embedded store's nested k-NN does. 'documents': the k-NN plugin's nested query (k "
+        "distinct documents, HNSW beam max(k, ef_search) documents), which explores far more of the graph "
+        "(docs/results/opensearch.md measures both).",
+    )
+    candidate_oversample: int = Field(
+        4, ge=1,
+        description="Sentence hits per wanted document in the plugin's 'sentences' candidate search (k x this, at "
+        "least hnsw_ef_search), as SDR_STORE_KNN_OVERSAMPLE for the embedded store.",
+    )
     vector_copy: Literal["auto", "on", "off"] = Field(
         "auto",
         description="Whether a new index also stores each document's vectors as base64 in _source "

@@ -928,10 +928,13 @@ class OpenSearchStore(DocumentStore):
         aggregation: str = "weighted-sum", exclude_ids: Sequence[str] = (), filter: Mapping[str, Any] | None = None,
     ) -> tuple[list[str], np.ndarray]:
         """The candidate stage on the node in one search (the sdr plugin's ``sdr_candidates`` query;
-        :meth:`DocumentStore.sdr_candidates`): per source sentence the nested k-NN top ``k`` with
-        ``ef_search`` (``settings.hnsw_ef_search``), the metadata ``filter`` and ``exclude_ids`` as
-        :meth:`sentence_knn` applies them, aggregated per document on each shard; the best ``size``
-        ``(ids, scores)``, best first, ties by id. ``capabilities.sdr_candidates``."""
+        :meth:`DocumentStore.sdr_candidates`): per source sentence the top ``k`` documents by their best
+        sentence (``settings.candidate_search``: 'sentences', the k-NN of ``k x candidate_oversample``
+        sentences with each document kept once, as the embedded store searches; 'documents', the nested
+        k-NN query :meth:`sentence_knn` sends), ``ef_search`` ``settings.hnsw_ef_search``, the metadata
+        ``filter`` and ``exclude_ids`` as :meth:`sentence_knn` applies them, aggregated per document on
+        each shard; the best ``size`` ``(ids, scores)``, best first, ties by id.
+        ``capabilities.sdr_candidates``."""
         if k < 1 or k > MAX_KNN_K:
             raise InvalidInputError(f"k must be between 1 and {MAX_KNN_K} on OpenSearch, got {k}")
         if size < 0:
@@ -944,7 +947,8 @@ class OpenSearchStore(DocumentStore):
         body = build_sdr_candidates_query(
             q, np.diff(source.par_offsets), k=k, size=size, ef_search=self.settings.hnsw_ef_search,
             aggregation=aggregation, mu=None if stats is None else stats.mu, sigma=None if stats is None else stats.sigma,
-            exclude_ids=[str(i) for i in exclude_ids], filter=restriction)
+            exclude_ids=[str(i) for i in exclude_ids], filter=restriction, search=self.settings.candidate_search,
+            oversample=self.settings.candidate_oversample)
         r = self._call("an sdr candidate search", lambda: self._os().search(index=target.name, body=body),
                        index=target.name)
         ids, scores, _ = parse_sdr_hits(r, index=target.name, what="an sdr candidate search")

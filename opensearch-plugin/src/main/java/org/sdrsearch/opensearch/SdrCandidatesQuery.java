@@ -10,6 +10,7 @@ import org.apache.lucene.index.ReaderUtil;
 import org.apache.lucene.index.VectorSimilarityFunction;
 import org.apache.lucene.search.DocIdSetIterator;
 import org.apache.lucene.search.IndexSearcher;
+import org.apache.lucene.search.KnnFloatVectorQuery;
 import org.apache.lucene.search.MatchNoDocsQuery;
 import org.apache.lucene.search.Query;
 import org.apache.lucene.search.QueryVisitor;
@@ -55,10 +56,24 @@ final class SdrCandidatesQuery extends Query {
     private final Query excluded;         // parent documents dropped after the k-NN (null: none)
     private final int excludedCount;      // asked for on top of k when there is no filter
     private final BitSetProducer parents;
+    private final int oversample;         // 0: nested k-NN of documents; else sentences: k x oversample sentence hits
 
     SdrCandidatesQuery(String field, SdrSource source, boolean statistics, int k, int efSearch,
                        CandidateAggregator.Method aggregation, Query childFilter, Query excluded, int excludedCount,
                        BitSetProducer parents) {
+        this(field, source, statistics, k, efSearch, aggregation, childFilter, excluded, excludedCount, parents, 0);
+    }
+
+    /**
+     * @param oversample 0: per source sentence the nested k-NN of documents (diversified: Lucene keeps the best
+     *                   sentence of {@code max(k, ef_search)} distinct documents), as the k-NN plugin's nested query;
+     *                   n &gt; 0: the plain k-NN of {@code max(k * n, ef_search)} sentences, each document kept once (its
+     *                   best sentence), the first {@code k} documents: the embedded store's nested k-NN
+     *                   ({@code SDR_STORE_KNN_OVERSAMPLE}), which explores far less of the graph
+     */
+    SdrCandidatesQuery(String field, SdrSource source, boolean statistics, int k, int efSearch,
+                       CandidateAggregator.Method aggregation, Query childFilter, Query excluded, int excludedCount,
+                       BitSetProducer parents, int oversample) {
         this.field = field;
         this.source = source;
         this.statistics = statistics;
@@ -69,6 +84,7 @@ final class SdrCandidatesQuery extends Query {
         this.excluded = excluded;
         this.excludedCount = excludedCount;
         this.parents = parents;
+        this.oversample = oversample;
     }
 
     @Override
@@ -93,7 +109,7 @@ final class SdrCandidatesQuery extends Query {
         probe.setQueryCache(null);
         FixedBitSet drop = excluded == null ? null : matching(probe, excluded, reader.maxDoc());
         int asked = k + (childFilter == null && drop != null ? excludedCount : 0);
-        int luceneK = Math.max(asked, efSearch);
+        int luceneK = oversample > 0 ? Math.max(k * oversample, efSearch) : Math.max(asked, efSearch);
         int rows = source.sentences();
         int[][] hitDocs = new int[rows][];
         float[][] hitCos = new float[rows][];
@@ -105,8 +121,9 @@ final class SdrCandidatesQuery extends Query {
         }
         ProbeRange probes = (from, to) -> {
             for (int row = from; row < to; row++) {
-                TopDocs top = probe.search(new DiversifyingChildrenFloatKnnVectorQuery(field, source.vector(row), childFilter,
-                    luceneK, parents), luceneK);
+                Query knn = oversample > 0 ? new KnnFloatVectorQuery(field, source.vector(row), luceneK, childFilter)
+                    : new DiversifyingChildrenFloatKnnVectorQuery(field, source.vector(row), childFilter, luceneK, parents);
+                TopDocs top = probe.search(knn, luceneK);
                 int[] docs = new int[k];
                 float[] cos = new float[k];
                 int n = 0;
@@ -123,6 +140,9 @@ final class SdrCandidatesQuery extends Query {
                     int parent = parentBits[l].nextSetBit(hit.doc - leaf.docBase) + leaf.docBase;
                     if (drop != null && drop.get(parent)) {
                         continue;
+                    }
+                    if (oversample > 0 && seen(docs, n, parent)) {
+                        continue;  // a sentence of a document already kept (hits come best first)
                     }
                     docs[n] = parent;
                     cos[n] = cosine(function, hit.score);
@@ -143,6 +163,15 @@ final class SdrCandidatesQuery extends Query {
         aggregator.result(docs, scores);
         return new DocScoresQuery(DocScores.of(docs, scores, count), reader.getContext().id(),
             "sdr_candidates: " + aggregation.label() + " of the nested k-NN hits of " + rows + " source sentences");
+    }
+
+    private static boolean seen(int[] docs, int n, int doc) {
+        for (int i = 0; i < n; i++) {
+            if (docs[i] == doc) {
+                return true;
+            }
+        }
+        return false;
     }
 
     /** The cosine of unit vectors from a Lucene vector score (the inverse of the field's similarity's scaling). */
@@ -226,7 +255,7 @@ final class SdrCandidatesQuery extends Query {
     @Override
     public String toString(String f) {
         return SdrCandidatesQueryBuilder.NAME + "(" + field + ", " + source.sentences() + " sentences, k=" + k + ", ef_search="
-            + efSearch + ", " + aggregation.label() + (childFilter == null ? "" : ", filter=" + childFilter) + ")";
+            + efSearch + (oversample > 0 ? ", sentences x" + oversample : "") + ", " + aggregation.label() + (childFilter == null ? "" : ", filter=" + childFilter) + ")";
     }
 
     @Override
@@ -245,11 +274,12 @@ final class SdrCandidatesQuery extends Query {
         SdrCandidatesQuery other = (SdrCandidatesQuery) o;
         return field.equals(other.field) && source.equals(other.source) && statistics == other.statistics && k == other.k
             && efSearch == other.efSearch && aggregation == other.aggregation && Objects.equals(childFilter, other.childFilter)
-            && Objects.equals(excluded, other.excluded) && excludedCount == other.excludedCount && parents.equals(other.parents);
+            && Objects.equals(excluded, other.excluded) && excludedCount == other.excludedCount && parents.equals(other.parents)
+            && oversample == other.oversample;
     }
 
     @Override
     public int hashCode() {
-        return Objects.hash(field, source, statistics, k, efSearch, aggregation, childFilter, excluded, excludedCount);
+        return Objects.hash(field, source, statistics, k, efSearch, aggregation, childFilter, excluded, excludedCount, oversample);
     }
 }

@@ -46,9 +46,17 @@ public class SdrCandidatesQueryBuilder extends AbstractQueryBuilder<SdrCandidate
     private final List<String> exclude;
     private final String idField;
     private final String field;
+    private final String search;      // "documents" (nested k-NN, default) or "sentences"
+    private final int oversample;     // sentence hits per wanted document in "sentences" mode
 
     public SdrCandidatesQueryBuilder(SdrSource source, boolean statistics, int k, int efSearch, String aggregation,
                                      QueryBuilder filter, List<String> exclude, String idField, String field) {
+        this(source, statistics, k, efSearch, aggregation, filter, exclude, idField, field, "documents", 4);
+    }
+
+    public SdrCandidatesQueryBuilder(SdrSource source, boolean statistics, int k, int efSearch, String aggregation,
+                                     QueryBuilder filter, List<String> exclude, String idField, String field, String search,
+                                     int oversample) {
         this.source = Objects.requireNonNull(source, "source");
         this.statistics = statistics;
         if (k < 1 || k > MAX_K) {
@@ -69,6 +77,15 @@ public class SdrCandidatesQueryBuilder extends AbstractQueryBuilder<SdrCandidate
         if (dot <= 0 || dot == this.field.length() - 1) {
             throw new IllegalArgumentException("[field] must be a field of a nested object, as sentences.vector; got [" + this.field + "]");
         }
+        this.search = search == null ? "documents" : search;
+        if (this.search.equals("documents") == false && this.search.equals("sentences") == false) {
+            throw new IllegalArgumentException("[search] must be documents or sentences, got [" + this.search + "]");
+        }
+        if (oversample < 1 || (long) oversample * k > MAX_K) {
+            throw new IllegalArgumentException("[oversample] must be at least 1 and k x oversample at most " + MAX_K + ", got "
+                + oversample);
+        }
+        this.oversample = oversample;
     }
 
     public SdrCandidatesQueryBuilder(StreamInput in) throws IOException {
@@ -82,6 +99,8 @@ public class SdrCandidatesQueryBuilder extends AbstractQueryBuilder<SdrCandidate
         this.exclude = in.readStringList();
         this.idField = in.readString();
         this.field = in.readString();
+        this.search = in.readString();
+        this.oversample = in.readVInt();
     }
 
     @Override
@@ -95,6 +114,8 @@ public class SdrCandidatesQueryBuilder extends AbstractQueryBuilder<SdrCandidate
         out.writeStringCollection(exclude);
         out.writeString(idField);
         out.writeString(field);
+        out.writeString(search);
+        out.writeVInt(oversample);
     }
 
     @Override
@@ -130,6 +151,8 @@ public class SdrCandidatesQueryBuilder extends AbstractQueryBuilder<SdrCandidate
         }
         builder.field("id_field", idField);
         builder.field("field", field);
+        builder.field("search", search);
+        builder.field("oversample", oversample);
         printBoostAndQueryName(builder);
         builder.endObject();
     }
@@ -152,6 +175,8 @@ public class SdrCandidatesQueryBuilder extends AbstractQueryBuilder<SdrCandidate
         List<String> exclude = new ArrayList<>();
         String idField = null;
         String field = null;
+        String search = "documents";
+        int oversample = 4;
         float boost = DEFAULT_BOOST;
         String queryName = null;
         String name = null;
@@ -216,6 +241,12 @@ public class SdrCandidatesQueryBuilder extends AbstractQueryBuilder<SdrCandidate
                 case "field":
                     field = SdrRescorerBuilder.parseString(parser, name);
                     break;
+                case "search":
+                    search = SdrRescorerBuilder.parseString(parser, name);
+                    break;
+                case "oversample":
+                    oversample = intValue(parser, name, token);
+                    break;
                 case "boost":
                     boost = parser.floatValue();
                     break;
@@ -255,7 +286,7 @@ public class SdrCandidatesQueryBuilder extends AbstractQueryBuilder<SdrCandidate
             }
             SdrSource source = SdrSource.of(rows, sizes, mu, sigma, null);
             SdrCandidatesQueryBuilder built = new SdrCandidatesQueryBuilder(source, statistics, k, efSearch, aggregation, filter,
-                exclude, idField, field);
+                exclude, idField, field, search, oversample);
             built.boost(boost);
             if (queryName != null) {
                 built.queryName(queryName);
@@ -291,7 +322,7 @@ public class SdrCandidatesQueryBuilder extends AbstractQueryBuilder<SdrCandidate
             return this;
         }
         SdrCandidatesQueryBuilder copy = new SdrCandidatesQueryBuilder(source, statistics, k, efSearch, aggregation, rewritten,
-            exclude, idField, field);
+            exclude, idField, field, search, oversample);
         copy.boost(boost());
         copy.queryName(queryName());
         return copy;
@@ -321,18 +352,19 @@ public class SdrCandidatesQueryBuilder extends AbstractQueryBuilder<SdrCandidate
             childFilter = new ToChildBlockJoinQuery(parentFilter.build(), parents);
         }
         return new SdrCandidatesQuery(field, source, statistics, k, efSearch, CandidateAggregator.Method.of(aggregation),
-            childFilter, excluded, exclude.size(), parents);
+            childFilter, excluded, exclude.size(), parents, search.equals("sentences") ? oversample : 0);
     }
 
     @Override
     protected boolean doEquals(SdrCandidatesQueryBuilder other) {
         return source.equals(other.source) && statistics == other.statistics && k == other.k && efSearch == other.efSearch
             && aggregation.equals(other.aggregation) && Objects.equals(filter, other.filter) && exclude.equals(other.exclude)
-            && idField.equals(other.idField) && field.equals(other.field);
+            && idField.equals(other.idField) && field.equals(other.field) && search.equals(other.search)
+            && oversample == other.oversample;
     }
 
     @Override
     protected int doHashCode() {
-        return Objects.hash(source, statistics, k, efSearch, aggregation, filter, exclude, idField, field);
+        return Objects.hash(source, statistics, k, efSearch, aggregation, filter, exclude, idField, field, search, oversample);
     }
 }

@@ -48,7 +48,7 @@ public class SdrCandidatesQueryBuilderTests extends LuceneTestCase {
         assertFalse(json, json.contains("\"mu\""));
         SdrCandidatesQueryBuilder full = parse("{" + VECTORS + ", \"paragraph_sizes\": [2, 1], \"mu\": [0.1, 0.2], "
             + "\"sigma\": [0.5, 1e-9], \"k\": 7, \"ef_search\": 50, \"aggregation\": \"sdr-bound\", "
-            + "\"filter\": {\"term\": {\"metadata.court\": \"x\"}}, \"exclude\": [\"a\", \"b\"], \"_name\": \"c\"}");
+            + "\"filter\": {\"term\": {\"metadata.court\": \"x\"}}, \"exclude\": [\"a\", \"b\"], \"_name\": \"c\", \"search\": \"sentences\", \"oversample\": 3}");
         assertEquals(full, parse(toJson(full).replaceFirst("^\\{\"sdr_candidates\":", "").replaceFirst("}$", "")));
         BytesStreamOutput out = new BytesStreamOutput();
         full.writeTo(out);
@@ -82,6 +82,8 @@ public class SdrCandidatesQueryBuilderTests extends LuceneTestCase {
         assertBad("{" + VECTORS + ", \"paragraph_sizes\": [2, 1], \"aggregation\": \"max\"}", "[aggregation] must be one of");
         assertBad("{" + VECTORS + ", \"paragraph_sizes\": [2, 2]}", "not a whole number of rows");
         assertBad("{" + VECTORS + ", \"paragraph_sizes\": [2, 1], \"nope\": 1}", "does not support [nope]");
+        assertBad("{" + VECTORS + ", \"paragraph_sizes\": [2, 1], \"search\": \"paragraphs\"}", "[search] must be documents or sentences");
+        assertBad("{" + VECTORS + ", \"paragraph_sizes\": [2, 1], \"oversample\": 0}", "[oversample] must be at least 1");
         assertBad("{" + VECTORS + ", \"paragraph_sizes\": [2, 1], \"filter\": 3}", "[filter] must be a query object");
         assertBad("{" + VECTORS + ", \"paragraph_sizes\": [2, 1], \"mu\": [0, 0], \"sigma\": [1, -1]}", "[sigma] value 1 is negative");
     }

@@ -240,6 +240,52 @@ public class SdrCandidatesQueryTests extends LuceneTestCase {
         }
     }
 
+    public void testSentenceSearchKeepsTheDocumentsOfTheTopSentences() throws Exception {
+        // "sentences" mode: per source sentence the top max(k x oversample, ef_search) sentences, each document once,
+        // the first k documents (the embedded store's nested k-NN). A tiny index: HNSW is exact there.
+        Random random = new Random(random().nextLong());
+        int dim = 8;
+        List<SdrRescorerTests.Candidate> candidates = new ArrayList<>();
+        Map<String, float[][][]> docs = new HashMap<>();
+        for (int i = 0; i < 12; i++) {
+            SdrRescorerTests.Candidate c = new SdrRescorerTests.Candidate("c" + i,
+                BruteForceSdr.document(random, dim, TestUtil.nextInt(random(), 1, 3)));
+            candidates.add(c);
+            docs.put(c.id, c.paragraphs);
+        }
+        float[][][] source = BruteForceSdr.document(random, dim, 2, 2);
+        double[] mu = { 0.0, 0.0 };
+        double[] sigma = { 1.0, 1.0 };
+        int k = 3;
+        int oversample = 2;
+        try (Directory dir = index(candidates, random); DirectoryReader reader = DirectoryReader.open(dir)) {
+            IndexSearcher searcher = new IndexSearcher(reader);
+            BitSetProducer parents = new QueryBitSetProducer(Queries.newNonNestedFilter());
+            SdrSource s = SdrSource.of(BruteForceSdr.rows(source), BruteForceSdr.sizes(source), mu, sigma, null);
+            List<List<Map.Entry<String, Float>>> rows = new ArrayList<>();
+            for (float[] v : BruteForceSdr.rows(source)) {
+                List<Map.Entry<String, Float>> sentences = new ArrayList<>();
+                for (Map.Entry<String, float[][][]> e : docs.entrySet()) {
+                    for (float[] row : BruteForceSdr.rows(e.getValue())) {
+                        sentences.add(Map.entry(e.getKey(), (float) BruteForceSdr.dot(v, row)));
+                    }
+                }
+                sentences.sort(Comparator.comparing((Map.Entry<String, Float> e) -> -e.getValue()));
+                List<Map.Entry<String, Float>> kept = new ArrayList<>();
+                Set<String> seen = new HashSet<>();
+                for (Map.Entry<String, Float> e : sentences.subList(0, k * oversample)) {
+                    if (seen.add(e.getKey()) && kept.size() < k) {
+                        kept.add(e);
+                    }
+                }
+                rows.add(kept);
+            }
+            Map<String, Double> got = run(searcher, new SdrCandidatesQuery(FIELD, s, false, k, 1,
+                CandidateAggregator.Method.SUM, null, null, 0, parents, oversample));
+            assertSameScores("sentences", aggregate("sum", source, null, null, rows), got);
+        }
+    }
+
     public void testCosineInvertsEachSimilarity() {
         for (float cos : new float[] { -0.9f, -0.2f, 0f, 0.3f, 0.99f }) {
             float[] a = { 1f, 0f };

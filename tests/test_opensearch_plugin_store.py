@@ -1,0 +1,211 @@
+"""The OpenSearch store's sdr-plugin path on a real node (issue 33, items 2 and 3): the capabilities
+detected from the node's plugins, ``sdr_candidates`` (the candidate stage in one search) equal to the
+Python path (``sentence_knn`` + ``aggregate_hits`` + ``top_of``) for every aggregation, with exclusions
+and a metadata filter; ``sdr_scores`` equal to the reference SDR (``sdr_core/reference.py``) within 1e-4
+for several sources, with its explanation; and an index that keeps the vectors once (no ``vectors_b64``,
+read back through the plugin) giving back exactly the vectors written.
+
+The node must have the plugin (``scripts/opensearch-node.sh`` installs it); as in
+``test_opensearch_plugin.py`` a node without it fails these tests unless the run asks for one
+(``SDR_NODE_PLUGIN=0``), which skips them.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from opensearchpy import OpenSearch
+
+from sdr_search.core.documents import Document
+from sdr_search.core.errors import DocumentNotFoundError, StoreError
+from sdr_search.core.reference import reference_paragraph_score
+from sdr_search.core.scoring import NormStats, top_of
+from sdr_search.core.vectors import DocVectors
+from sdr_search.indexer.opensearch import OpenSearchSettings, OpenSearchStore
+from sdr_search.indexer.store import IndexMeta
+from sdr_search.reranker.candidates import AGGREGATIONS, aggregate_hits
+
+pytestmark = pytest.mark.integration
+
+DIM = 16
+META = IndexMeta("model-a", "tag-a", DIM, {"paragraph_unit": "paragraph"}, {"numpy": np.__version__})
+TOL = 1e-4
+
+
+@pytest.fixture(scope="module")
+def plugin_url(opensearch_url) -> str:
+    client = OpenSearch([opensearch_url], timeout=60)
+    try:
+        plugins = client.cat.plugins(params={"h": "component", "format": "json"})
+    finally:
+        client.close()
+    if any(p["component"] == "sdr" for p in plugins):
+        return opensearch_url
+    if os.environ.get("SDR_NODE_PLUGIN", "1") == "0":
+        pytest.skip("SDR_NODE_PLUGIN=0: this run uses a node without the sdr plugin")
+    pytest.fail(f"the node at {opensearch_url} has no sdr plugin; scripts/opensearch-node.sh installs it", pytrace=False)
+
+
+def unit(rng: np.random.Generator, n: int) -> np.ndarray:
+    x = rng.standard_normal((n, DIM)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def item(doc_id: str, rng: np.random.Generator, sizes: list[int], group: int):
+    paragraphs = tuple(tuple(f"Sentence {s} of paragraph {p} of {doc_id}." for s in range(n)) for p, n in enumerate(sizes))
+    return (Document(doc_id, paragraphs, f"Title {doc_id}", {"group": group}),
+            DocVectors(unit(rng, sum(sizes)), np.concatenate([[0], np.cumsum(sizes)])))
+
+
+@pytest.fixture(scope="module")
+def filled(plugin_url):
+    """A store on the plugin node (module scope) with 40 documents of 1-4 paragraphs of 1-6 sentences."""
+    import uuid
+
+    rng = np.random.default_rng(33)
+    items = [item(f"d{k:02d}", rng, list(rng.integers(1, 7, size=rng.integers(1, 5))), k % 3) for k in range(40)]
+    store = OpenSearchStore(plugin_url, index=f"sdr-test-plugin-store-{uuid.uuid4().hex[:10]}")
+    try:
+        store.ensure_meta(META)
+        store.put(items)
+        yield store, {d.id: v for d, v in items}
+    finally:
+        store.drop()
+        store.close()
+
+
+def test_capabilities_follow_the_node_and_the_setting(filled, plugin_url):
+    store, _ = filled
+    assert store.has_plugin()
+    caps = store.capabilities
+    assert caps.sdr_candidates and caps.exact_sdr and caps.filtered_knn and caps.metadata_lookup
+    off = OpenSearchStore(plugin_url, index=store.index, settings=OpenSearchSettings(plugin="off"))
+    try:
+        assert not off.capabilities.sdr_candidates and not off.capabilities.exact_sdr
+        with pytest.raises(StoreError, match="sdr plugin"):
+            off.sdr_candidates(next(iter(filled[1].values())), 5, 10)
+    finally:
+        off.close()
+
+
+def test_vectors_are_stored_once_and_read_back_exactly(filled):
+    store, vectors = filled
+    client = store._os()
+    mapping = client.indices.get_mapping(index=store.index_name)[store.index_name]["mappings"]
+    assert mapping["_meta"]["sdr"]["vectors"] == "index"
+    raw = client.get(index=store.index_name, id="d03")["_source"]
+    assert "vectors_b64" not in raw
+    if not mapping["_meta"]["sdr"]["derived_source"]:  # 2.x: excluded from _source (3.x rebuilds them on read)
+        assert "vector" not in raw["sentences"][0]
+    cv = store.fetch(["d07", "d03"])
+    for k, doc_id in enumerate(["d07", "d03"]):
+        np.testing.assert_array_equal(cv.doc(k).vectors, vectors[doc_id].vectors)
+        np.testing.assert_array_equal(cv.doc(k).par_offsets, vectors[doc_id].par_offsets)
+    got = store.get("d11")
+    np.testing.assert_array_equal(got.vectors.vectors, vectors["d11"].vectors)
+    every = store.all_vectors()
+    assert list(every.ids) == sorted(vectors)
+    for k, doc_id in enumerate(every.ids):
+        np.testing.assert_array_equal(every.doc(k).vectors, vectors[doc_id].vectors)
+    with pytest.raises(DocumentNotFoundError):
+        store.fetch(["d01", "nope"])
+
+
+def test_an_index_without_the_copy_needs_the_plugin_to_be_read(filled, plugin_url):
+    store, _ = filled
+    off = OpenSearchStore(plugin_url, index=store.index, settings=OpenSearchSettings(plugin="off"))
+    try:
+        derived = off._read_target().derived_source
+        if derived:  # 3.x: derived source rebuilds the vectors into _source (slow, exact)
+            np.testing.assert_array_equal(off.fetch(["d05"]).doc(0).vectors, filled[1]["d05"].vectors)
+        else:
+            with pytest.raises(StoreError, match="no sdr plugin to read them"):
+                off.fetch(["d05"])
+    finally:
+        off.close()
+
+
+@pytest.mark.parametrize("aggregation", AGGREGATIONS)
+@pytest.mark.parametrize("with_stats", [True, False], ids=["stats", "no-stats"])
+def test_candidates_equal_the_python_path(filled, plugin_url, aggregation, with_stats):
+    """search 'documents': the same nested k-NN as sentence_knn, so the same candidates and scores."""
+    store = OpenSearchStore(plugin_url, index=filled[0].index, settings=OpenSearchSettings(candidate_search="documents"))
+    rng = np.random.default_rng(5)
+    source = DocVectors(unit(rng, 9), np.array([0, 1, 6, 9]))
+    stats = NormStats(np.array([0.05, 0.1, 0.0]), np.array([0.2, 0.5, 1.0])) if with_stats else None
+    k, size = 7, 15
+    ids, scores = store.sdr_candidates(source, k, size, stats=stats, aggregation=aggregation, exclude_ids=["d02", "d09"])
+    hits = store.sentence_knn(source.vectors, k, exclude_ids=["d02", "d09"])
+    want_ids, want_scores = top_of(*aggregate_hits(hits, source.par_offsets, method=aggregation, stats=stats), size)
+    assert ids == want_ids
+    np.testing.assert_allclose(scores, want_scores, rtol=1e-5, atol=1e-5)
+    assert "d02" not in ids and "d09" not in ids
+    store.close()
+
+
+def test_sentence_search_keeps_the_documents_of_the_top_sentences(filled):
+    """search 'sentences' (the default): per source sentence the top max(k x 4, ef_search 100) sentences,
+    each document once, the first k, as the embedded store's nested k-NN (exact on this small index)."""
+    store, vectors = filled
+    assert store.settings.candidate_search == "sentences"
+    rng = np.random.default_rng(9)
+    source = DocVectors(unit(rng, 5), np.array([0, 2, 5]))
+    k = 6
+    ids, scores = store.sdr_candidates(source, k, 100, aggregation="sum", exclude_ids=["d04"])
+    rows_ids, rows_cos = [], []
+    every = [(d, v) for d, dv in vectors.items() for v in dv.vectors]
+    for q in source.vectors:
+        ranked = sorted(every, key=lambda t: -float(t[1] @ q))[:max(k * 4, 100)]
+        kept: dict[str, float] = {}
+        for d, v in ranked:
+            if d != "d04" and d not in kept and len(kept) < k:
+                kept[d] = float(v @ q)
+        rows_ids.append(list(kept))
+        rows_cos.append(np.asarray(list(kept.values()), np.float32))
+    from sdr_search.indexer.store import SentenceHits
+
+    want_ids, want_scores = top_of(*aggregate_hits(SentenceHits(rows_ids, rows_cos), source.par_offsets, method="sum"), 100)
+    assert ids == want_ids
+    np.testing.assert_allclose(scores, want_scores, rtol=1e-5, atol=1e-5)
+
+
+def test_candidates_with_a_metadata_filter(filled):
+    store, _ = filled
+    rng = np.random.default_rng(6)
+    source = DocVectors(unit(rng, 4), np.array([0, 4]))
+    ids, _ = store.sdr_candidates(source, 5, 40, filter={"group": 1}, exclude_ids=["d01"])
+    assert ids and all(int(i[1:]) % 3 == 1 for i in ids) and "d01" not in ids
+    hits = store.sentence_knn(source.vectors, 5, filter={"group": 1}, exclude_ids=["d01"])
+    assert set(ids) >= {row[0] for row in hits.doc_ids}  # every sentence's nearest document is a candidate
+    none, scores = store.sdr_candidates(source, 5, 40, filter={"group": 99})
+    assert none == [] and scores.size == 0
+    assert store.sdr_candidates(source, 5, 0)[0] == []
+
+
+def _reference(source: DocVectors, stats: NormStats, doc: DocVectors) -> float:
+    sp = [source.vectors[a:b] for a, b in zip(source.par_offsets[:-1], source.par_offsets[1:])]
+    cp = [doc.vectors[a:b] for a, b in zip(doc.par_offsets[:-1], doc.par_offsets[1:])]
+    return float(np.mean([max((reference_paragraph_score(s, c) - stats.mu[i]) / stats.sigma[i] for c in cp)
+                          for i, s in enumerate(sp)]))
+
+
+def test_exact_scores_equal_the_reference(filled):
+    store, vectors = filled
+    rng = np.random.default_rng(8)
+    one = DocVectors(unit(rng, 6), np.array([0, 2, 6]))
+    two = DocVectors(unit(rng, 1), np.array([0, 1]))
+    s1 = NormStats(np.array([0.1, 0.2]), np.array([0.3, 0.25]))
+    s2 = NormStats(np.array([0.0]), np.array([1.0]))
+    ids = ["d05", "d17", "d00", "d33"]
+    res = store.sdr_scores([(one, s1), (two, s2)], ids, explain=True)
+    assert res.ids == ids and res.scores.shape == (2, 4)
+    for c, doc_id in enumerate(ids):
+        assert res.scores[0, c] == pytest.approx(_reference(one, s1, vectors[doc_id]), abs=TOL)
+        assert res.scores[1, c] == pytest.approx(_reference(two, s2, vectors[doc_id]), abs=TOL)
+        assert res.explanations[c]["score"] == pytest.approx(res.scores[0, c], abs=TOL)
+        assert len(res.explanations[c]["source_paragraphs"]) == 2
+    assert store.sdr_scores([(one, s1)], ids).explanations == []
+    with pytest.raises(DocumentNotFoundError):
+        store.sdr_scores([(one, s1)], ["d05", "missing"])
