@@ -44,6 +44,7 @@ __all__ = [
     "QueryState",
     "query_state_of",
     "SdrScores",
+    "CandidateFeatures",
     "StoreCapabilities",
     "DocumentStore",
 ]
@@ -179,6 +180,23 @@ class SdrScores:
     ids: list[str]
     scores: np.ndarray
     explanations: list[Mapping[str, Any] | None] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class CandidateFeatures:
+    """Per candidate (in the order asked): its SDR paragraph count and its mean sentence vector,
+    normalised (``(n, dim)`` float32; the ``mean`` signal is its cosine with the source's)."""
+
+    n_paragraphs: np.ndarray
+    mean_vectors: np.ndarray
+
+    @classmethod
+    def of(cls, docs: Sequence[DocVectors]) -> "CandidateFeatures":
+        from sdr_search.core.scoring import mean_vectors
+
+        dim = docs[0].vectors.shape[1] if docs else 0
+        means = mean_vectors(docs) if docs else np.zeros((0, dim), dtype=np.float32)
+        return cls(np.asarray([d.n_paragraphs for d in docs], dtype=np.int64), means)
 
 
 def query_state_of(
@@ -361,6 +379,14 @@ class DocumentStore(ABC):
         (it reads every vector); a store that keeps them declares ``capabilities.cheap_centroids``
         (the embedded store holds them in memory)."""
         return [paragraph_centroids(doc) for doc in self.fetch_documents(ids)]
+
+    def candidate_features(self, ids: Sequence[str]) -> CandidateFeatures:
+        """What the exact stage needs of the candidates besides their SDR scores, when the store
+        computes those (``capabilities.exact_sdr``): each document's paragraph count and its mean
+        sentence vector, normalised (the ``mean`` signal). This default reads every vector
+        (:meth:`fetch_documents`); a store that keeps the mean vectors reads them alone."""
+        docs = self.fetch_documents(ids)
+        return CandidateFeatures.of(docs)
 
     def metadata_of(self, ids: Sequence[str]) -> dict[str, Mapping[str, Any]]:
         """The metadata of those ``ids`` that exist (a missing id is left out), for metadata

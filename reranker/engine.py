@@ -120,8 +120,8 @@ class MoreLikeThis:
         timings["rerank"] = _ms(t_present - t_rank)
 
         if hits and (query.details or query.explain):
-            fetched = dict(zip(found.ids, found.docs))
-            hits = present(self.store, source, hits, [fetched[h.id] for h in hits], spec, query.explain)
+            hits = present(self.store, source, hits, found.vectors_of(self.store, [h.id for h in hits]), spec,
+                           query.explain)
             timings["explain" if query.explain else "snippets"] = _ms(time.perf_counter() - t_present)
         used = {"feedback": {"ids": [f.indexed_id for f in feedback],
                              "share": feedback_share(SourceShape.of(source.document), spec.adaptive)}} if feedback else {}
@@ -175,13 +175,15 @@ class MoreLikeThis:
         the candidates; each source's BM25 is computed by the ranking."""
         expanded = merge_sources([source, *feedback])
         round_two: dict[str, float] = {}
+        known = dict(zip(found.ids, found.docs)) if found.docs is not None else None
         more = self.stage.find(expanded, against=against, exclude=exclude, query=query, spec=spec, K=K,
-                               timings=round_two, known=dict(zip(found.ids, found.docs)))
+                               timings=round_two, known=known)
         timings.update({f"feedback_{k}": v for k, v in round_two.items()})
         have = set(found.ids)
         new = [k for k, i in enumerate(more.ids) if i not in have]
         scored = expanded if against is None else merge_sources([expanded, against])
-        return scored, Candidates(found.ids + [more.ids[k] for k in new], found.docs + [more.docs[k] for k in new])
+        docs = None if found.docs is None or more.docs is None else found.docs + [more.docs[k] for k in new]
+        return scored, Candidates(found.ids + [more.ids[k] for k in new], docs)
 
     # -- settings ---------------------------------------------------------------------------------
     def _resolve(self, state: QueryState, query: Query) -> HybridSpec | None:

@@ -58,6 +58,14 @@ class MLTSettings(HybridSettings):
         "measurement (bench/two_stage.py, bench/candidates_exact.py: best or tied-best top-10 recall on IRLeD dev "
         "at K=100 with the default knn_k).",
     )
+    in_store: bool = Field(
+        True,
+        description="Run the candidate stage and the exact SDR score inside the store when it can (OpenSearch with "
+        "the sdr plugin: capabilities sdr_candidates and exact_sdr), so that no vector travels: the pool of "
+        "prerank_factor x K candidates is then scored exactly on the node and its best K kept, instead of the "
+        "centroid pre-rank. false: the store's k-NN hits, and vectors fetched for the Python rerank (the reference "
+        "the plugin is tested against).",
+    )
     max_query_sentences: int = Field(
         2000, gt=0,
         validation_alias=AliasChoices("SDR_MAX_QUERY_SENTENCES", "SDR_SERVICE_MAX_SOURCE_SENTENCES"),

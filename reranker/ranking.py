@@ -11,7 +11,7 @@ from typing import Sequence
 import numpy as np
 
 from sdr_search.core.fusion import SIGNALS, HybridSpec, SourceShape, fuse, with_feedback, without_own
-from sdr_search.core.scoring import document_best, like_unlike, part_scores, rank, sdr_scores
+from sdr_search.core.scoring import document_best, like_unlike, mean_vectors, part_scores, rank, sdr_scores
 from sdr_search.core.vectors import DocVectors
 from sdr_search.indexer.store import DocumentStore, LexicalHits
 
@@ -24,20 +24,43 @@ __all__ = ["Candidates", "mean_cosines", "rank_hits"]
 @dataclass(frozen=True)
 class Candidates:
     """The documents to score exactly: their ids (the vector candidates, then the lexical-only
-    ones), their vectors (same order), and the BM25 hits of the source's text (None when each
-    source is searched on its own, as several sources are)."""
+    ones), their vectors (same order; None when the store scores them itself, ``capabilities.exact_sdr``:
+    nothing was fetched), and the BM25 hits of the source's text (None when each source is searched
+    on its own, as several sources are)."""
 
     ids: list[str]
-    docs: list[DocVectors]
+    docs: list[DocVectors] | None
     lexical: LexicalHits | None = None
 
+    def vectors_of(self, store: DocumentStore, ids: Sequence[str]) -> list[DocVectors]:
+        """The vectors of some of the candidates (the hits to present): those fetched, or read now."""
+        if self.docs is not None:
+            fetched = dict(zip(self.ids, self.docs))
+            return [fetched[i] for i in ids]
+        return store.fetch_documents(list(ids))
 
-def mean_cosines(source: DocVectors, candidates: Sequence[DocVectors]) -> np.ndarray:
+
+def _sdr_rows(store: DocumentStore, every: Source, candidates: Candidates) -> np.ndarray:
+    """Each source's exact SDR score of every candidate, ``(sources, candidates)``: from the
+    fetched vectors (one product for every source's paragraphs), or computed by the store next to
+    its data (the sdr plugin on OpenSearch) when nothing was fetched."""
+    parts = every.members
+    if candidates.docs is None:
+        return store.sdr_scores([(m.vectors, m.stats) for m in parts], candidates.ids).scores
+    best = document_best(every.vectors, candidates.docs)
+    if len(parts) == 1:
+        return sdr_scores(best, every.stats)[None, :]
+    return part_scores(best, every.stats, every.part_offsets)
+
+
+def mean_cosines(source: DocVectors, candidates: Sequence[DocVectors] | np.ndarray) -> np.ndarray:
     """Cosine of the source's mean sentence vector with each candidate's (the ``mean`` signal),
-    float64, shape ``(D,)``."""
-    sums = np.stack([d.vectors.sum(axis=0) for d in (source, *candidates)])  # the source first
-    means = sums / np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), 1e-12)  # as mean_vectors
-    return (means[1:] @ means[0]).astype(np.float64)
+    float64, shape ``(D,)``. ``candidates``: their vectors, or their mean vectors already
+    (:func:`sdr_search.core.scoring.mean_vectors`, as :meth:`DocumentStore.candidate_features` gives them)."""
+    means = candidates if isinstance(candidates, np.ndarray) else mean_vectors(candidates)
+    if len(means) == 0:
+        return np.zeros(0, dtype=np.float64)
+    return (means @ mean_vectors([source])[0]).astype(np.float64)
 
 
 def rank_hits(
@@ -55,11 +78,7 @@ def rank_hits(
     if not cand_ids:
         return []
     parts = every.members
-    best = document_best(every.vectors, docs)  # one product for every source's paragraphs
-    if len(parts) == 1:
-        sdr_rows = sdr_scores(best, every.stats)[None, :]
-    else:
-        sdr_rows = part_scores(best, every.stats, every.part_offsets)
+    sdr_rows = _sdr_rows(store, every, candidates)
     if spec is None:
         scores = like_unlike(sdr_rows, n_like, unlike_weight)
         order = rank(cand_ids, scores)[offset : offset + size]
@@ -69,7 +88,11 @@ def rank_hits(
         store.lexical_search(m.document.text, 0, score_ids=cand_ids) for m in parts
     ]
     signals, fused = [], []
-    paragraphs = np.asarray([d.n_paragraphs for d in docs], dtype=np.int64)
+    if docs is None:  # scored by the store: the paragraph counts and mean vectors alone are read
+        features = store.candidate_features(cand_ids)
+        paragraphs, means = features.n_paragraphs, features.mean_vectors
+    else:
+        paragraphs, means = np.asarray([d.n_paragraphs for d in docs], dtype=np.int64), mean_vectors(docs)
     user = n_like - feedback  # the like sources the query named
     at = {c: i for i, c in enumerate(cand_ids)}
     own = [at.get(m.indexed_id) for m in parts[user:n_like]]  # a feedback document's place among the candidates
@@ -77,7 +100,7 @@ def rank_hits(
         part_signals = {
             "bm25": np.asarray([lex.score_of(i) if lex is not None else 0.0 for i in cand_ids], dtype=np.float64),
             "sdr": sdr,
-            "mean": mean_cosines(m.vectors, docs),
+            "mean": mean_cosines(m.vectors, means),
         }
         signals.append(part_signals)
         fused.append(fuse(cand_ids, without_own(part_signals, own[p - user]) if user <= p < n_like else part_signals,

@@ -18,7 +18,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from sdr_search.core.fusion import HybridSpec
-from sdr_search.core.scoring import paragraph_centroids, top_of
+from sdr_search.core.scoring import paragraph_centroids, rank, top_of
 from sdr_search.core.vectors import DocVectors
 from sdr_search.indexer.store import DocumentStore, LexicalHits
 
@@ -101,9 +101,19 @@ class CandidateStage:
         kept = [i for i in self.store.ids_matching(dict(flt), limit=k + len(skip) + 1) if i not in skip]
         return kept if len(kept) <= k else None  # a list cut at the limit keeps more than k
 
+    @property
+    def in_store(self) -> bool:
+        """Whether the store scores the candidates exactly itself (nothing is fetched)."""
+        return self.settings.in_store and self.store.capabilities.exact_sdr
+
     def aggregated(
         self, source: Source, k: int, exclude: Sequence[str], flt: Mapping[str, Any] | None = None,
     ) -> tuple[list[str], np.ndarray]:
+        """The best ``k`` documents by the aggregation of the source sentences' k-NN hits, with their
+        scores: in one request when the store runs the candidate stage itself."""
+        if self.settings.in_store and self.store.capabilities.sdr_candidates:
+            return self.store.sdr_candidates(source.vectors, self.settings.knn_k, k, stats=source.stats,
+                                             aggregation=self.settings.aggregation, exclude_ids=exclude, filter=flt)
         hits = self.store.sentence_knn(source.vectors.vectors, self.settings.knn_k, exclude_ids=exclude,
                                        **({"filter": flt} if flt else {}))
         ids, scores = aggregate_hits(
@@ -114,15 +124,25 @@ class CandidateStage:
     def _prerank_and_fetch(
         self, source: Source, pool: list[str], scores: np.ndarray | None, lexical_ranked: list[str], K: int,
         timings: dict[str, float], known: Mapping[str, DocVectors] | None = None,
-    ) -> tuple[list[str], list[str], list[DocVectors]]:
+    ) -> tuple[list[str], list[str], list[DocVectors] | None]:
         """The K vector candidates (the pool narrowed by the centroid pre-rank when it is larger),
         the lexical candidates that are not among them (at most K, in lexical order), and the vectors
         of both, each document fetched once. A store whose centroids are not cheap
         (``capabilities.cheap_centroids`` false) has the pool fetched once: the pre-rank's centroids
         and the rerank share those vectors. ``known``: vectors this query fetched already (document
-        feedback's second search), not fetched again."""
+        feedback's second search), not fetched again. A store that scores exactly itself
+        (:attr:`in_store`) keeps the pool's best K by exact SDR instead, and nothing is fetched (None)."""
         t0 = time.perf_counter()
         prerank = scores is not None and len(pool) > K
+        if self.in_store:  # the pool scored exactly next to the data, its best K kept; nothing fetched
+            keep = range(len(pool) if scores is None else min(len(pool), K))
+            if prerank:
+                exact = self.store.sdr_scores([(source.vectors, source.stats)], pool).scores[0]
+                keep = rank(pool, exact)[:K]
+                timings["prerank"] = _ms(time.perf_counter() - t0)
+            vector_ids = [pool[i] for i in keep]
+            chosen = set(vector_ids)
+            return vector_ids, [i for i in lexical_ranked if i not in chosen][:K], None
         fetched: dict[str, DocVectors] | None = None
         if prerank and not self.store.capabilities.cheap_centroids:
             in_pool = set(pool)

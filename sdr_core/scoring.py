@@ -42,6 +42,7 @@ __all__ = [
     "rank",
     "top_of",
     "paragraph_centroids",
+    "mean_vectors",
 ]
 
 SIGMA_FLOOR = 1e-6
@@ -482,4 +483,11 @@ def paragraph_centroids(doc: DocVectors) -> np.ndarray:
     lengths = np.diff(doc.par_offsets)
     scratch = np.empty((lengths.size, vectors.shape[1]), dtype=np.float32)
     sums = segment_sum_rows(vectors, np.asarray(doc.par_offsets[:-1], dtype=np.int64), lengths, scratch)
+    return sums / np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), 1e-12)
+
+
+def mean_vectors(docs: Sequence[DocVectors]) -> np.ndarray:
+    """Each document's mean sentence vector, L2-normalised, ``(n, dim)`` float32: the vectors of the
+    hybrid ``mean`` signal (its score is the cosine of a candidate's with the source's)."""
+    sums = np.stack([np.asarray(d.vectors).sum(axis=0) for d in docs])
     return sums / np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), 1e-12)

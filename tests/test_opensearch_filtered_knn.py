@@ -215,12 +215,13 @@ def test_a_filtered_query_returns_size_hits_ranked_as_exhaustive_sdr(filtered_st
     # K = size under the matches: through the filtered k-NN (with K >= the matches the engine ranks them all)
     narrow = MoreLikeThis(store=store, settings=MLTSettings(method="sdr", candidates=size, knn_k=10))
     searched = []
-    real = store.sentence_knn
-    store.sentence_knn = lambda *a, **k: searched.append(k.get("filter")) or real(*a, **k)
+    stage = "sdr_candidates" if store.capabilities.sdr_candidates else "sentence_knn"  # the plugin's, or k-NN hits
+    real = getattr(store, stage)
+    setattr(store, stage, lambda *a, **k: searched.append(k.get("filter")) or real(*a, **k))
     try:
         res = narrow.run(Query(id=sources[0], size=size, filter=flt))
     finally:
-        del store.sentence_knn
+        delattr(store, stage)
     assert searched == [flt] and len(res.hits) == size and all(h.id in set(allowed) for h in res.hits)
     hybrid = MoreLikeThis(store=store, settings=MLTSettings(candidates=20, knn_k=10))
     res = hybrid.run(Query(id=sources[0], size=size, filter=flt))
