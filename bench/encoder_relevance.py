@@ -22,6 +22,11 @@ Usage:
 
     python bench/encoder_relevance.py --model default --model DIR --queries-n 10 --distractors 5
     python bench/encoder_relevance.py --model default --model DIR        # whole corpus, 50 queries
+    python bench/encoder_relevance.py --backends auto:bf16,auto:fp32,onnx,onnx-int8 --queries-n 10 --distractors 3
+
+``--backends`` measures each model with several encoder backends (``SDR_ENCODER_BACKEND``, with
+``:PRECISION`` for the torch ones). Backends whose vectors share an encoder tag (torch fp32 and
+onnx) share cache entries: give each its own ``--cache-dir`` to encode both.
 
 Vectors are cached in ``--cache-dir`` (default /var/tmp/sdr-encoder-bench), so a second run only
 ranks; the corpus is encoded four documents at a time into the cache, so an interrupted run
@@ -49,6 +54,7 @@ from sdr_search.core.encoder import SentenceEncoder  # noqa: E402
 from sdr_search.core.evaluation import EvalInputs, rank_all  # noqa: E402
 from sdr_search.core.lexical import BM25Ranker  # noqa: E402
 from sdr_search.core.metrics import evaluate, read_qrels  # noqa: E402
+from sdr_search.core.onnx_backend import ONNX_BACKENDS  # noqa: E402
 from sdr_search.core.scoring import rank  # noqa: E402
 from sdr_search.core.settings import EncoderSettings  # noqa: E402
 from sdr_search.core.vectors import CorpusVectors  # noqa: E402
@@ -89,6 +95,9 @@ def main() -> int:
     p.add_argument("--model", action="append", default=[], metavar="DIR",
                    help="model directory, or 'default' (repeatable; default: only the bundled model)")
     p.add_argument("--precision", default="bf16", choices=["auto", "fp32", "bf16"])
+    p.add_argument("--backends", default="auto",
+                   help="comma-separated encoder backends, each BACKEND or BACKEND:PRECISION (auto, transformers, onnx, "
+                        "onnx-int8; default: auto with --precision), each measured with every model")
     p.add_argument("--queries-n", type=int, help="first N judged queries (default all)")
     p.add_argument("--distractors", type=int, help="sub-corpus: relevant documents + BM25 top K of each query")
     p.add_argument("--cut", default="sentences:9", help="short-source cut (default sentences:9)")
@@ -122,11 +131,16 @@ def main() -> int:
     out["bm25"] = bm25
     args.cache_dir.mkdir(parents=True, exist_ok=True)
     rows = [("bm25", "-", kind, m["MAP"], m["nDCG@10"]) for kind, m in bm25.items()]
-    for model in args.model or ["default"]:
+    for model, spec in [(m, b) for m in args.model or ["default"] for b in args.backends.split(",")]:
+        backend, _, precision = spec.partition(":")
+        if not precision:
+            precision = "auto" if backend in ONNX_BACKENDS else args.precision
         enc = SentenceEncoder(settings=EncoderSettings(model=None if model == "default" else model,
-                                                       precision=args.precision, device="cpu"))
+                                                       precision=precision, device="cpu", encoder_backend=backend))
         enc.load()
-        res: dict = {"model_id": enc.model_id, "tag": enc.cache_tag, "dim": enc.dim}
+        label = f"{Path(enc.model_id).name} {enc.backend} {enc.precision}"
+        res: dict = {"model_id": enc.model_id, "backend": enc.backend, "precision": enc.precision, "tag": enc.cache_tag,
+                     "dim": enc.dim}
         with EmbeddingCache(args.cache_dir / "embeddings.sqlite") as cache:
             before = enc.truncation.sentences
             t = time.perf_counter()
@@ -146,14 +160,14 @@ def main() -> int:
                 runs = rank_all(method, inputs)
                 m = evaluate({k: [d for d, _ in v] for k, v in runs.items()}, qrels)
                 res[f"{method}/{kind}"] = m
-                rows.append((method, Path(enc.model_id).name, kind, m["MAP"], m["nDCG@10"]))
-        out["models"][model] = res
+                rows.append((method, label, kind, m["MAP"], m["nDCG@10"]))
+        out["models"][model if spec == "auto" else f"{model} {spec}"] = res
         sps = f"{res['sentences_per_s']:.1f} sentences/s" if res["sentences_per_s"] else "all cached"
-        print(f"{enc.model_id}: dim {res['dim']}, {encoded} sentences encoded in {dt:.0f} s ({sps}), "
+        print(f"{label} ({enc.cache_tag}): dim {res['dim']}, {encoded} sentences encoded in {dt:.0f} s ({sps}), "
               f"vectors {res['vector_bytes_f32'] / 2**20:.1f} MiB (float32)", flush=True)
-    print(f"{'method':>7} {'model':>28} {'source':>6} {'MAP':>6} {'nDCG@10':>8}")
+    print(f"{'method':>7} {'encoder':>40} {'source':>6} {'MAP':>6} {'nDCG@10':>8}")
     for method, name, kind, map_, ndcg in rows:
-        print(f"{method:>7} {name[-28:]:>28} {kind:>6} {map_:6.3f} {ndcg:8.3f}")
+        print(f"{method:>7} {name[-40:]:>40} {kind:>6} {map_:6.4f} {ndcg:8.4f}")
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
     return 0

@@ -48,6 +48,7 @@ import numpy as np
 
 from .bert import BertTokenizer, load_bert, native_support
 from .errors import InvalidInputError, ModelNotFoundError, SDRError
+from .onnx_backend import INT8_TAG, ONNX_BACKENDS
 from .settings import EncoderSettings
 
 __all__ = ["SentenceEncoder", "TruncationCount", "truncation_of", "default_model_dir", "resolve_model_dir", "plan_batches", "resolve_device",
@@ -440,7 +441,8 @@ class SentenceEncoder:
 
     @property
     def precision(self) -> str:
-        """The precision actually used ('fp32', 'bf16' or 'fp16'), resolved from the setting."""
+        """The precision actually used ('fp32', 'bf16', 'fp16', or 'int8' with the onnx-int8
+        backend), resolved from the settings."""
         if self._precision is None:
             self._precision = self._resolve_precision()
         return self._precision
@@ -458,7 +460,8 @@ class SentenceEncoder:
         """Everything that changes the vectors, for cache keys and index provenance: model content
         hash | token cap | precision | pooling (and prompt). Mean pooling without a prompt is
         ``...|mean-l2``, the tag stores built before poolings were read carry."""
-        return f"{self.fingerprint}|tok{self.settings.max_tokens}|{self.precision}|{self.recipe.tag}"
+        precision = INT8_TAG if self.precision == "int8" else self.precision
+        return f"{self.fingerprint}|tok{self.settings.max_tokens}|{precision}|{self.recipe.tag}"
 
     @property
     def dim(self) -> int:
@@ -466,10 +469,24 @@ class SentenceEncoder:
         return int(self._model.hidden_size)
 
     # -- loading ------------------------------------------------------------------------------
+    @property
+    def _onnx_variant(self) -> str | None:
+        """``fp32`` or ``int8`` with an ONNX backend (:mod:`sdr_search.core.onnx_backend`), else None."""
+        return ONNX_BACKENDS.get(self.settings.encoder_backend)
+
     def _resolve_device(self):
         return resolve_device(self.settings.device)
 
     def _resolve_precision(self) -> str:
+        variant = self._onnx_variant
+        if variant is not None:  # ONNX Runtime on the CPU, in the backend's precision (no torch)
+            backend = self.settings.encoder_backend
+            if self.settings.device not in ("auto", "cpu"):
+                raise InvalidInputError(f"SDR_ENCODER_BACKEND={backend} runs on the CPU only, not on {self.settings.device!r}")
+            if self.settings.precision not in ("auto", variant):
+                raise InvalidInputError(f"SDR_ENCODER_BACKEND={backend} computes in {variant}, not "
+                                        f"{self.settings.precision} (set SDR_PRECISION=auto or {variant})")
+            return variant
         return resolve_precision(self.settings.precision, self._device or self._resolve_device())
 
     def _load(self) -> None:
@@ -477,7 +494,20 @@ class SentenceEncoder:
             return
         path = self.model_dir
         why = "SDR_ENCODER_BACKEND=transformers" if self.settings.encoder_backend == "transformers" else native_support(path)
-        if why is None:
+        if self._onnx_variant is not None:
+            from .onnx_backend import OnnxModel, ensure_onnx, onnx_support
+
+            why = None
+            reason = onnx_support(path)
+            if reason is not None:
+                raise ModelNotFoundError(f"SDR_ENCODER_BACKEND={self.settings.encoder_backend} cannot run {path}: {reason}")
+            try:
+                tokenizer = BertTokenizer(path, self.settings.max_tokens)
+            except (OSError, ValueError, KeyError) as e:
+                raise ModelNotFoundError(f"cannot load a tokenizer from {path}: {e}") from e
+            model = OnnxModel(ensure_onnx(path, self.fingerprint, self._onnx_variant))
+            self._backend = self.settings.encoder_backend
+        elif why is None:
             try:
                 tokenizer, model = BertTokenizer(path, self.settings.max_tokens), load_bert(path)
             except (OSError, ValueError, KeyError) as e:  # an unreadable tokenizer.json or safetensors file
@@ -493,7 +523,7 @@ class SentenceEncoder:
         self._prompt_tokens = 0
         if recipe.prompt and not recipe.include_prompt:  # sentence-transformers' prompt_length
             self._prompt_tokens = max(0, len(tokenizer([recipe.prompt], False)[0][0]) - 1)
-        self._device = self._resolve_device()
+        self._device = "cpu" if self._onnx_variant is not None else self._resolve_device()
         self._tokenizer, self._model = tokenizer, model.to(self._device)
         logger.info(
             "loaded encoder %s on %s (%s, max %d tokens, %s, %s%s)",
@@ -504,7 +534,7 @@ class SentenceEncoder:
     @property
     def backend(self) -> str:
         """What computes the vectors: ``native-bert`` (:mod:`sdr_search.core.bert`, for BERT
-        models) or ``transformers``; loads the model."""
+        models), ``transformers``, or ONNX Runtime (``onnx``, ``onnx-int8``); loads the model."""
         self._load()
         return self._backend
 
@@ -573,6 +603,15 @@ class SentenceEncoder:
 
     def forward_batch(self, ids: list[list[int]]) -> np.ndarray:
         """Encode one batch of token id lists (no reordering); float32 ``(len(ids), dim)``."""
+        if self._onnx_variant is not None:
+            from .onnx_backend import pad_numpy, pool_numpy
+
+            input_ids, mask = pad_numpy(ids, self._tokenizer.pad_id)
+            try:
+                hidden = self._model.hidden(input_ids, mask)
+            except Exception as e:  # noqa: BLE001 - onnxruntime's own error types
+                raise SDRError(f"encoder failed on a batch of {len(ids)} sentences: {e}") from e
+            return pool_numpy(hidden, mask, self.recipe.pooling, skip_first=self._prompt_tokens)
         import torch
 
         input_ids, mask = self._tokenizer.pad(ids)

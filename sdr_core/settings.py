@@ -135,13 +135,16 @@ class EncoderSettings(BaseSettings):
         ),
     )
     device: str = Field("auto", description="'auto' (CUDA when present), 'cpu', 'cuda', 'cuda:N'.")
-    encoder_backend: Literal["auto", "transformers"] = Field(
+    encoder_backend: Literal["auto", "transformers", "onnx", "onnx-int8"] = Field(
         "auto",
         description=(
             "What runs the model. 'auto': BERT models (the default all-MiniLM-L6-v2, models from "
             "`sdr train`) through the project's own torch forward pass, which gives transformers' "
             "vectors without importing transformers (1.5-2.5 s less start-up per process), any other "
-            "model through transformers. 'transformers': every model through transformers."
+            "model through transformers. 'transformers': every model through transformers. 'onnx': "
+            "ONNX Runtime on the CPU in fp32 (the torch fp32 vectors, same encoder tag; the model is "
+            "exported once into SDR_CACHE_DIR/onnx/). 'onnx-int8': the same graph with int8 weights "
+            "(vectors differ: a tag of its own, so stores built otherwise refuse its queries)."
         ),
     )
     precision: Literal["auto", "fp32", "bf16", "fp16"] = Field(
