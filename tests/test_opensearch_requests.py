@@ -133,7 +133,7 @@ def test_index_body_golden():
                 "par_sizes": {"type": "integer", "index": False, "doc_values": False},
                 "vectors_b64": {"type": "binary"},
                 "sentences": {"type": "nested", "properties": {
-                    "vector": {"type": "knn_vector", "dimension": 384, "method": {
+                    "vector": {"type": "knn_vector", "dimension": 384, "doc_values": False, "method": {
                         "name": "hnsw", "engine": "lucene", "space_type": "innerproduct",
                         "parameters": {"m": 16, "ef_construction": 128}}},
                     "paragraph": {"type": "integer"},

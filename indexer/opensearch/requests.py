@@ -331,7 +331,9 @@ def build_index_body(
     absent): ``derived_source`` true also drops the ``_source.excludes`` of the vectors.
     ``max_sentences`` raises ``index.mapping.nested_objects.limit`` (default 10,000 nested
     objects per document) to the largest document accepted (``SDR_MAX_SENTENCES``).
-    ``recovery_source_excludes`` (without derived source) also leaves the vectors out of
+    The vectors of the Lucene engine have no doc values (``doc_values: false``: the k-NN plugin would
+    otherwise keep a second full copy; ``.vec`` serves HNSW, Lucene's exact search, derived source and
+    the sdr plugin). ``recovery_source_excludes`` (without derived source) also leaves the vectors out of
     ``_recovery_source``, the full copy of each document's source that OpenSearch keeps until merges
     prune it (2.x; half the index as written, measured in docs/results/opensearch.md). A replica that
     recovers by replaying operations from that history would then index those documents without
@@ -350,6 +352,10 @@ def build_index_body(
     body = fill_placeholders(load_mapping("index.json"), {
         "dim": int(dim), "m": int(m), "ef_construction": int(ef_construction), "engine": engine,
         "shards": int(shards), "replicas": int(replicas), "max_sentences": int(max_sentences),
+        # the Lucene engine searches (and the plugin reads) Lucene's own vector file; the k-NN plugin's binary
+        # doc values would be a second full copy (measured: doc_values false drops .dvd on 2.19.1 and 3.5.0,
+        # derived source still rebuilds the vectors). faiss keeps them: its exact search may read them.
+        "vector_doc_values": engine != "lucene",
     })
     body["settings"]["index"]["knn.derived_source.enabled"] = bool(derived_source)
     if derived_source:
