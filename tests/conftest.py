@@ -90,7 +90,7 @@ def cache(tmp_path):
 
 @contextlib.contextmanager
 def running_server(args: list[str], port: int, log_path: Path, env: dict[str, str]):
-    """``python -m sdr_core --log-level WARNING <args> --port PORT`` as a real subprocess; yields its
+    """``python -m sdr_search --log-level WARNING <args> --port PORT`` as a real subprocess; yields its
     base URL once ``/health`` answers 200 (fails with the server's log if it exits or hangs) and
     stops it afterwards."""
     import httpx
