@@ -127,7 +127,7 @@ def main() -> None:
                 configs.append({"model": model, "backend": backend, "precision": precision})
     refs: dict[str, np.ndarray] = {}
     for c in configs:
-        settings = dict(model=None if c["model"] == "default" else c["model"], device=args.device)
+        settings = {"model": None if c["model"] == "default" else c["model"], "device": args.device}
         if c["model"] not in refs:  # torch fp32 on the same model: the vectors every row is compared with
             ref = SentenceEncoder(settings=EncoderSettings(**settings, precision="fp32", encoder_backend="auto"))
             refs[c["model"]] = ref.encode(sentences)
@@ -143,8 +143,8 @@ def main() -> None:
         for c in configs:
             out = {}
 
-            def pipeline():
-                out["v"] = c["enc"].encode(sentences)
+            def pipeline(enc=c["enc"], out=out):
+                out["v"] = enc.encode(sentences)
 
             wall, cpu = timed(pipeline)
             c["pipeline"].append(n / wall)
@@ -157,7 +157,7 @@ def main() -> None:
     if args.naive:
         for c in configs:
             ids = c["ids"]
-            c["naive"] = n / timed(lambda: [c["enc"].forward_batch(ids[i : i + 64]) for i in range(0, n, 64)])[0]
+            c["naive"] = n / timed(lambda enc=c["enc"], ids=ids: [enc.forward_batch(ids[i : i + 64]) for i in range(0, n, 64)])[0]
     load1 = os.getloadavg()
     print(f"\nsentences/s, median (best) of {args.repeat} interleaved rounds; load average after: "
           f"{load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}")

@@ -141,13 +141,19 @@ def main() -> int:
         label = f"{Path(enc.model_id).name} {enc.backend} {enc.precision}"
         res: dict = {"model_id": enc.model_id, "backend": enc.backend, "precision": enc.precision, "tag": enc.cache_tag,
                      "dim": enc.dim}
+        encode, counted = enc.encode, [0]
+
+        def counting_encode(sentences, _encode=encode, _counted=counted, **kw):
+            _counted[0] += len(sentences)  # cache misses only (the truncation count includes cached entries)
+            return _encode(sentences, **kw)
+
+        enc.encode = counting_encode
         with EmbeddingCache(args.cache_dir / "embeddings.sqlite") as cache:
-            before = enc.truncation.sentences
             t = time.perf_counter()
             pairs = list(embed_documents(docs, enc, cache=cache, chunk_docs=4, progress=True, total=len(docs)))
             corpus = CorpusVectors.from_docs([d.id for d, _ in pairs], [v for _, v in pairs])
             dt = time.perf_counter() - t
-            encoded = enc.truncation.sentences - before
+            encoded = counted[0]
             res["corpus_encoded_sentences"] = encoded
             res["corpus_encode_s"] = dt
             res["sentences_per_s"] = encoded / dt if encoded else None

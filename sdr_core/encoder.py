@@ -6,7 +6,10 @@ at import or construction: the model loads on first use. A BERT model (the defau
 ``sdr train`` writes) runs through :mod:`sdr_search.core.bert`, the same forward pass in plain
 torch without importing transformers (it gives transformers' token ids and vectors, and saves
 1.5-2.5 s of start-up per process); any other model, or ``SDR_ENCODER_BACKEND=transformers``,
-through transformers' ``AutoTokenizer`` and ``AutoModel``.
+through transformers' ``AutoTokenizer`` and ``AutoModel``. ``SDR_ENCODER_BACKEND=onnx`` (fp32) or
+``onnx-int8`` runs the model exported to ONNX through ONNX Runtime on the CPU, without torch
+(:mod:`sdr_search.core.onnx_backend`; opt-in: on this project's CPU it was no faster than torch,
+docs/design.md).
 
 Pooling and prompt (:func:`read_model_recipe`): a sentence-transformers model directory says how
 its vectors are made, and the encoder follows it. ``modules.json`` names the Pooling module's

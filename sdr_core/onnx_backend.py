@@ -12,14 +12,16 @@ all-MiniLM-L6-v2, a model ``sdr train`` wrote, an MPNet...) is exported once, wi
 and sequence axes, by ``torch.onnx.export`` (torch's exporter; needs torch, transformers and
 ``onnxscript``), and quantised by ``onnxruntime.quantization.quantize_dynamic``. The files live
 in ``$SDR_CACHE_DIR/onnx/<model content hash>-e<EXPORT_VERSION>/`` (``model.onnx``,
-``model-int8.onnx``, ``export.json``): made on first use, or ahead of time with
+``model-int8.onnx``, ``export.json``): made on first use (the encoder's first load), or ahead of
+time by loading the encoder once:
 
-    python -m sdr_search.core.onnx_backend [--model DIR] [--int8]
+    SDR_ENCODER_BACKEND=onnx-int8 python -c "from sdr_search.core.encoder import SentenceEncoder; SentenceEncoder().load()"
 
-and then reused by every process (writes are atomic; concurrent first uses export once, under a
-file lock). Nothing is downloaded. A process without torch (a CPU-only install) needs the files
-made beforehand, by the command above on a machine with torch, in the same cache directory (the
-key is the hash of the model's files, so a copied cache directory serves the same model).
+(``SDR_MODEL=DIR`` for another model; ``onnx-int8`` writes both files), and then reused by every
+process (writes are atomic; concurrent first uses export once, under a file lock). Nothing is
+downloaded. A process without torch (a CPU-only install) needs the files made beforehand, where
+torch is installed, in the same cache directory (the key is the hash of the model's files, so a
+copied ``onnx/`` directory serves the same model).
 
 **Vectors and the encoder tag.** fp32 ONNX gives the torch fp32 path's vectors to float noise
 (cosine > 0.99999 on real sentences), so it carries the same tag (``...|fp32|...``): a store
@@ -163,7 +165,8 @@ def export_onnx(model_dir: Path, out: Path) -> dict:
     except ImportError as e:
         raise ModelNotFoundError(
             f"no ONNX export of {model_dir} in {out.parent} yet, and making one needs torch and transformers ({e}): "
-            "run `python -m sdr_search.core.onnx_backend --model DIR` where they are installed and copy "
+            "load the encoder once with the same settings where they are installed (SDR_ENCODER_BACKEND=onnx-int8 "
+            "python -c 'from sdr_search.core.encoder import SentenceEncoder; SentenceEncoder().load()') and copy "
             f"{out.parent} here (or share SDR_CACHE_DIR), or use SDR_ENCODER_BACKEND=auto"
         ) from e
     logger.warning("exporting %s to ONNX (once per model, into %s)", model_dir, out.parent)
@@ -324,26 +327,3 @@ class OnnxModel:
         """Last-layer token vectors ``(batch, tokens, hidden)``, float32."""
         feed = {"input_ids": input_ids, "attention_mask": attention_mask}
         return self.session.run(None, {k: v for k, v in feed.items() if k in self.input_names})[0]
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Export a model directory to ONNX (and int8) into the cache directory, ahead of first use."""
-    import argparse
-
-    from .encoder import model_fingerprint, resolve_model_dir
-
-    p = argparse.ArgumentParser(prog="python -m sdr_search.core.onnx_backend", description=main.__doc__)
-    p.add_argument("--model", help="model directory (default: the bundled all-MiniLM-L6-v2)")
-    p.add_argument("--int8", action="store_true", help="also write the int8-quantised variant")
-    p.add_argument("--cache-dir", type=Path, help="default: SDR_CACHE_DIR (~/.cache/sdr-search)")
-    args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    path = resolve_model_dir(args.model)
-    fingerprint = model_fingerprint(path)
-    for variant in ("fp32", "int8") if args.int8 else ("fp32",):
-        print(ensure_onnx(path, fingerprint, variant, root=args.cache_dir))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -204,5 +204,5 @@ def test_a_missing_export_without_torch_says_how_to_make_it(tmp_path, monkeypatc
     monkeypatch.setenv("SDR_CACHE_DIR", str(tmp_path))
     from sdr_search.core.errors import ModelNotFoundError
 
-    with pytest.raises(ModelNotFoundError, match="python -m sdr_search.core.onnx_backend"):
+    with pytest.raises(ModelNotFoundError, match=r"SentenceEncoder\(\)\.load\(\)"):
         _encoder("onnx").encode(["A sentence."])
