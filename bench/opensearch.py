@@ -380,6 +380,7 @@ def runners(emb: EmbeddedStore, nodes: dict[str, OpenSearchStore], pools: Sequen
                                                                        settings=settings))}
     if "plugin" in nodes:
         engine = MoreLikeThis(store=nodes["plugin"], encoder=encoder, settings=settings)
+        out["plugin-engine"] = engine_runner(engine)  # the engine's in-store path (SDR_IN_STORE, issue 33 item 4)
         for pool in pools:
             out[f"plugin-{pool}"] = plugin_runner(engine, nodes["plugin"], pool)
     return out
@@ -593,8 +594,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--plugin", action="store_true",
                     help="also measure the node's sdr plugin: a second index on the node created and queried through "
                          "it (the node must have it); the plain node index then runs with SDR_OPENSEARCH_PLUGIN=off")
-    ap.add_argument("--plugin-pools", type=int, nargs="+", default=[100, 200], metavar="N",
-                    help="candidates the plugin path scores exactly (per K = 100; default: 100 200)")
+    ap.add_argument("--plugin-pools", type=int, nargs="*", default=[200], metavar="N",
+                    help="also the bench's own plugin pipeline (sdr_candidates then sdr_scores of N candidates, per "
+                         "K = 100; default: 200), beside the engine on the plugin store (plugin-engine)")
     ap.add_argument("--fidelity-by-id", action="store_true",
                     help="in the latency section, also each way's top-10 against exhaustive SDR of the same sources")
     ap.add_argument("--skip-fidelity", action="store_true")

@@ -209,3 +209,17 @@ def test_exact_scores_equal_the_reference(filled):
     assert store.sdr_scores([(one, s1)], ids).explanations == []
     with pytest.raises(DocumentNotFoundError):
         store.sdr_scores([(one, s1)], ["d05", "missing"])
+
+
+def test_candidate_features_from_the_node(filled):
+    """The paragraph counts and mean vectors hybrid ranking reads, computed on the node (no vector fetched)."""
+    from sdr_search.indexer.store import CandidateFeatures
+
+    store, vectors = filled
+    ids = ["d13", "d02", "d13", "d27"]
+    got = store.candidate_features(ids)
+    want = CandidateFeatures.of([vectors[i] for i in ids])
+    np.testing.assert_array_equal(got.n_paragraphs, want.n_paragraphs)
+    np.testing.assert_allclose(got.mean_vectors, want.mean_vectors, atol=1e-6)
+    with pytest.raises(DocumentNotFoundError):
+        store.candidate_features(["d01", "nope"])

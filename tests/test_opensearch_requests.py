@@ -891,3 +891,15 @@ def test_vectors_search_and_hit():
     with pytest.raises(StoreError, match="missing"):
         parse_vector_hit({"_source": {"doc_id": "a", "par_sizes": []}, "fields": {"_sdr_vectors": [
             {"sentences": 0, "dim": 2, "paragraph_sizes": [], "vectors": ""}]}}, 2)
+
+
+def test_mean_vectors_search_and_hit():
+    from sdr_search.indexer.opensearch.requests import parse_mean_hit
+
+    assert build_vectors_search(["a"], fields=["doc_id"], mean=True)["ext"] == {"sdr_vectors": {"mean": True}}
+    hit = {"_source": {"doc_id": "a"}, "fields": {"_sdr_vectors": [
+        {"sentences": 3, "dim": 2, "paragraphs": 2, "mean": encode_vectors_b64(np.array([[0.6, 0.8]], np.float32))}]}}
+    n, mean = parse_mean_hit(hit, 2)
+    assert n == 2 and mean.tolist() == pytest.approx([0.6, 0.8])
+    with pytest.raises(StoreError, match="no mean vector"):
+        parse_mean_hit({"_source": {"doc_id": "a"}, "fields": {}}, 2)

@@ -133,6 +133,7 @@ __all__ = [
     "parse_sdr_hits",
     "build_vectors_search",
     "parse_vector_hit",
+    "parse_mean_hit",
     "LEXICAL_FIELD",
     "build_terms_query",
     "build_more_like_this_query",
@@ -923,12 +924,26 @@ def parse_sdr_hits(item: Mapping[str, Any], *, index: str | None = None, what: s
     return ids, scores, explained
 
 
-def build_vectors_search(ids: Sequence[str], *, fields: Sequence[str] = ("doc_id", "par_sizes")) -> dict[str, Any]:
+def build_vectors_search(ids: Sequence[str], *, fields: Sequence[str] = ("doc_id", "par_sizes"),
+                         mean: bool = False) -> dict[str, Any]:
     """A search for the documents ``ids`` (by ``_id``) that returns each one's sentence vectors from
-    the index's vector data (the plugin's ``sdr_vectors`` fetch), with ``fields`` of ``_source``."""
+    the index's vector data (the plugin's ``sdr_vectors`` fetch), with ``fields`` of ``_source``;
+    with ``mean``, each one's normalised mean sentence vector and paragraph count instead."""
     unique = list(dict.fromkeys(str(i) for i in ids))
     return {"size": len(unique), "_source": list(fields), "track_total_hits": False,
-            "query": {"ids": {"values": [document_os_id(i) for i in unique]}}, "ext": {"sdr_vectors": {}}}
+            "query": {"ids": {"values": [document_os_id(i) for i in unique]}},
+            "ext": {"sdr_vectors": {"mean": True} if mean else {}}}
+
+
+def parse_mean_hit(hit: Mapping[str, Any], dim: int) -> tuple[int, np.ndarray]:
+    """``(paragraphs, normalised mean vector)`` of one hit of ``build_vectors_search(..., mean=True)``."""
+    src = hit.get("_source") or {}
+    got = (hit.get("fields", {}).get("_sdr_vectors") or [None])[0]
+    if not isinstance(got, Mapping) or "mean" not in got:
+        raise StoreError(f"the node returned no mean vector for document {src.get('doc_id', hit.get('_id'))!r}")
+    if int(got.get("sentences", 0)) == 0:
+        raise StoreError(f"stored vectors of document {src.get('doc_id', hit.get('_id'))!r} are missing")
+    return int(got["paragraphs"]), decode_vectors_b64(str(got["mean"]), dim)[0]
 
 
 def parse_vector_hit(hit: Mapping[str, Any], dim: int) -> DocVectors:

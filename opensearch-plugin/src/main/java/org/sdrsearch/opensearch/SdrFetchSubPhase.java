@@ -137,18 +137,50 @@ final class SdrFetchSubPhase implements FetchSubPhase {
                 int doc = hitContext.docId();
                 Map<String, Object> out;
                 if (reader == null) {
-                    out = encode(null, 0);
+                    out = ext.mean() ? encodeMean(null, 0) : encode(null, 0);
                 } else {
                     if (doc <= last) {
                         reader = open();
                     }
                     last = doc;
                     reader.read(doc, candidate);
-                    out = encode(candidate, dim);
+                    out = ext.mean() ? encodeMean(candidate, dim) : encode(candidate, dim);
                 }
                 hitContext.hit().setDocumentField(VECTORS_FIELD, new DocumentField(VECTORS_FIELD, Collections.singletonList(out)));
             }
         };
+    }
+
+    /**
+     * The normalised mean of {@code c}'s sentence vectors (sums in double; zero vector for no sentence)
+     * as base64 float32, with the sentence and paragraph counts.
+     */
+    static Map<String, Object> encodeMean(CandidateSentences c, int dim) {
+        int m = c == null ? 0 : c.size();
+        double[] sum = new double[dim];
+        java.util.Set<Long> paragraphs = new java.util.HashSet<>();
+        for (int r = 0; r < m; r++) {
+            float[] v = c.vector(r);
+            for (int x = 0; x < dim; x++) {
+                sum[x] += v[x];
+            }
+            paragraphs.add(c.paragraph(r));
+        }
+        double norm = 0;
+        for (double v : sum) {
+            norm += v * v;
+        }
+        norm = Math.max(Math.sqrt(norm), 1e-12);
+        ByteBuffer buffer = ByteBuffer.allocate(dim * Float.BYTES).order(ByteOrder.LITTLE_ENDIAN);
+        for (double v : sum) {
+            buffer.putFloat((float) (v / norm));
+        }
+        Map<String, Object> out = new LinkedHashMap<>();
+        out.put("sentences", m);
+        out.put("dim", dim);
+        out.put("paragraphs", paragraphs.size());
+        out.put("mean", Base64.getEncoder().encodeToString(buffer.array()));
+        return out;
     }
 
     /** The sentences of {@code c} in (paragraph, position, read) order: base64 float32 rows and paragraph sizes. */

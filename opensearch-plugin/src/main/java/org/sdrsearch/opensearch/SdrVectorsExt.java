@@ -18,14 +18,22 @@ import java.util.Objects;
  * {@code _sdr_vectors} with its sentence vectors as the index holds them (the nested
  * {@code knn_vector} data, no {@code _source}): {@code {"vectors": base64 little-endian float32,
  * row-major, "dim": d, "paragraph_sizes": [...]}}, sentences ordered by (paragraph, position).
+ * With {@code "mean": true}, instead of the vectors, {@code "mean"}: the normalised mean sentence
+ * vector (base64 float32), what hybrid ranking needs of a candidate besides its SDR score.
  * Optional key {@code field} (default {@code sentences.vector}). README.md, "Vectors".
  */
 public class SdrVectorsExt extends SearchExtBuilder {
     public static final String NAME = "sdr_vectors";
 
     private final String field;
+    private final boolean mean;
 
     public SdrVectorsExt(String field) {
+        this(field, false);
+    }
+
+    public SdrVectorsExt(String field, boolean mean) {
+        this.mean = mean;
         this.field = field == null ? SdrRescorerBuilder.DEFAULT_FIELD : field;
         int dot = this.field.lastIndexOf('.');
         if (dot <= 0 || dot == this.field.length() - 1) {
@@ -36,11 +44,18 @@ public class SdrVectorsExt extends SearchExtBuilder {
 
     public SdrVectorsExt(StreamInput in) throws IOException {
         this.field = in.readString();
+        this.mean = in.readBoolean();
     }
 
     @Override
     public void writeTo(StreamOutput out) throws IOException {
         out.writeString(field);
+        out.writeBoolean(mean);
+    }
+
+    /** Whether each hit gets its normalised mean vector instead of its vectors. */
+    boolean mean() {
+        return mean;
     }
 
     String field() {
@@ -65,6 +80,7 @@ public class SdrVectorsExt extends SearchExtBuilder {
             throw new ParsingException(parser.getTokenLocation(), "[" + NAME + "] expected an object, got " + parser.currentToken());
         }
         String field = null;
+        boolean mean = false;
         XContentParser.Token token;
         String name = null;
         while ((token = parser.nextToken()) != XContentParser.Token.END_OBJECT) {
@@ -72,12 +88,14 @@ public class SdrVectorsExt extends SearchExtBuilder {
                 name = parser.currentName();
             } else if ("field".equals(name) && token == XContentParser.Token.VALUE_STRING) {
                 field = parser.text();
+            } else if ("mean".equals(name) && token == XContentParser.Token.VALUE_BOOLEAN) {
+                mean = parser.booleanValue();
             } else {
                 throw new ParsingException(parser.getTokenLocation(), "[" + NAME + "] does not support [" + name + "]");
             }
         }
         try {
-            return new SdrVectorsExt(field);
+            return new SdrVectorsExt(field, mean);
         } catch (IllegalArgumentException e) {
             throw new ParsingException(parser.getTokenLocation(), e.getMessage());
         }
@@ -87,16 +105,19 @@ public class SdrVectorsExt extends SearchExtBuilder {
     public XContentBuilder toXContent(XContentBuilder builder, Params params) throws IOException {
         builder.startObject(NAME);
         builder.field("field", field);
+        if (mean) {
+            builder.field("mean", true);
+        }
         return builder.endObject();
     }
 
     @Override
     public boolean equals(Object o) {
-        return o instanceof SdrVectorsExt && ((SdrVectorsExt) o).field.equals(field);
+        return o instanceof SdrVectorsExt && ((SdrVectorsExt) o).field.equals(field) && ((SdrVectorsExt) o).mean == mean;
     }
 
     @Override
     public int hashCode() {
-        return Objects.hash(NAME, field);
+        return Objects.hash(NAME, field, mean);
     }
 }

@@ -102,6 +102,15 @@ public class SdrCandidatesQueryBuilderTests extends LuceneTestCase {
             assertEquals("{\"sdr_vectors\":{\"field\":\"sentences.vector\"}}", x.endObject().toString());
         }
         try (XContentParser p = JsonXContent.jsonXContent.createParser(REGISTRY, DeprecationHandler.THROW_UNSUPPORTED_OPERATION,
+            "{\"mean\": true}")) {
+            p.nextToken();
+            SdrVectorsExt ext = SdrVectorsExt.fromXContent(p);
+            assertTrue(ext.mean());
+            BytesStreamOutput out = new BytesStreamOutput();
+            ext.writeTo(out);
+            assertEquals(ext, new SdrVectorsExt(out.bytes().streamInput()));
+        }
+        try (XContentParser p = JsonXContent.jsonXContent.createParser(REGISTRY, DeprecationHandler.THROW_UNSUPPORTED_OPERATION,
             "{\"size\": 3}")) {
             p.nextToken();
             ParsingException e = expectThrows(ParsingException.class, () -> SdrVectorsExt.fromXContent(p));

@@ -309,5 +309,11 @@ public class SdrCandidatesQueryTests extends LuceneTestCase {
         float[][] decoded = SdrSource.decodeBase64((String) out.get("vectors"), 4);
         assertTrue(Arrays.deepEquals(new float[][] { { 7, 8 }, { 3, 4 }, { 5, 6 }, { 1, 2 } }, decoded));
         assertEquals(0, SdrFetchSubPhase.encode(null, 0).get("sentences"));
+        Map<String, Object> mean = SdrFetchSubPhase.encodeMean(c, 2);
+        assertEquals(2, mean.get("paragraphs"));
+        float[][] m = SdrSource.decodeBase64((String) mean.get("mean"), 1);
+        double norm = Math.sqrt(16 * 16 + 20 * 20);
+        assertEquals(16 / norm, m[0][0], 1e-6);
+        assertEquals(20 / norm, m[0][1], 1e-6);
     }
 }
