@@ -23,7 +23,7 @@ if [ "${1:-}" != "--report" ]; then
   # The package maps sdr_search.* onto several folders (pyproject.toml), so setuptools makes the
   # editable install with an import finder and says so in a 10-line "Editable installation" notice
   # on every install: only that notice is filtered; any other warning still shows.
-  PYTHONWARNINGS="ignore:Editable installation" .venv/bin/python -m pip install -q -e ".[test]"
+  PYTHONWARNINGS="ignore:Editable installation" .venv/bin/python -m pip install -q -e ".[test,onnx]"
   echo "setup: done in $(( $(date +%s) - start )) s"
 fi
 .venv/bin/python - <<'PY'

@@ -39,7 +39,7 @@ _REF_DEF = re.compile(r"^\s{0,3}\[[^\]\n]+\]:\s*<?(\S+?)>?(?:\s+\"[^\"]*\")?\s*$
 _HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$", re.M)
 _SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
 # `sdr <word>`: sdr at a word start (not sdr-search, sdr_core, .../sdr.trec), then a space and a word
-_SDR_COMMAND = re.compile(r"(?<![\w.-])sdr[ \t]+([a-z][a-z0-9_-]*)")
+_SDR_COMMAND = re.compile(r"(?<![\w.-])sdr[ \t]+(?!plugin\b)([a-z][a-z0-9_-]*)")  # "the sdr plugin": the OpenSearch plugin
 # `sdr` as an argument value, not a command: --method sdr, --objective sdr, --index sdr, SDR_METHOD=sdr
 _NOT_A_COMMAND = re.compile(r"(--method|--objective|--index|=)\s*$")
 
