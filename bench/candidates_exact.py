@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sdr_search.reranker.candidates import aggregate_hits  # noqa: E402
-from sdr_search.core.scoring import paragraph_centroids
+from sdr_search.core.scoring import paragraph_centroids  # noqa: E402
 from sdr_search.reranker.prerank import prerank_order  # noqa: E402
 from sdr_search.indexer.store import SentenceHits  # noqa: E402
 from sdr_search.core.cache import EmbeddingCache  # noqa: E402

@@ -30,7 +30,6 @@ Standard library only, except numpy for the model's weights.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import lzma
 import os

@@ -482,7 +482,7 @@ class DocumentStore(ABC):
         return self.counts()
 
     # -- lifecycle -----------------------------------------------------------------------------
-    def close(self) -> None:  # pragma: no cover - default no-op
+    def close(self) -> None:  # noqa: B027 - pragma: no cover - default no-op
         pass
 
     def __enter__(self):

@@ -18,11 +18,9 @@ from .query import (  # the query contract (the request body is its public model
     MAX_SIZE,
     NOT_BLANK_PATTERN,
     MoreLikeThisRequest,
-    NonBlank,
     Section,
     SourceItem,
     Weights,
-    _drop_null_defaults,
 )
 
 from .results import (  # the hit schema (one Hit for the engine and the response)

@@ -61,7 +61,6 @@ from sdr_search.core.encoder import SentenceEncoder
 from sdr_search.core.errors import DocumentNotFoundError, InvalidInputError
 from sdr_search.core.fusion import METHODS, HybridSpec, SourceShape, feedback_share
 from sdr_search.core.settings import SegmentationSettings
-from sdr_search.core.vectors import DocVectors
 from sdr_search.indexer.store import DocumentStore, IndexMeta, QueryState
 
 from .engine_settings import MLTSettings

@@ -185,7 +185,7 @@ class BertModel:
         head = h // self.heads
         scale = 1.0 / math.sqrt(head)
         for layer in self.layers:
-            def heads(w):
+            def heads(w, x=x):
                 return F.linear(x, *w).view(batch, length, self.heads, head).transpose(1, 2)
 
             a = F.scaled_dot_product_attention(heads(layer.q), heads(layer.k), heads(layer.v), attn_mask=keep, scale=scale)

@@ -67,7 +67,7 @@ def os_index(opensearch_url):
         for name in names:  # the index, its state index, reindex generations (NAME-<timestamp>)
             client.indices.delete(index=f"{name}*", params={"expand_wildcards": "all", "ignore_unavailable": "true"})
     except OSError as e:  # pragma: no cover - cleanup must not hide the test's own result
-        warnings.warn(f"could not delete test indices {names}: {e}")
+        warnings.warn(f"could not delete test indices {names}: {e}", stacklevel=2)
     finally:
         client.close()
 

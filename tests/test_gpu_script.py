@@ -11,7 +11,6 @@ import lzma
 import os
 import subprocess
 import sys
-import tarfile
 import time
 from pathlib import Path
 

@@ -130,7 +130,7 @@ def indexed(opensearch_url, corpus):
         try:
             client.indices.delete(index=f"{name}*", params={"expand_wildcards": "all", "ignore_unavailable": "true"})
         except OSError as e:  # pragma: no cover - cleanup must not hide the test's own result
-            warnings.warn(f"could not delete test indices {name}*: {e}")
+            warnings.warn(f"could not delete test indices {name}*: {e}", stacklevel=2)
         finally:
             client.close()
 
@@ -160,7 +160,7 @@ def _assert_same_ranking(a: list[tuple[str, float]], b: list[tuple[str, float]],
     assert set(sa) == set(sb), f"{what}: {sorted(set(sa) ^ set(sb))}"
     for doc_id in sa:
         assert sa[doc_id] == pytest.approx(sb[doc_id], abs=TOL), f"{what}: {doc_id}"
-    for (ia, s), (ib, _) in zip(a, b):
+    for (ia, _), (ib, _) in zip(a, b):
         assert ia == ib or abs(sa[ia] - sa[ib]) <= TOL, f"{what}: {ia} vs {ib}"
 
 

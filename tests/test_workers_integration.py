@@ -194,13 +194,13 @@ def test_in_process_and_queue_build_the_same_store(shared_worker, tmp_path):
     assert "no broker" in (tmp_path / "local.log").read_text()
     for out in (a, b):
         assert (out["indexed"], out["failed"], out["swapped"]) == (24, 0, True)
-    with EmbeddedStore(via_queue) as q, EmbeddedStore(local) as l:
-        assert q.counts() == l.counts() and sorted(q.iter_ids()) == sorted(l.iter_ids())
+    with EmbeddedStore(via_queue) as q, EmbeddedStore(local) as here:
+        assert q.counts() == here.counts() and sorted(q.iter_ids()) == sorted(here.iter_ids())
         ids = list(q.iter_ids())
-        assert q.content_keys(ids) == l.content_keys(ids)
-        assert q.meta().encoder_tag == l.meta().encoder_tag
+        assert q.content_keys(ids) == here.content_keys(ids)
+        assert q.meta().encoder_tag == here.meta().encoder_tag
         for doc_id in ids:
-            dq, dl = q.get(doc_id), l.get(doc_id)
+            dq, dl = q.get(doc_id), here.get(doc_id)
             np.testing.assert_allclose(dq.vectors.vectors, dl.vectors.vectors, atol=2e-5)
             # The reference sample (R = 5000) holds every paragraph, so statistics do not depend on order.
             np.testing.assert_allclose(dq.stats.mu, dl.stats.mu, atol=1e-5)

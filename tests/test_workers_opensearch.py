@@ -68,7 +68,7 @@ def _delete_indices(url: str, pattern: str) -> None:
     try:
         client.indices.delete(index=pattern, params={"expand_wildcards": "all", "ignore_unavailable": "true"})
     except ox.ConnectionError as e:  # cleanup must not hide the test's own result; the node is wiped at the end
-        warnings.warn(f"could not delete test indices {pattern}: {e}")
+        warnings.warn(f"could not delete test indices {pattern}: {e}", stacklevel=2)
     finally:
         client.close()
 

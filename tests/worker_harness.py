@@ -192,10 +192,10 @@ class Reindex:
     def result(self, timeout: float = 90) -> dict:
         try:
             out, _ = self.proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
+        except subprocess.TimeoutExpired as e:
             self.proc.kill()
             out, _ = self.proc.communicate()
-            raise AssertionError(f"reindex did not finish:\n{self.log.read_text()[-3000:]}")
+            raise AssertionError(f"reindex did not finish:\n{self.log.read_text()[-3000:]}") from e
         assert out.strip(), f"no summary (exit {self.proc.returncode}):\n{self.log.read_text()[-3000:]}"
         return json.loads(out.strip().splitlines()[-1])
 

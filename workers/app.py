@@ -98,14 +98,14 @@ def create_app(settings: WorkerSettings | None = None) -> "Celery":
                         "encoded_sentences": 0, "seconds": 0.0, "delivery": 0}
             delay = backoff.delay(self.request.retries)
             logger.warning("transient error (%s); retry %d/%d in %.1f s", e, self.request.retries + 1, settings.max_retries, delay)
-            raise self.retry(exc=e, countdown=delay)
+            raise self.retry(exc=e, countdown=delay) from e
 
     @app.task(name=STATS_TASK, bind=True, max_retries=settings.max_retries)
     def stats_block_task(self, store_spec: dict, doc_ids: list, options: dict | None = None) -> dict[str, Any]:
         try:
             return tasks.stats_block(store_spec, doc_ids, options)
         except tasks.TransientError as e:
-            raise self.retry(exc=e, countdown=backoff.delay(self.request.retries))
+            raise self.retry(exc=e, countdown=backoff.delay(self.request.retries)) from e
 
     def _close(**_: Any) -> None:
         tasks.close_process_resources()

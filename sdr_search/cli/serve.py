@@ -44,7 +44,7 @@ def cmd_serve(args) -> int:
         counts = store.verify(thorough=True)  # the store exists, answers and reads through before the server starts
         encoder = encoder_for_store(args, store)
         logger.info("loading encoder %s", encoder.model_id)
-        encoder.dim  # load now: a broken model directory ends the command instead of the first request
+        _ = encoder.dim  # load now: a broken model directory ends the command instead of the first request
         app = create_app(stores={name: store}, encoder=encoder, settings=settings, mlt_settings=mlt)
         logger.info(
             "serving index %r (%d documents) on http://%s:%d (API key %s)",
