@@ -372,8 +372,20 @@ def plugin_runner(engine: MoreLikeThis, store: OpenSearchStore, pool: int) -> Ru
     return run
 
 
+def one_blas_thread(run: Runner) -> Runner:
+    """``run`` with numpy's BLAS on one thread (threadpoolctl): on a machine busy with other work, its
+    default thread team waits for descheduled threads (the embedded rerank's p50 went from about 100 ms
+    to 1.2 s at load 7 with 2 threads)."""
+    from threadpoolctl import threadpool_limits
+
+    def limited(query: Query) -> tuple[list[str], dict[str, float]]:
+        with threadpool_limits(1):
+            return run(query)
+    return limited
+
+
 def runners(emb: EmbeddedStore, nodes: dict[str, OpenSearchStore], pools: Sequence[int], K: int,
-            encoder: Any = None) -> dict[str, Runner]:
+            encoder: Any = None, blas1: bool = False) -> dict[str, Runner]:
     settings = MLTSettings(candidates=K, method="sdr")
     out: dict[str, Runner] = {"embedded": engine_runner(MoreLikeThis(store=emb, encoder=encoder, settings=settings)),
                               "opensearch": engine_runner(MoreLikeThis(store=nodes["opensearch"], encoder=encoder,
@@ -383,6 +395,8 @@ def runners(emb: EmbeddedStore, nodes: dict[str, OpenSearchStore], pools: Sequen
         out["plugin-engine"] = engine_runner(engine)  # the engine's in-store path (SDR_IN_STORE, issue 33 item 4)
         for pool in pools:
             out[f"plugin-{pool}"] = plugin_runner(engine, nodes["plugin"], pool)
+    if blas1:
+        out["embedded-blas1"] = one_blas_thread(engine_runner(MoreLikeThis(store=emb, encoder=encoder, settings=settings)))
     return out
 
 
@@ -432,7 +446,7 @@ def latency(args, emb: EmbeddedStore, nodes: dict[str, OpenSearchStore], corpus:
     rng = np.random.default_rng(1)
     pool = [d.id for d, v in corpus.items if 150 <= v.n_sentences <= 250]
     picks = [pool[i] for i in rng.choice(len(pool), size=min(args.latency_queries, len(pool)), replace=False)]
-    ways = runners(emb, nodes, args.plugin_pools, 100)
+    ways = runners(emb, nodes, args.plugin_pools, 100, blas1=args.embedded_blas1)
     truth: dict[str, set[str]] = {}
     if args.fidelity_by_id:
         every = emb.all_vectors()
@@ -541,7 +555,10 @@ def report(fill_out: dict[str, Any], fid: dict[str, Any] | None, lats: list[tupl
                 cells.append(f"{np.percentile(a, 50):9.1f} /{np.percentile(a, 99):8.1f}")
             if any(np.percentile(np.asarray(lat["parts"][w][part]), 99) > 0 for w in ways):
                 print(f"{part:12}" + "".join(f"{c:>20}" for c in cells))
-        e = np.asarray(lat["parts"]["embedded"]["total"])
+        base = "embedded-blas1" if "embedded-blas1" in lat["parts"] and np.percentile(
+            lat["parts"]["embedded-blas1"]["total"], 50) < np.percentile(lat["parts"]["embedded"]["total"], 50) else "embedded"
+        e = np.asarray(lat["parts"][base]["total"])
+        print(f"(ratios to the faster embedded way: {base})")
         print(f"{'ratio p50/p99':12}" + "".join(
             f"{np.percentile(lat['parts'][w]['total'], 50) / np.percentile(e, 50):9.2f}x/{np.percentile(lat['parts'][w]['total'], 99) / np.percentile(e, 99):7.2f}x"
             .rjust(20) for w in ways))
@@ -597,6 +614,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--plugin-pools", type=int, nargs="*", default=[200], metavar="N",
                     help="also the bench's own plugin pipeline (sdr_candidates then sdr_scores of N candidates, per "
                          "K = 100; default: 200), beside the engine on the plugin store (plugin-engine)")
+    ap.add_argument("--embedded-blas1", action="store_true",
+                    help="in the latency section, also the embedded store with numpy's BLAS on one thread")
     ap.add_argument("--fidelity-by-id", action="store_true",
                     help="in the latency section, also each way's top-10 against exhaustive SDR of the same sources")
     ap.add_argument("--skip-fidelity", action="store_true")

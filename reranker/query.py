@@ -129,10 +129,14 @@ def _weights_schema(schema: dict[str, Any]) -> None:
 def _request_schema(schema: dict[str, Any]) -> None:
     _drop_null_defaults(schema)
     schema["oneOf"] = [{"required": [k]} for k in SOURCE_FIELDS]
-    schema["not"] = {  # fusion options contradict method "sdr"
-        "required": ["method"], "properties": {"method": {"const": "sdr"}},
-        "anyOf": [{"required": [k]} for k in HYBRID_OPTIONS],
-    }
+    schema["not"] = {"anyOf": [
+        {  # fusion options contradict method "sdr"
+            "required": ["method"], "properties": {"method": {"const": "sdr"}},
+            "anyOf": [{"required": [k]} for k in HYBRID_OPTIONS],
+        },
+        # a title belongs to a new-document source, not to an id or to several sources
+        {"required": ["title"], "anyOf": [{"required": ["id"]}, {"required": ["like"]}]},
+    ]}
     schema["examples"] = [
         {"id": "doc-42", "size": 10},
         {"text": "The appellant was convicted of murder.\n\nThe appeal was dismissed.", "size": 5,
