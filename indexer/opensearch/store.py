@@ -85,6 +85,7 @@ from sdr_search.core.lexical import query_terms
 from sdr_search.core.scoring import NormStats
 from sdr_search.core.vectors import CorpusVectors, DocVectors
 
+from . import plugin_version
 from .bulk import run_bulk
 from .requests import (
     MATCH_NONE,
@@ -243,8 +244,10 @@ class OpenSearchStore(DocumentStore):
 
     def has_plugin(self) -> bool:
         """Whether this store uses the node's sdr plugin: ``settings.plugin`` 'off' never, 'on' always
-        (:class:`StoreError` when the node lacks it), 'auto' when the node lists it. Asked once per
-        store (until :meth:`close`); a node that cannot be reached is asked again next time."""
+        (:class:`StoreError` when the node lacks it or has another version), 'auto' when the node lists it
+        at the version this package speaks (:mod:`.plugin_version`; another version: the Python path, and
+        one warning per process naming both). Asked once per store (until :meth:`close`); a node that
+        cannot be reached is asked again next time."""
         mode = self.settings.plugin
         if mode == "off":
             return False
@@ -252,21 +255,38 @@ class OpenSearchStore(DocumentStore):
         if known is None:
             try:
                 plugins = self._call("listing the node's plugins", lambda: self._os().cat.plugins(
-                    params={"format": "json", "h": "component"}))
+                    params={"format": "json", "h": "component,version"}))
             except BackendUnavailableError as e:
                 logger.debug("could not list the plugins of %s: %s", self.url, e)
                 if mode == "on":
                     raise
                 return False
-            known = any(str(p.get("component")) == "sdr" for p in plugins or [])
-            self._plugin = known
-            if not known:
-                logger.info("OpenSearch at %s has no sdr plugin: candidates and exact SDR run in Python "
-                            "(opensearch-plugin/README.md installs it)", self.url)
+            check = plugin_version.check_plugins(plugins)
+            self._plugin_check = check
+            known = self._plugin = check.state == "ok"
+            if check.state == "absent":
+                plugin_version.log_once(
+                    logger, logging.INFO, (self.url, "absent"), "OpenSearch at %s has no sdr plugin: candidates and "
+                    "exact SDR run in Python (opensearch-plugin/README.md installs it)", self.url)
+            elif check.state == "mismatch" and mode != "on":
+                plugin_version.log_once(logger, logging.WARNING, (self.url, "mismatch", *check.versions),
+                                        "%s", plugin_version.mismatch_message(self.url, check.versions, mode))
         if mode == "on" and not known:
+            check = self._plugin_check
+            if check is not None and check.state == "mismatch":
+                raise StoreError(plugin_version.mismatch_message(self.url, check.versions, mode))
             raise StoreError(f"SDR_OPENSEARCH_PLUGIN=on but OpenSearch at {self.url} has no sdr plugin; install "
                              "opensearch-plugin/ (docs/opensearch.md) or set SDR_OPENSEARCH_PLUGIN=auto")
         return known
+
+    def _plugin_state(self) -> str:
+        """'plugin off', 'not installed' or 'version X, not Y' (for messages)."""
+        if self.settings.plugin == "off":
+            return "plugin off"
+        check = self._plugin_check
+        if check is not None and check.state == "mismatch":
+            return f"version {', '.join(check.versions)}, not {plugin_version.PLUGIN_VERSION}"
+        return "not installed"
 
     def __init__(
         self,
@@ -288,6 +308,7 @@ class OpenSearchStore(DocumentStore):
         self._state_checked = False
         self._metadata_fields: tuple[str, dict[str, MetadataField]] | None = None  # (index, fields) as last read
         self._plugin: bool | None = None  # the node has the sdr plugin (None: not asked yet)
+        self._plugin_check: plugin_version.PluginCheck | None = None  # what its plugin list said
 
     # =========================================================================================
     # client, errors, target
@@ -677,8 +698,9 @@ class OpenSearchStore(DocumentStore):
     def _unreadable(self, target: _Target) -> StoreError:
         return StoreError(
             f"OpenSearch index {target.name!r} keeps its sentence vectors only in the k-NN field, and the node at "
-            f"{self.url} has no sdr plugin to read them (SDR_OPENSEARCH_PLUGIN={self.settings.plugin}); install the "
-            "plugin (docs/opensearch.md), or re-index with SDR_OPENSEARCH_VECTOR_COPY=on")
+            f"{self.url} has no sdr plugin to read them (SDR_OPENSEARCH_PLUGIN={self.settings.plugin}; sdr plugin: "
+            f"{self._plugin_state()}); install the plugin (docs/opensearch.md), or re-index with "
+            "SDR_OPENSEARCH_VECTOR_COPY=on")
 
     @staticmethod
     def _derived_vectors(src: Mapping[str, Any], dim: int) -> DocVectors:
@@ -912,7 +934,7 @@ class OpenSearchStore(DocumentStore):
         target = self._read_target()
         if not self.has_plugin():
             raise StoreError(f"{what} needs the sdr plugin on the node at {self.url} (capabilities: "
-                             f"{'plugin off' if self.settings.plugin == 'off' else 'not installed'})")
+                             f"{self._plugin_state()})")
         return target
 
     def _source_rows(self, target: _Target, source: DocVectors) -> np.ndarray:
@@ -1332,6 +1354,7 @@ class OpenSearchStore(DocumentStore):
             self._state_checked = False
             self._metadata_fields = None
             self._plugin = None
+            self._plugin_check = None
 
     def __repr__(self) -> str:
         return f"OpenSearchStore({self.url!r}, index={self.index!r})"
