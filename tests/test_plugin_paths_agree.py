@@ -1,0 +1,213 @@
+"""The engine gives the same results through either OpenSearch path (issue 33, item 4): one small corpus
+(texts with topics, vectors from the deterministic fake encoder, exact statistics) in
+
+* an embedded store (the reference),
+* an OpenSearch index used through the sdr plugin (``SDR_IN_STORE`` on: the candidate stage, exact SDR
+  and the hybrid features computed on the node; the vectors kept once, in the k-NN field), and
+* an OpenSearch index on the same node with the plugin off (the Python path: per-sentence nested k-NN,
+  vectors fetched from the base64 copy, SDR in numpy).
+
+For method sdr and hybrid (adaptive fusion, document feedback on), a source by id, a new text, like +
+unlike, a metadata filter, each with explain: ``candidates`` (K) covers the whole corpus so that no
+candidate stage can leave a document out; then the two OpenSearch paths give the same hit ids in the same
+order, the same scores, signals, feedback documents and explanations, and every SDR score (the hit's score
+for method sdr, the ``sdr`` signal for hybrid, the explanation's) is within 1e-4 of the embedded store's.
+The embedded store ranks hybrid by its own BM25 (bm25s), so hybrid is compared with it signal by signal.
+
+The node must have the plugin (as in ``test_opensearch_plugin_store.py``; ``SDR_NODE_PLUGIN=0`` skips).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+from opensearchpy import OpenSearch
+
+from factories import AS_GIVEN, FakeEncoder
+from sdr_search.core.documents import parse_record
+from sdr_search.indexer.embedded import EmbeddedStore
+from sdr_search.indexer.opensearch import OpenSearchSettings, OpenSearchStore
+from sdr_search.indexer.pipeline import index_documents
+from sdr_search.indexer.stats_job import refresh_stats
+from sdr_search.reranker.engine import MLTSettings, MoreLikeThis, Query
+
+pytestmark = pytest.mark.integration
+
+TOL = 1e-4
+TOPICS = ["court", "river", "music", "rocket", "garden", "bridge"]
+N_DOCS = 18
+SAMPLE = 1000  # larger than the corpus's paragraphs: the whole corpus is the reference sample in every store
+TEXT = ("The river story begins near the old bridge. It is about the river and the music.\n\n"
+        "A court paragraph follows. The garden again, and a rocket.")
+
+
+def _record(k: int) -> dict:
+    """Documents of 1 to 4 paragraphs of 1 to 5 sentences; doc-17 repeats doc-5's text (a duplicate: equal
+    scores, ranked by id in every path)."""
+    n = 5 if k == 17 else k
+    t, u = TOPICS[n % len(TOPICS)], TOPICS[(n * 5 + 1) % len(TOPICS)]
+    paragraphs = [f"The {t} story {n} begins. It is about the {t} and the {u}.",
+                  f"A {u} paragraph of document {n}. The {t} again, {n}.",
+                  f"Closing words on the {t}. Number {n} ends here. The {u} stays. Then {n} more. And the {t}.",
+                  f"One more {u} line for {n}."]
+    if n % 8 == 4:
+        paragraphs = [f"Only the {t} for {n}."]  # one sentence
+    return {"id": f"doc-{k}", "title": f"On the {t} ({n})", "topic": t, "group": k % 3,
+            "paragraphs": paragraphs[: 1 + n % 4]}
+
+
+@pytest.fixture(scope="module", params=[1, 2], ids=["1-shard", "2-shards"])
+def stores(request, opensearch_url, tmp_path_factory):
+    """``{"embedded", "plugin", "python"}``: the corpus indexed into each (module scope); the OpenSearch
+    indices with one shard, then two (each shard runs the candidate stage and SDR on its own documents)."""
+    client = OpenSearch([opensearch_url], timeout=60)
+    try:
+        has = any(p["component"] == "sdr" for p in client.cat.plugins(params={"h": "component", "format": "json"}))
+    finally:
+        client.close()
+    if not has:
+        if os.environ.get("SDR_NODE_PLUGIN", "1") == "0":
+            pytest.skip("SDR_NODE_PLUGIN=0: this run uses a node without the sdr plugin")
+        pytest.fail(f"the node at {opensearch_url} has no sdr plugin; scripts/opensearch-node.sh installs it", pytrace=False)
+    docs = [parse_record(_record(k), settings=AS_GIVEN) for k in range(N_DOCS)]
+    name = f"sdr-test-paths-{uuid.uuid4().hex[:8]}"
+    made = {
+        "embedded": EmbeddedStore(tmp_path_factory.mktemp("paths") / "s", create=True),
+        "plugin": OpenSearchStore(opensearch_url, index=f"{name}-plugin",
+                                  settings=OpenSearchSettings(plugin="on", shards=request.param)),
+        "python": OpenSearchStore(opensearch_url, index=f"{name}-python",
+                                  settings=OpenSearchSettings(plugin="off", shards=request.param)),
+    }
+    try:
+        for store in made.values():
+            index_documents(store, docs, FakeEncoder())
+            refresh_stats(store, exact=True, sample_size=SAMPLE, seed=0)
+        plugin, python = made["plugin"], made["python"]
+        assert plugin.capabilities.exact_sdr and plugin.capabilities.sdr_candidates
+        assert not python.capabilities.exact_sdr and not python.capabilities.sdr_candidates
+        assert plugin._read_target().vectors == "index" and python._read_target().vectors == "b64"
+        yield made
+    finally:
+        for key in ("plugin", "python"):
+            made[key].drop()
+        for store in made.values():
+            store.close()
+
+
+def _run(store, **query):
+    engine = MoreLikeThis(store=store, encoder=FakeEncoder(), settings=MLTSettings())
+    return engine.run(Query(candidates=N_DOCS, size=N_DOCS, explain=True, **query))
+
+
+QUERIES = {
+    "id": dict(id="doc-3"),
+    "text": dict(text=TEXT),
+    "like-unlike": dict(like=["doc-2", {"text": TEXT}], unlike=["doc-7"]),
+    "filter": dict(id="doc-4", filter={"group": 1}),
+    "filter-text": dict(text=TEXT, filter={"topic": ["river", "court", "garden"]}),
+}
+
+
+def _assert_close_explanations(a, b, what: str) -> None:
+    """Two hits' explanations: the same paragraph and sentence pairs, scores within TOL."""
+    assert a.score == pytest.approx(b.score, abs=TOL), what
+    assert len(a.paragraph_pairs) == len(b.paragraph_pairs), what
+    for pa, pb in zip(a.paragraph_pairs, b.paragraph_pairs):
+        da, db = pa.model_dump(), pb.model_dump()
+        for key in ("paragraph_score", "normalised_score"):
+            assert da.pop(key) == pytest.approx(db.pop(key), abs=TOL), (what, key)
+        sa, sb = da.pop("sentence_pairs"), db.pop("sentence_pairs")
+        assert da == db, what
+        assert len(sa) == len(sb), what
+        for xa, xb in zip(sa, sb):
+            assert xa.pop("cosine") == pytest.approx(xb.pop("cosine"), abs=TOL), what
+            assert xa == xb, what
+
+
+def _assert_same_hits(a, b, what: str, *, hybrid_scores: bool = True) -> None:
+    """Same ids in the same order; scores, sources, signals (hybrid) and explanations within TOL."""
+    assert [h.id for h in a.hits] == [h.id for h in b.hits], what
+    assert a.candidates == b.candidates, what
+    assert a.stats_origin == b.stats_origin, what
+    for ha, hb in zip(a.hits, b.hits):
+        at = f"{what}: {ha.id}"
+        if hybrid_scores:
+            assert ha.score == pytest.approx(hb.score, abs=TOL), at
+            assert [s.score for s in ha.sources or []] == pytest.approx([s.score for s in hb.sources or []], abs=TOL), at
+        assert (ha.title, ha.metadata) == (hb.title, hb.metadata), at
+        assert ha.snippet.model_dump(exclude={"cosine"}) == hb.snippet.model_dump(exclude={"cosine"}), at
+        _assert_close_explanations(ha.explanation, hb.explanation, at)
+
+
+@pytest.mark.parametrize("query", list(QUERIES), ids=list(QUERIES))
+def test_method_sdr_agrees_through_every_path(stores, query):
+    results = {k: _run(s, method="sdr", **QUERIES[query]) for k, s in stores.items()}
+    emb = results["embedded"]
+    assert emb.hits and emb.candidates == len(emb.hits)  # every candidate returned
+    if "filter" not in QUERIES[query]:
+        assert emb.candidates == N_DOCS - len([i for i in (QUERIES[query].get("id"), "doc-2", "doc-7")
+                                              if i and i in str(QUERIES[query])])
+    for key in ("plugin", "python"):
+        _assert_same_hits(results[key], emb, f"{query}: {key} vs embedded")
+    _assert_same_hits(results["plugin"], results["python"], f"{query}: plugin vs python")
+    # the plugin path fetched no vector for the ranking (only the returned hits' for the explanation)
+    assert "fetch" not in results["plugin"].timings_ms and "fetch" in results["python"].timings_ms
+
+
+@pytest.mark.parametrize("query", list(QUERIES), ids=list(QUERIES))
+def test_hybrid_with_feedback_agrees_through_every_path(stores, query):
+    results = {k: _run(s, method="hybrid", **QUERIES[query]) for k, s in stores.items()}
+    plugin, python, emb = results["plugin"], results["python"], results["embedded"]
+    assert plugin.hybrid["fusion"] == "adaptive"
+    assert not [t for t in plugin.timings_ms if t.endswith("fetch")]  # features and SDR from the node, both rounds
+    assert "fetch" in python.timings_ms
+    if "like" not in QUERIES[query]:  # one short source: document feedback applies
+        assert plugin.hybrid["feedback"]["ids"], plugin.hybrid
+    # the two OpenSearch paths: one node, one BM25; everything equal
+    ha, hb = dict(plugin.hybrid), dict(python.hybrid)
+    assert ha.pop("weights_applied") == pytest.approx(hb.pop("weights_applied"), abs=TOL)
+    assert ha == hb  # the fusion, and the feedback documents and their share
+    _assert_same_hits(plugin, python, f"{query}: plugin vs python")
+    for ha, hb in zip(plugin.hits, python.hits):
+        for name, sa in ha.signals.items():
+            sb = hb.signals[name]
+            assert sa.raw == pytest.approx(sb.raw, abs=TOL), (query, ha.id, name)
+            assert sa.weight == pytest.approx(sb.weight, abs=TOL), (query, ha.id, name)
+    # the embedded store: the same candidates, and the same vector signals for each of them
+    assert sorted(h.id for h in emb.hits) == sorted(h.id for h in plugin.hits)
+    by_id = {h.id: h for h in emb.hits}
+    for key in ("plugin", "python"):
+        for h in results[key].hits:
+            e = by_id[h.id]
+            for name in ("sdr", "mean"):
+                assert h.signals[name].raw == pytest.approx(e.signals[name].raw, abs=TOL), (query, key, h.id, name)
+            _assert_close_explanations(h.explanation, e.explanation, f"{query}: {key} vs embedded: {h.id}")
+
+
+@pytest.mark.parametrize("method", ["sdr", "hybrid"])
+def test_a_filtered_candidate_stage_smaller_than_the_corpus(stores, method):
+    """K below the filter's matches, so the candidate stage runs, filtered inside each store (the plugin's
+    ``sdr_candidates`` with the filter, the nested k-NN's filter, the embedded store's filtered k-NN), and no
+    pre-rank (``prerank_factor`` 1: the top K by aggregation, the same in every path since knn_k covers the
+    corpus; with a larger pool the plugin path keeps the best K by exact SDR where the Python path uses the
+    centroid pre-rank, by design)."""
+    K = 5
+    query = Query(text=TEXT, method=method, filter={"group": [0, 1]}, candidates=K, size=K, explain=True)
+    results = {k: MoreLikeThis(store=s, encoder=FakeEncoder(), settings=MLTSettings(prerank_factor=1.0)).run(query)
+               for k, s in stores.items()}
+    plugin, python, emb = results["plugin"], results["python"], results["embedded"]
+    assert "candidates" in plugin.timings_ms and "fetch" not in plugin.timings_ms  # searched, on the node
+    assert all(h.metadata["group"] in (0, 1) for h in plugin.hits)
+    _assert_same_hits(plugin, python, f"{method}: plugin vs python")
+    if method == "sdr":
+        assert len(plugin.hits) == K
+        _assert_same_hits(plugin, emb, "sdr: plugin vs embedded")
+    else:  # the vector candidates are the same; the lexical ones are each BM25's own
+        vector_ids = {h.id for h in emb.hits} & {h.id for h in plugin.hits}
+        assert len(vector_ids) >= K
+        by_id = {h.id: h for h in emb.hits}
+        for h in plugin.hits:
+            if h.id in by_id:
+                assert h.signals["sdr"].raw == pytest.approx(by_id[h.id].signals["sdr"].raw, abs=TOL), h.id
