@@ -717,6 +717,9 @@ class OpenSearchStore(DocumentStore):
         return DocVectors(vectors, offsets)
 
     def _doc_vectors(self, src: Mapping[str, Any], dim: int) -> DocVectors:
+        if "vectors_b64" not in src:  # written around the store: the plugin path says the same (sdr_scores)
+            raise StoreError(f"stored vectors of document {src.get('doc_id')!r} are missing: its _source has no "
+                             "vectors_b64 (the base64 copy)")
         try:
             return DocVectors(decode_vectors_b64(src["vectors_b64"], dim), _offsets(src["par_sizes"]))
         except (KeyError, ValueError) as e:
@@ -733,7 +736,7 @@ class OpenSearchStore(DocumentStore):
             raise DocumentNotFoundError(doc_id)
         src = main["_source"]
         document = Document(
-            str(src["doc_id"]), tuple(tuple(p) for p in src["paragraphs"]), src.get("title"), src.get("metadata") or {}
+            str(src["doc_id"]), _stored_paragraphs(src, doc_id), src.get("title"), src.get("metadata") or {}
         )
         vectors = (self._doc_vectors(src, target.recorded.dim) if target.vectors == VECTORS_B64
                    else self._vectors_of(target, [doc_id], "reading a document").get(doc_id))
@@ -782,7 +785,7 @@ class OpenSearchStore(DocumentStore):
         found = self._mget_sources(target, [str(i) for i in ids], ["doc_id", "title", "metadata", "paragraphs"],
                                    "reading documents")
         return {
-            doc_id: Document(str(src.get("doc_id", doc_id)), tuple(tuple(p) for p in src["paragraphs"]),
+            doc_id: Document(str(src.get("doc_id", doc_id)), _stored_paragraphs(src, doc_id),
                              src.get("title"), src.get("metadata") or {})
             for doc_id, src in found.items()
         }
@@ -983,7 +986,9 @@ class OpenSearchStore(DocumentStore):
         self, sources: Sequence[tuple[DocVectors, NormStats]], ids: Sequence[str], *, explain: bool = False,
     ) -> SdrScores:
         """Exact SDR on the node (the sdr plugin's rescorer): one ``_msearch`` with one search per
-        source over the documents ``ids`` (:meth:`DocumentStore.sdr_scores`). ``capabilities.exact_sdr``."""
+        source over the documents ``ids`` (:meth:`DocumentStore.sdr_scores`). ``capabilities.exact_sdr``.
+        A document without any sentence vector in the index raises :class:`StoreError` naming it, as
+        :meth:`fetch` does (so the engine fails the same way through either path)."""
         unique = list(dict.fromkeys(str(i) for i in ids))
         if not sources:
             raise InvalidInputError("sdr_scores needs at least one source")
@@ -1013,6 +1018,10 @@ class OpenSearchStore(DocumentStore):
         missing = [d for d, c in column.items() if np.isnan(scores[0, c])]
         if missing:
             raise DocumentNotFoundError(missing[0])
+        hollow = [d for d, c in column.items() if np.isneginf(scores[0, c])]
+        if hollow:  # no sentence vector in the index (written around the store): as fetch says it
+            raise StoreError(f"stored vectors of document {hollow[0]!r} are missing: the index holds no sentence "
+                             "vector for it")
         return SdrScores(unique, scores, explanations)
 
     def candidate_features(self, ids: Sequence[str]) -> CandidateFeatures:
@@ -1358,3 +1367,12 @@ class OpenSearchStore(DocumentStore):
 
     def __repr__(self) -> str:
         return f"OpenSearchStore({self.url!r}, index={self.index!r})"
+
+
+def _stored_paragraphs(src: Mapping[str, Any], doc_id: str) -> tuple[tuple[str, ...], ...]:
+    """A stored document's paragraphs; :class:`StoreError` naming it when its ``_source`` has none (a
+    document written around the store)."""
+    try:
+        return tuple(tuple(str(s) for s in p) for p in src["paragraphs"])
+    except (KeyError, TypeError) as e:
+        raise StoreError(f"stored document {doc_id!r} is damaged: its _source has no paragraphs ({e!r})") from e
