@@ -3,8 +3,9 @@ OpenSearch store's requests, its bulk writes' rejected items, the workers' tasks
 
 A retry waits ``initial * 2**attempt`` seconds before retry number ``attempt + 1``, at most
 ``maximum``; no jitter (the delays are predictable, and the few concurrent writers of one index do
-not synchronise). Celery tasks use the same numbers through Celery's own ``retry_backoff`` options
-(:meth:`Backoff.celery_options`), which compute the same delays.
+not synchronise). Celery tasks pass :meth:`Backoff.delay` as ``self.retry``'s countdown: Celery's
+own ``autoretry_for``/``retry_backoff`` would round the factor to a whole number of seconds, at
+least 1 (``int(max(1.0, retry_backoff))`` in ``celery/app/autoretry.py``).
 """
 
 from __future__ import annotations
@@ -35,11 +36,6 @@ class Backoff:
         """Seconds to wait before retry number ``attempt + 1`` (``attempt`` counts from 0)."""
         return float(min(self.maximum, self.initial * (2 ** max(0, attempt))))
 
-    def celery_options(self) -> dict[str, Any]:
-        """The same policy as Celery task options (``autoretry_for`` is the caller's)."""
-        return {"max_retries": self.max_retries, "retry_backoff": self.initial, "retry_backoff_max": self.maximum,
-                "retry_jitter": False}
-
 
 def retry_call(
     fn: Callable[[], T],
@@ -48,22 +44,25 @@ def retry_call(
     retry_if: Callable[[BaseException], bool],
     what: str,
     sleep: Callable[[float], None] | None = None,
+    log: logging.Logger | None = None,
 ) -> T:
     """``fn()``, called again after :class:`Backoff`'s delays while it raises an exception that
     ``retry_if`` accepts, at most ``backoff.max_retries`` times; then (or for any other exception)
-    the exception is raised as it is. Each retry is logged as a warning naming ``what``."""
+    the exception is raised as it is. Each retry is logged as a warning naming ``what``, on ``log``
+    (the caller's logger; this module's by default)."""
+    log = log or logger
 
     def wait(state: RetryCallState) -> float:
         return backoff.delay(state.attempt_number - 1)
 
-    def log(state: RetryCallState) -> None:
+    def before_sleep(state: RetryCallState) -> None:
         error = state.outcome.exception() if state.outcome is not None else None
-        logger.warning("%s: %s; retry %d of %d in %.1f s", what, error, state.attempt_number, backoff.max_retries,
+        log.warning("%s: %s; retry %d of %d in %.1f s", what, error, state.attempt_number, backoff.max_retries,
                        state.next_action.sleep if state.next_action is not None else 0.0)
 
     options: dict[str, Any] = {}
     if sleep is not None:
         options["sleep"] = sleep
     retrying = Retrying(stop=stop_after_attempt(backoff.max_retries + 1), wait=wait,
-                        retry=retry_if_exception(retry_if), before_sleep=log, reraise=True, **options)
+                        retry=retry_if_exception(retry_if), before_sleep=before_sleep, reraise=True, **options)
     return retrying(fn)

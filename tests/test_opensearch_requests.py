@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from importlib import resources
 from pathlib import Path
 
@@ -16,7 +17,6 @@ from sdr_search.indexer.opensearch import OpenSearchSettings, OpenSearchStore
 from sdr_search.indexer.opensearch.bulk import run_bulk
 from sdr_search.indexer.opensearch.requests import (
     FORMAT_VERSION,
-    backoff_delay,
     build_alias_swap,
     build_bulk_actions,
     build_counts_query,
@@ -55,7 +55,6 @@ from sdr_search.indexer.opensearch.requests import (
     parse_knn_responses,
     parse_lexical_response,
     process_bulk_response,
-    should_retry,
     state_index_name,
     stats_os_id,
     VECTORS_INDEX,
@@ -67,6 +66,8 @@ from sdr_search.indexer.opensearch.requests import (
     parse_vector_hit,
 )
 from sdr_search.indexer.store import IndexMeta, ReferenceParagraphs
+from sdr_search.core import retry as shared_retry
+from sdr_search.core.retry import Backoff
 from sdr_search.core.cache import document_key
 from sdr_search.core.documents import parse_record
 from sdr_search.core.errors import (
@@ -532,12 +533,20 @@ def test_process_bulk_response_deletes_accept_404():
         process_bulk_response(resp, ["a"])
 
 
-def test_retry_decision_only_429():
-    assert should_retry(429, 0, 3) and should_retry(429, 2, 3)
-    assert not should_retry(429, 3, 3) and not should_retry(429, 0, 0)
-    for status in (400, 404, 409, 500, 503, "N/A"):
-        assert not should_retry(status, 0, 3)
-    assert [backoff_delay(a, initial=1.0, maximum=5.0) for a in range(5)] == [1.0, 2.0, 4.0, 5.0, 5.0]
+def test_run_bulk_retries_only_429_items():
+    """Only items rejected with 429 are retried; 400, 409, 500, 503 item errors fail at once."""
+    for status in (400, 409, 500, 503):
+        sleeps, calls = [], []
+        reply = {"errors": True, "items": [{"index": {"_id": "x", "status": status, "error": {"type": "t", "reason": "r"}}}]}
+        with pytest.raises(BulkWriteError) as err:
+            run_bulk(lambda body, calls=calls, reply=reply: calls.append(body) or reply, _lines(["x"]), ["x"], what="put",
+                     max_items=10, max_bytes=10**6, backoff=Backoff(3, 1.0, 5.0), sleep=sleeps.append)
+        assert len(calls) == 1 and sleeps == [] and err.value.failed["x"].startswith(f"{status} t: r")
+    sleeps = []
+    with pytest.raises(BulkWriteError, match="429"):
+        run_bulk(lambda body: {"errors": True, "items": [MIXED_RESPONSE["items"][2]]}, _lines(["c"]), ["c"],
+                 what="put", max_items=10, max_bytes=10**6, backoff=Backoff(0, 1.0, 5.0), sleep=sleeps.append)
+    assert sleeps == []  # max_retries 0: no retry
 
 
 def _ok(ids):
@@ -557,7 +566,7 @@ def test_run_bulk_retries_only_the_429_items():
         return next(replies)
 
     results = run_bulk(send, _lines(["a", "c"]), ["a", "c"], what="put", max_items=10, max_bytes=10**6,
-                       max_retries=3, initial_backoff=0.5, max_backoff=10, sleep=sleeps.append)
+                       backoff=Backoff(3, 0.5, 10), sleep=sleeps.append)
     assert results == {"a": "created", "c": "created"}
     assert sent[1] == _lines(["c"])[0]  # only the rejected item went again
     assert sleeps == [0.5]
@@ -572,7 +581,7 @@ def test_run_bulk_reports_failed_ids_and_stops():
 
     with pytest.raises(BulkWriteError) as err:
         run_bulk(send, _lines(["a", "d", "e", "f"]), ["a", "d", "e", "f"], what="writing documents", max_items=2,
-                 max_bytes=10**6, max_retries=3, initial_backoff=1, max_backoff=1, sleep=lambda s: None)
+                 max_bytes=10**6, backoff=Backoff(3, 1, 1), sleep=lambda s: None)
     assert len(calls) == 1  # a non-429 item error is never retried, and later chunks are not sent
     assert set(err.value.failed) == {"d", "e", "f"}
     assert err.value.failed["d"].startswith("400 mapper_parsing_exception")
@@ -584,8 +593,8 @@ def test_run_bulk_gives_up_after_max_retries():
     sleeps = []
     busy = {"errors": True, "items": [MIXED_RESPONSE["items"][2]]}
     with pytest.raises(BulkWriteError, match="429") as err:
-        run_bulk(lambda body: busy, _lines(["c"]), ["c"], what="put", max_items=10, max_bytes=10**6, max_retries=2,
-                 initial_backoff=1.0, max_backoff=60, sleep=sleeps.append)
+        run_bulk(lambda body: busy, _lines(["c"]), ["c"], what="put", max_items=10, max_bytes=10**6,
+                 backoff=Backoff(2, 1.0, 60), sleep=sleeps.append)
     assert sleeps == [1.0, 2.0] and list(err.value.failed) == ["c"]
 
 
@@ -599,9 +608,80 @@ def test_run_bulk_retries_a_request_rejected_with_429():
         return reply
 
     sleeps = []
-    assert run_bulk(send, _lines(["a", "b"]), ["a", "b"], what="put", max_items=10, max_bytes=10**6, max_retries=1,
-                    initial_backoff=2, max_backoff=60, sleep=sleeps.append) == {"a": "created", "b": "created"}
+    assert run_bulk(send, _lines(["a", "b"]), ["a", "b"], what="put", max_items=10, max_bytes=10**6,
+                    backoff=Backoff(1, 2, 60), sleep=sleeps.append) == {"a": "created", "b": "created"}
     assert sleeps == [2]
+
+
+class _FlakyClient:
+    """A node that answers the index mapping 503 twice, the first ``_bulk`` with a 429 item, the
+    second with a request-level 429, and then as it should (what :meth:`OpenSearchStore.delete`
+    asks)."""
+
+    def __init__(self):
+        from opensearchpy import exceptions as ox
+
+        meta = {"sdr": {"format_version": FORMAT_VERSION, "index_meta": META.to_dict()}}
+        mappings = [ox.TransportError(503, "unavailable", {}), ox.TransportError(503, "unavailable", {}),
+                    {"idx-1": {"mappings": {"_meta": meta}}}]
+        self.bulks = [{"errors": True, "items": [
+                          {"delete": {"_id": "a", "status": 429, "error": {"type": "rejected_execution_exception",
+                                                                           "reason": "busy"}}},
+                          {"delete": {"_id": "b", "status": 404, "result": "not_found"}}]},
+                      {"errors": False, "items": [{"delete": {"_id": "a", "status": 200, "result": "deleted"}}]},
+                      ox.TransportError(429, "rejected", {"error": {"type": "es_rejected_execution_exception"}}),
+                      {"errors": False, "items": [{"delete": {"_id": "a", "status": 200, "result": "deleted"}},
+                                                  {"delete": {"_id": "b", "status": 404, "result": "not_found"}}]}]
+        self.bodies = []
+        self.indices = type("I", (), {"get_mapping": lambda _self, index: self._answer(mappings)})()
+
+    @staticmethod
+    def _answer(replies):
+        reply = replies.pop(0)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    def bulk(self, body, params):
+        self.bodies.append(body)
+        return self._answer(self.bulks)
+
+    def update(self, **kwargs):
+        return {"result": "updated"}
+
+
+def test_store_requests_and_bulk_items_retry_with_the_shared_policy(monkeypatch, caplog):
+    """The store's request retries (503 on the mapping) and its bulk retries (a 429 item, a
+    request answered 429) wait the delays of the one policy, sdr_search.core.retry.Backoff, with the
+    store's settings; only the rejected item is sent again."""
+    asked, slept = [], []
+    policy_delay = shared_retry.Backoff.delay
+
+    def delay(self, attempt):  # the shared formula, recorded
+        asked.append(policy_delay(self, attempt))
+        return asked[-1]
+
+    monkeypatch.setattr(shared_retry.Backoff, "delay", delay)
+    monkeypatch.setattr(time, "sleep", slept.append)  # tenacity's default sleep calls time.sleep
+    settings = OpenSearchSettings(max_retries=3, retry_backoff=0.25, retry_backoff_max=0.4)
+    assert settings.backoff() == Backoff(3, 0.25, 0.4)
+    client = _FlakyClient()
+    store = OpenSearchStore("http://unused:9200", index="idx", client=client, settings=settings)
+    with caplog.at_level("WARNING", logger="sdr_search.indexer.opensearch"):
+        assert store.delete(["a", "b"]) == 1
+    # mapping: retries 1 and 2 (0.25, then 0.5 capped at 0.4); statistics: one 429 item; documents: a 429 request
+    assert slept == [0.25, 0.4, 0.25, 0.25] and asked == slept
+    assert not client.bulks and len(client.bodies) == 4
+    assert b'"stats:b"' in client.bodies[0] and b'"stats:a"' in client.bodies[1]
+    assert b'"stats:b"' not in client.bodies[1]  # only the rejected item went again
+    assert client.bodies[2] == client.bodies[3]  # a request answered 429 went again whole
+    by_logger = {name: [r.getMessage() for r in caplog.records if r.name == name]
+                 for name in ("sdr_search.indexer.opensearch.store", "sdr_search.indexer.opensearch.bulk")}
+    assert [m.split("; ")[-1] for m in by_logger["sdr_search.indexer.opensearch.store"]] == [
+        "retry 1 of 3 in 0.2 s", "retry 2 of 3 in 0.4 s"]
+    assert [m.split(": ", 1)[0] for m in by_logger["sdr_search.indexer.opensearch.bulk"]] == [
+        "deleting statistics", "deleting documents"]
+    assert all("rejected with 429" in m for m in by_logger["sdr_search.indexer.opensearch.bulk"])
 
 
 # -- errors, settings, laziness ----------------------------------------------------------------------------

@@ -12,7 +12,6 @@ pytestmark = pytest.mark.unit
 def test_delays_double_from_initial_up_to_the_cap():
     b = Backoff(max_retries=6, initial=0.5, maximum=3.0)
     assert [b.delay(k) for k in range(6)] == [0.5, 1.0, 2.0, 3.0, 3.0, 3.0]
-    assert b.celery_options() == {"max_retries": 6, "retry_backoff": 0.5, "retry_backoff_max": 3.0, "retry_jitter": False}
 
 
 def test_retries_what_retry_if_accepts_then_raises_the_last_error(caplog):

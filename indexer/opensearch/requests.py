@@ -145,8 +145,6 @@ __all__ = [
     "build_alias_swap",
     "BulkOutcome",
     "process_bulk_response",
-    "should_retry",
-    "backoff_delay",
     "error_from_response",
 ]
 
@@ -1187,17 +1185,6 @@ def process_bulk_response(
             etype, reason = _error_type_reason(body)
             failed[key] = f"{status} {etype}: {reason}"
     return BulkOutcome(results, tuple(retry), failed)
-
-
-def should_retry(status: int | str, attempt: int, max_retries: int) -> bool:
-    """Retry only an overload rejection (429), and only while retries remain (``attempt`` =
-    retries already made). Anything else (mapping errors, 4xx, 5xx) is reported at once."""
-    return status == 429 and attempt < max_retries
-
-
-def backoff_delay(attempt: int, *, initial: float, maximum: float) -> float:
-    """Seconds to wait before retry number ``attempt + 1``: ``initial * 2**attempt``, capped."""
-    return float(min(maximum, initial * (2 ** attempt)))
 
 
 def error_from_response(status: int | str, info: Any, *, what: str, index: str | None = None) -> SDRError:

@@ -7,6 +7,8 @@ from typing import Literal
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from sdr_search.core.retry import Backoff
+
 __all__ = ["OpenSearchSettings"]
 
 
@@ -182,3 +184,7 @@ class OpenSearchSettings(BaseSettings):
         description="Nested objects allowed per document (index.mapping.nested_objects.limit): the largest "
         "document accepted, in sentences. Match SDR_MAX_SENTENCES.",
     )
+
+    def backoff(self) -> Backoff:
+        """The retry policy of the store's requests and bulk items (:mod:`sdr_search.core.retry`)."""
+        return Backoff(self.max_retries, self.retry_backoff, self.retry_backoff_max)

@@ -33,8 +33,9 @@ Connection failures raise :class:`~sdr_search.core.errors.BackendUnavailableErro
 
 Retries: opensearch-py's own retries are off (it re-sends at once, with no backoff, whatever the
 body size). The store retries a request answered 429, 502, 503 or 504, or that could not connect,
-``max_retries`` times with exponential backoff (``retry_backoff`` doubled, capped by
-``retry_backoff_max``); a timeout is not retried. Every request the store makes is idempotent
+``max_retries`` times with the one retry policy, :mod:`sdr_search.core.retry`
+(:meth:`OpenSearchSettings.backoff`: ``retry_backoff`` doubled, capped by ``retry_backoff_max``);
+a timeout is not retried. Every request the store makes is idempotent
 (writes carry stable ``_id`` values), so a retry cannot double a document.
 """
 
@@ -43,7 +44,6 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -82,6 +82,7 @@ from sdr_search.core.errors import (
 )
 from sdr_search.core.fusion import check_search_defaults
 from sdr_search.core.lexical import query_terms
+from sdr_search.core.retry import retry_call
 from sdr_search.core.scoring import NormStats
 from sdr_search.core.vectors import CorpusVectors, DocVectors
 
@@ -93,7 +94,6 @@ from .requests import (
     MAX_KNN_K,
     MetadataField,
     STATE_DOC_ID,
-    backoff_delay,
     build_alias_swap,
     build_bulk_actions,
     build_candidate_filter,
@@ -153,13 +153,15 @@ _SHARD_NOT_READY = frozenset({"no_shard_available_action_exception", "unavailabl
                               "illegal_index_shard_state_exception", "shard_not_found_exception"})
 
 
-def _transient(error: Exception, overload: bool) -> bool:
+def _transient(error: BaseException, overload: bool) -> bool:
     """Whether a failed request may succeed when sent again: 429 (when ``overload``), 502, 503,
     504, or no connection. A timeout is not (the request may still be running)."""
     from opensearchpy import exceptions as ox
 
     if isinstance(error, OverloadedError):
         return overload
+    if not isinstance(error, BackendUnavailableError):
+        return False
     cause = error.__cause__
     if isinstance(cause, ox.ConnectionTimeout):
         return False
@@ -359,19 +361,13 @@ class OpenSearchStore(DocumentStore):
         """``fn()`` inside :meth:`_calls`, retried with backoff while the failure is transient
         (see the module docstring). ``retry_overload`` False leaves 429s to the caller (the bulk
         loop retries rejected items itself)."""
-        s = self.settings
-        attempt = 0
-        while True:
-            try:
-                with self._calls(what, index=index):
-                    return fn()
-            except (OverloadedError, BackendUnavailableError) as e:
-                if attempt >= s.max_retries or not _transient(e, retry_overload):
-                    raise
-                delay = backoff_delay(attempt, initial=s.retry_backoff, maximum=s.retry_backoff_max)
-                logger.warning("%s: %s; retry %d of %d in %.1f s", what, e, attempt + 1, s.max_retries, delay)
-                time.sleep(delay)
-                attempt += 1
+
+        def once() -> Any:
+            with self._calls(what, index=index):
+                return fn()
+
+        return retry_call(once, backoff=self.settings.backoff(), retry_if=lambda e: _transient(e, retry_overload),
+                          what=what, log=logger)
 
     def _mget(self, what: str, body: Mapping[str, Any], *, index: str | None = None) -> list[dict[str, Any]]:
         """The ``docs`` of one ``_mget``, retried (as a 503) while an item's shard is not started."""
@@ -604,8 +600,7 @@ class OpenSearchStore(DocumentStore):
             results = run_bulk(
                 send, [lines[i] for i in keep], [keys[i] for i in keep], what=what,
                 max_items=max_items or s.bulk_chunk_docs, max_bytes=min(s.bulk_chunk_bytes, s.max_request_bytes),
-                max_retries=s.max_retries, initial_backoff=s.retry_backoff, max_backoff=s.retry_backoff_max,
-                accept=accept,
+                backoff=s.backoff(), accept=accept,
             ) if keep else {}
         except BulkWriteError as e:
             raise BulkWriteError(what, {**too_big, **e.failed}) from e
