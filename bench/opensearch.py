@@ -21,15 +21,25 @@ the encoder is not what is timed. Then, in this order:
    statistics; ``bench/two_stage.py``'s ``exhaustive_top``) found in the engine's two-stage
    top-10 (method ``sdr``: nested k-NN, centroid pre-rank, exact rerank of K = ``--candidates``),
    per store, and the overlap of the two stores' top-10s.
-4. **Latency** of ``more_like_this`` (by id, method ``sdr``, K = 100, engine defaults otherwise)
-   for ``--latency-queries`` indexed sources of 150-250 sentences, the two stores alternating
-   query by query: p50 / p99 of the whole call and of the engine's stages (``timings_ms``:
-   candidates = nested k-NN + aggregation, prerank = paragraph centroids + fusion, fetch, rerank;
-   ``other`` = the rest: reading the source, statistics info, search defaults). For the node,
+4. **Latency** of ``more_like_this`` (method ``sdr``, K = 100, engine defaults otherwise) **by id**,
+   for ``--latency-queries`` indexed sources of 150-250 sentences, and **by text**, for the first
+   ``--max-queries`` of ``--queries`` as new text (their vectors from the embedding cache, given to
+   the engine pre-encoded, so the encoder is not timed; ``--skip-latency-text``: by id only). The ways
+   alternate query by query (round n: the n-th id source through every way, then the n-th text
+   source): p50 / p99 of the whole call and of the engine's stages (``timings_ms``: source =
+   resolving the source (by id: reading its vectors and statistics; by text: its statistics against
+   the reference sample), candidates = nested k-NN + aggregation (on the plugin: one search),
+   prerank = paragraph centroids + fusion (on the plugin: exact SDR of the pool on the node), fetch,
+   rerank, snippets = the presented hits (their vectors read); ``other`` = the rest). For the node,
    every HTTP request is recorded (which store method sent it, time on the wire, response bytes,
-   JSON decoding), so the table says which request the time goes to. With ``--force-merge N``
-   the node's index is then force-merged to N segments (timed, size measured again) and the
-   latency section runs once more: Lucene searches every segment's HNSW graph separately.
+   JSON decoding), so the table says which request the time goes to. ``--fidelity-by-id``: also
+   each way's top-10 against the exhaustive SDR top-10 of the same sources, by id and by text.
+   ``--latency-after`` says whether this runs on the node's index as written, after ``--force-merge
+   N`` (the index force-merged to N segments, timed, size measured again: Lucene searches every
+   segment's HNSW graph separately), or both (default).
+
+With ``--json`` every measurement is written after each section and each latency round, so a run
+cut short leaves what it measured; ``--report-from`` prints the tables of such a file.
 
 ``--recovery-source-excludes`` (a variant, not the product's mapping): the node's index is
 created with ``_source.recovery_source_excludes: ["sentences.vector"]`` as well. On 2.x, with
@@ -89,7 +99,9 @@ from sdr_search.core.vectors import DocVectors  # noqa: E402
 logger = logging.getLogger("bench.opensearch")
 
 STAGES = ("candidates", "prerank", "fetch", "rerank")
-ALL_STAGES = ("source", *STAGES)  # source: the plugin path's reading of the source (the engine counts it in "other")
+ALL_STAGES = ("source", *STAGES, "snippets")  # source: resolving the query's source (by id: its vectors and
+# statistics read from the store); snippets: the presented hits' titles, metadata and snippets (their vectors read)
+MODES = ("id", "text")  # latency by indexed id, and by new text (pre-encoded: the encoder is not timed)
 
 
 # =============================================================================================
@@ -177,16 +189,17 @@ class RequestLog:
 
 
 def caller() -> str:
-    """The store method that sent the current request: the outermost frame in ``indexer/``
-    (e.g. ``sentence_knn``, ``paragraph_centroids``, ``fetch_documents``, ``get``)."""
+    """The store method that sent the current request: the outermost frame in ``indexer/`` below the
+    engine or the bench (e.g. ``sentence_knn``, ``sdr_candidates``, ``sdr_scores``, ``fetch_documents``;
+    the store's retry and its closures, in between, are skipped)."""
     frame = sys._getframe(2)
     name = "?"
     while frame is not None:
         path = frame.f_code.co_filename.replace("\\", "/")
-        if "/indexer/" in path:
-            name = frame.f_code.co_name
-        elif name != "?":
+        if "/reranker/" in path or path.endswith("bench/opensearch.py"):
             break
+        if "/indexer/" in path and not frame.f_code.co_name.startswith(("_", "<")) and frame.f_code.co_name != "once":
+            name = frame.f_code.co_name
         frame = frame.f_back
     return name
 
@@ -440,45 +453,94 @@ def fidelity(args, emb: EmbeddedStore, nodes: dict[str, OpenSearchStore], encode
     return out
 
 
-def latency(args, emb: EmbeddedStore, nodes: dict[str, OpenSearchStore], corpus: Corpus, log: RequestLog) -> dict[str, Any]:
-    """Section 4: more_like_this by id, the ways alternating query by query; with ``--fidelity-by-id``
-    also each way's top-10 against the exhaustive SDR top-10 of the same sources."""
+def latency_sources(args, corpus: Corpus) -> list[str]:
+    """The indexed sources of the by-id latency: ``--latency-queries`` documents of 150-250 sentences."""
     rng = np.random.default_rng(1)
     pool = [d.id for d, v in corpus.items if 150 <= v.n_sentences <= 250]
-    picks = [pool[i] for i in rng.choice(len(pool), size=min(args.latency_queries, len(pool)), replace=False)]
+    return [pool[i] for i in rng.choice(len(pool), size=min(args.latency_queries, len(pool)), replace=False)]
+
+
+def text_sources(args, encoder, cache) -> list[tuple[Document, DocVectors]]:
+    """The new-text sources of the by-text latency: the first ``--max-queries`` of ``--queries``
+    (IRLeD dev), their vectors from the embedding cache (the encoder runs only for what it lacks,
+    before anything is timed)."""
+    queries = list(itertools.islice(read_documents(args.queries), args.max_queries))
+    return list(embed_documents(queries, encoder, cache=cache))
+
+
+def exhaustive_truth(emb: EmbeddedStore, ids: Sequence[str], texts: Sequence[tuple[Document, DocVectors]]
+                     ) -> dict[tuple[str, str], set[str]]:
+    """The exhaustive SDR top-10 (every document, the store's statistics) of each source, by mode."""
+    every = emb.all_vectors()
+    reference = MoreLikeThis(store=emb)
+    truth: dict[tuple[str, str], set[str]] = {}
+    t = time.perf_counter()
+    for doc_id in ids:
+        truth["id", doc_id] = set(exhaustive_top(reference, reference.source(Query(id=doc_id, size=10)), every))
+    for d, v in texts:
+        query = Query(document=d, vectors=v, size=10, method="sdr")
+        truth["text", d.id] = set(exhaustive_top(reference, reference.source(query), every))
+    logger.info("exhaustive SDR top-10 of %d + %d sources in %.0f s", len(ids), len(texts), time.perf_counter() - t)
+    return truth
+
+
+def latency(args, emb: EmbeddedStore, nodes: dict[str, OpenSearchStore], corpus: Corpus, log: RequestLog,
+            picks: Sequence[str], texts: Sequence[tuple[Document, DocVectors]],
+            truth: dict[tuple[str, str], set[str]],
+            on_round: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Section 4: more_like_this by id (``picks``) and by new text (``texts``, pre-encoded), the ways
+    alternating query by query (round n: the n-th id source through every way, then the n-th text
+    source through every way); with ``truth`` also each way's top-10 against the exhaustive SDR top-10.
+    ``on_round`` is given what is measured so far after every round (the bench saves it)."""
     ways = runners(emb, nodes, args.plugin_pools, 100, blas1=args.embedded_blas1)
-    truth: dict[str, set[str]] = {}
-    if args.fidelity_by_id:
-        every = emb.all_vectors()
-        reference = MoreLikeThis(store=emb)
-        for doc_id in picks:
-            truth[doc_id] = set(exhaustive_top(reference, reference.source(Query(id=doc_id, size=10)), every))
+    queries: dict[str, list[tuple[str, Query]]] = {
+        "id": [(doc_id, Query(id=doc_id, size=10)) for doc_id in picks],
+        "text": [(d.id, Query(document=d, vectors=v, size=10, method="sdr")) for d, v in texts]}
+    sentences = {"id": [next(v.n_sentences for d, v in corpus.items if d.id == i) for i in picks],
+                 "text": [v.n_sentences for _, v in texts]}
     for run in ways.values():  # warm up (the embedded store computes its centroids here)
-        for doc_id in picks[:2]:
-            run(Query(id=doc_id, size=10))
-    parts: dict[str, dict[str, list[float]]] = {name: defaultdict(list) for name in ways}
-    recall: dict[str, list[float]] = defaultdict(list)
-    requests: dict[str, list[list[tuple[str, str, float, float, int]]]] = defaultdict(list)
-    for n, doc_id in enumerate(picks, 1):
-        for name, run in ways.items():
-            mark = log.mark()
-            t = time.perf_counter()
-            top, stages = run(Query(id=doc_id, size=10))
-            total = (time.perf_counter() - t) * 1e3
-            parts[name]["total"].append(total)
-            for stage in ALL_STAGES:
-                parts[name][stage].append(stages.get(stage, 0.0))
-            parts[name]["other"].append(total - sum(stages.get(s, 0.0) for s in ALL_STAGES))
-            if name != "embedded":
-                requests[name].append(log.since(mark))
-            if truth:
-                recall[name].append(len(set(top) & truth[doc_id]) / max(1, len(truth[doc_id])))
-        if n % 10 == 0:
-            logger.info("latency: %d/%d sources", n, len(picks))
-    sentences = [next(v.n_sentences for d, v in corpus.items if d.id == i) for i in picks]
-    return {"sources": len(picks), "source_sentences": [int(min(sentences)), int(np.median(sentences)), int(max(sentences))],
-            "parts": {s: {k: list(v) for k, v in p.items()} for s, p in parts.items()}, "requests": dict(requests),
-            "recall": {k: [float(np.mean(v)), float(np.min(v))] for k, v in recall.items()}, "load": os.getloadavg()}
+        for mode in MODES:
+            for _, query in queries[mode][:2]:
+                run(query)
+    parts = {m: {name: defaultdict(list) for name in ways} for m in MODES}
+    recall: dict[str, dict[str, list[float]]] = {m: defaultdict(list) for m in MODES}
+    requests: dict[str, dict[str, list[Any]]] = {m: defaultdict(list) for m in MODES}
+    rounds = max(len(q) for q in queries.values())
+
+    def summary() -> dict[str, Any]:  # what is measured so far
+        done = {m: len(parts[m]["embedded"]["total"]) for m in MODES}
+        return {"sources": done,
+                "source_sentences": {m: [int(min(s)), int(np.median(s)), int(max(s))] if s else [0, 0, 0]
+                                     for m, s in ((m, sentences[m][: done[m]]) for m in MODES)},
+                "parts": {m: {w: {k: list(v) for k, v in p.items()} for w, p in parts[m].items()} for m in MODES},
+                "requests": {m: dict(r) for m, r in requests.items()},
+                "recall": {m: {k: [float(np.mean(v)), float(np.min(v))] for k, v in r.items()} for m, r in recall.items()},
+                "load": os.getloadavg()}
+
+    for n in range(rounds):
+        for mode in MODES:
+            if n >= len(queries[mode]):
+                continue
+            key, query = queries[mode][n]
+            for name, run in ways.items():
+                mark = log.mark()
+                t = time.perf_counter()
+                top, stages = run(query)
+                total = (time.perf_counter() - t) * 1e3
+                p = parts[mode][name]
+                p["total"].append(total)
+                for stage in ALL_STAGES:
+                    p[stage].append(stages.get(stage, 0.0))
+                p["other"].append(total - sum(stages.get(s, 0.0) for s in ALL_STAGES))
+                if not name.startswith("embedded"):
+                    requests[mode][name].append(log.since(mark))
+                if (mode, key) in truth:
+                    true = truth[mode, key]
+                    recall[mode][name].append(len(set(top) & true) / max(1, len(true)))
+        logger.info("latency: %d/%d rounds", n + 1, rounds)
+        if on_round is not None:
+            on_round(summary())
+    return summary()
 
 
 # =============================================================================================
@@ -542,47 +604,55 @@ def report(fill_out: dict[str, Any], fid: dict[str, Any] | None, lats: list[tupl
                 print(f"{name:14} {w['recall']:8.3f} {w['min']:7.1f} {w['agreement']:13.3f} {w['ms_p50']:8.0f}")
 
     for label, lat in lats:
-        lo, med, hi = lat["source_sentences"]
-        ways = list(lat["parts"])
-        print(f"\n== latency, node index {label}: more_like_this by id, method sdr, K=100, {lat['sources']} sources of "
-              f"{lo}-{hi} sentences (median {med}); the ways alternate query by query; ms p50 / p99; load average "
-              f"{' '.join(f'{x:.1f}' for x in lat['load'])}")
-        print(f"{'':12}" + "".join(f"{w:>20}" for w in ways))
-        for part in ("total", *ALL_STAGES, "other"):
-            cells = []
-            for w in ways:
-                a = np.asarray(lat["parts"][w][part])
-                cells.append(f"{np.percentile(a, 50):9.1f} /{np.percentile(a, 99):8.1f}")
-            if any(np.percentile(np.asarray(lat["parts"][w][part]), 99) > 0 for w in ways):
-                print(f"{part:12}" + "".join(f"{c:>20}" for c in cells))
-        base = "embedded-blas1" if "embedded-blas1" in lat["parts"] and np.percentile(
-            lat["parts"]["embedded-blas1"]["total"], 50) < np.percentile(lat["parts"]["embedded"]["total"], 50) else "embedded"
-        e = np.asarray(lat["parts"][base]["total"])
-        print(f"(ratios to the faster embedded way: {base})")
-        print(f"{'ratio p50/p99':12}" + "".join(
-            f"{np.percentile(lat['parts'][w]['total'], 50) / np.percentile(e, 50):9.2f}x/{np.percentile(lat['parts'][w]['total'], 99) / np.percentile(e, 99):7.2f}x"
-            .rjust(20) for w in ways))
-        if lat["recall"]:
-            print(f"{'top-10 fid.':12}" + "".join(f"{lat['recall'][w][0]:9.3f} /{lat['recall'][w][1]:8.1f}" .rjust(20)
-                                                  for w in ways) + "   (mean / worst vs exhaustive SDR, by id)")
-        print("\nnode requests per query (median over queries): way, store method, request, count, wire ms, JSON decode ms, "
-              "response MB")
-        for way, per_query in lat["requests"].items():
-            grouped: dict[tuple[str, str], list[list[float]]] = defaultdict(list)
-            for rows in per_query:
-                per: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0, 0.0, 0])
-                for who, path, wire, decode, size in rows:
-                    acc = per[who, path]
-                    acc[0] += 1
-                    acc[1] += wire
-                    acc[2] += decode
-                    acc[3] += size
-                for key, acc in per.items():
-                    grouped[key].append(acc)
-            for (who, path), accs in sorted(grouped.items(), key=lambda kv: -np.median([a[1] for a in kv[1]])):
-                a = np.asarray(accs, dtype=np.float64)
-                print(f"{way:>14} {who:>22} {path:>18} {np.median(a[:, 0]):6.0f} {np.median(a[:, 1]):9.1f} "
-                      f"{np.median(a[:, 2]):10.1f} {np.median(a[:, 3]) / 1e6:8.2f}")
+        for mode in MODES:
+            if lat["sources"].get(mode):
+                latency_table(label, lat, mode)
+
+
+def latency_table(label: str, lat: dict[str, Any], mode: str) -> None:
+    """One latency section's table for one mode (by id / by text): p50 / p99 of the call and of each
+    stage per way, ratios to the faster embedded way, fidelity, and the node requests per query."""
+    lo, med, hi = lat["source_sentences"][mode]
+    parts = lat["parts"][mode]
+    ways = list(parts)
+    what = "by id, indexed sources" if mode == "id" else "by text, new-text sources (IRLeD dev queries, pre-encoded)"
+    print(f"\n== latency, node index {label}: more_like_this {what}, method sdr, K=100, {lat['sources'][mode]} sources of "
+          f"{lo}-{hi} sentences (median {med}); the ways alternate query by query; ms p50 / p99; load average "
+          f"{' '.join(f'{x:.1f}' for x in lat['load'])}")
+    print(f"{'':12}" + "".join(f"{w:>20}" for w in ways))
+    for part in ("total", *ALL_STAGES, "other"):
+        if any(np.percentile(np.asarray(parts[w][part]), 99) > 0 for w in ways):
+            print(f"{part:12}" + "".join(f"{np.percentile(parts[w][part], 50):9.1f} /{np.percentile(parts[w][part], 99):8.1f}"
+                                         .rjust(20) for w in ways))
+    base = "embedded-blas1" if "embedded-blas1" in parts and np.percentile(
+        parts["embedded-blas1"]["total"], 50) < np.percentile(parts["embedded"]["total"], 50) else "embedded"
+    e = np.asarray(parts[base]["total"])
+    print(f"(ratios to the faster embedded way: {base})")
+    print(f"{'ratio p50/p99':12}" + "".join(
+        f"{np.percentile(parts[w]['total'], 50) / np.percentile(e, 50):9.2f}x/{np.percentile(parts[w]['total'], 99) / np.percentile(e, 99):7.2f}x"
+        .rjust(20) for w in ways))
+    recall = lat["recall"][mode]
+    if recall:
+        print(f"{'top-10 fid.':12}" + "".join(f"{recall[w][0]:9.3f} /{recall[w][1]:8.1f}".rjust(20) for w in ways)
+              + f"   (mean / worst vs exhaustive SDR, {what.split(',')[0]})")
+    print(f"\nnode requests per query {what.split(',')[0]} (median over queries): way, store method, request, count, "
+          "wire ms, JSON decode ms, response MB")
+    for way, per_query in lat["requests"][mode].items():
+        grouped: dict[tuple[str, str], list[list[float]]] = defaultdict(list)
+        for rows in per_query:
+            per: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0, 0.0, 0])
+            for who, path, wire, decode, size in rows:
+                acc = per[who, path]
+                acc[0] += 1
+                acc[1] += wire
+                acc[2] += decode
+                acc[3] += size
+            for key, acc in per.items():
+                grouped[key].append(acc)
+        for (who, path), accs in sorted(grouped.items(), key=lambda kv: -np.median([a[1] for a in kv[1]])):
+            a = np.asarray(accs, dtype=np.float64)
+            print(f"{way:>14} {who:>22} {path:>18} {np.median(a[:, 0]):6.0f} {np.median(a[:, 1]):9.1f} "
+                  f"{np.median(a[:, 2]):10.1f} {np.median(a[:, 3]) / 1e6:8.2f}")
 
 
 # =============================================================================================
@@ -617,17 +687,30 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--embedded-blas1", action="store_true",
                     help="in the latency section, also the embedded store with numpy's BLAS on one thread")
     ap.add_argument("--fidelity-by-id", action="store_true",
-                    help="in the latency section, also each way's top-10 against exhaustive SDR of the same sources")
+                    help="in the latency section, also each way's top-10 against exhaustive SDR of the same sources "
+                         "(by id and by text)")
+    ap.add_argument("--skip-latency-text", action="store_true",
+                    help="latency by id only (by default also by new text: the first --max-queries of --queries, "
+                         "pre-encoded from the embedding cache)")
+    ap.add_argument("--latency-after", choices=("written", "merged", "both"), default="both",
+                    help="measure latency on the node's index as written, after --force-merge, or both (default)")
     ap.add_argument("--skip-fidelity", action="store_true")
     ap.add_argument("--skip-latency", action="store_true")
     ap.add_argument("--workdir", type=Path, default=None, help="where the embedded copy is written (default: a temp dir)")
-    ap.add_argument("--json", type=Path, default=None, help="also write every measurement here")
+    ap.add_argument("--json", type=Path, default=None,
+                    help="also write every measurement here (after each section and each latency round)")
+    ap.add_argument("--report-from", type=Path, default=None, metavar="JSON",
+                    help="print the tables of a run saved with --json (also a run cut short), measure nothing")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("urllib3", "faiss.loader", "sdr_search.core.documents"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     logging.getLogger("opensearch").setLevel(logging.ERROR)  # the expected 404 while the index does not exist
 
+    if args.report_from:  # the tables of a saved run (also one cut short: the sections and rounds it finished)
+        saved = json.loads(args.report_from.read_text())
+        report(saved["fill"], saved["fidelity"], list(saved["latency"].items()), saved["merged"], EmbeddedStoreSettings())
+        return
     started = time.perf_counter()
     encoder = SentenceEncoder()
     cache = EmbeddingCache(CacheSettings().cache_dir / "embeddings.sqlite")
@@ -646,15 +729,38 @@ def main(argv: list[str] | None = None) -> None:
         logger.info("read %d documents, %d sentences, %d with statistics in %.0f s", len(corpus.items),
                     corpus.sentences, len(corpus.stats), time.perf_counter() - t)
 
+        saved: dict[str, Any] = {"args": vars(args), "fill": None, "fidelity": None, "latency": {}, "merged": None,
+                                 "complete": False}
+
+        def save() -> None:  # every measurement so far (a run cut short still leaves its sections)
+            if args.json:
+                args.json.write_text(json.dumps(saved, indent=1, default=str))
+
         emb, nodes, fill_out = fill(args, corpus, work)
+        saved["fill"] = fill_out
+        save()
         log = RequestLog()
         for os_store in nodes.values():
             log.install(os_store._os())
         fid = None if args.skip_fidelity else fidelity(args, emb, nodes, encoder, cache)
+        saved["fidelity"] = fid
+        save()
         lats: list[tuple[str, dict[str, Any]]] = []
+        picks, texts, truth = [], [], {}
         if not args.skip_latency:
+            picks = latency_sources(args, corpus)
+            texts = [] if args.skip_latency_text else text_sources(args, encoder, cache)
+            truth = exhaustive_truth(emb, picks, texts) if args.fidelity_by_id else {}
+
+        def measure(label: str) -> None:
+            def on_round(partial: dict[str, Any]) -> None:
+                saved["latency"][label] = partial
+                save()
+            lats.append((label, latency(args, emb, nodes, corpus, log, picks, texts, truth, on_round)))
+
+        if not args.skip_latency and args.latency_after in ("written", "both"):
             segments = ", ".join(f"{k} {v['segments']}" for k, v in fill_out["node"].items())
-            lats.append((f"as indexed ({segments} segments)", latency(args, emb, nodes, corpus, log)))
+            measure(f"as indexed ({segments} segments)")
         merged = None
         if args.force_merge:
             merged = {"node": {}}
@@ -663,13 +769,15 @@ def main(argv: list[str] | None = None) -> None:
                 seconds = force_merge(os_store, name, args.force_merge)
                 merged["node"][label] = {"seconds": seconds, **node_sizes(os_store, name, f"{name}-sdr-state")}
                 logger.info("force-merged %s to %d segment(s) in %.0f s", name, merged["node"][label]["segments"], seconds)
-            if not args.skip_latency:
-                lats.append((f"force-merged to {args.force_merge} segment(s)", latency(args, emb, nodes, corpus, log)))
+            saved["merged"] = merged
+            save()
+            if not args.skip_latency and args.latency_after in ("merged", "both"):
+                measure(f"force-merged to {args.force_merge} segment(s)")
         report(fill_out, fid, lats, merged, EmbeddedStoreSettings())
         print(f"\nbench wall time: {time.perf_counter() - started:.0f} s")
-        if args.json:
-            args.json.write_text(json.dumps({"fill": fill_out, "fidelity": fid, "latency": dict(lats), "merged": merged},
-                                            indent=1, default=str))
+        saved["complete"] = True
+        saved["wall_s"] = time.perf_counter() - started
+        save()
         emb.close()
     finally:
         for os_store in nodes.values():
