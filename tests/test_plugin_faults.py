@@ -4,7 +4,9 @@ has one defined behaviour.
 
 Bad requests: the rescorer's (wrong dimension, NaN, missing statistics, ...) are in
 ``test_opensearch_plugin.py::test_bad_input_is_a_400_with_a_message``; here ``sdr_candidates`` (wrong
-dimension, NaN, statistics of one kind or of another length, ``k``, ``search``) and ``sdr_vectors``.
+dimension, NaN, statistics of one kind or of another length, ``k``, ``search``) and ``sdr_vectors`` (an
+unknown key, a field the mapping lacks or of another type: a 400, as for the rescorer, where it used to
+answer "no sentences" for every hit).
 
 Documents whose vectors are missing (written around the store, which refuses them: no sentences at all,
 an empty ``sentences`` list, sentences without a vector; on the Python path's index also without the base64
@@ -123,6 +125,12 @@ def test_bad_sdr_candidates_and_sdr_vectors_requests_are_400s(node, stores):
     _bad(client, index, candidates(bogus=1), "[sdr_candidates] does not support [bogus]")
     _bad(client, index, {"query": {"match_all": {}}, "ext": {"sdr_vectors": {"bogus": 1}}},
          "[sdr_vectors] does not support [bogus]")
+    _bad(client, index, {"query": {"match_all": {}}, "ext": {"sdr_vectors": {"field": "nothing.vector"}}},
+         f"[sdr_vectors] field [nothing.vector] is not in the mapping of index [{index}]")
+    _bad(client, index, {"query": {"match_all": {}}, "ext": {"sdr_vectors": {"field": "sentences.paragraph"}}},
+         "[sdr_vectors] field [sentences.paragraph] is of type [integer], not knn_vector")
+    _bad(client, index, {"query": {"match_all": {}}, "ext": {"sdr_vectors": {"field": "vector"}}},
+         "[sdr_vectors] [field] must be a field of a nested object")
     assert client.cluster.health()["status"] in ("green", "yellow")
 
 

@@ -8,6 +8,8 @@ import org.apache.lucene.index.LeafReaderContext;
 import org.apache.lucene.search.join.BitSetProducer;
 import org.opensearch.common.document.DocumentField;
 import org.opensearch.common.lucene.search.Queries;
+import org.opensearch.index.mapper.MappedFieldType;
+import org.opensearch.index.query.QueryShardContext;
 import org.opensearch.search.fetch.FetchContext;
 import org.opensearch.search.fetch.FetchSubPhase;
 import org.opensearch.search.fetch.FetchSubPhaseProcessor;
@@ -53,6 +55,9 @@ final class SdrFetchSubPhase implements FetchSubPhase {
         if (found == null && vectors == null) {
             return null;
         }
+        if (vectors != null) {
+            checkVectorsField(fetchContext.getQueryShardContext(), vectors.field());
+        }
         FetchSubPhaseProcessor explain = found == null ? null : explainProcessor(found);
         FetchSubPhaseProcessor read = vectors == null ? null
             : vectorsProcessor(vectors, fetchContext.getQueryShardContext().bitsetFilter(Queries.newNonNestedFilter()));
@@ -77,6 +82,23 @@ final class SdrFetchSubPhase implements FetchSubPhase {
                 }
             }
         };
+    }
+
+    /**
+     * Refuses (a 400, as the rescorer and sdr_candidates do) an {@code sdr_vectors} field that the index's
+     * mapping lacks or that is not a knn_vector, rather than answering "no sentences" for every hit. A field
+     * in the mapping but absent from a segment (no document of it has a vector) still reads as no sentences.
+     */
+    static void checkVectorsField(QueryShardContext context, String field) {
+        MappedFieldType type = context.fieldMapper(field);
+        if (type == null) {
+            throw new IllegalArgumentException("[" + SdrVectorsExt.NAME + "] field [" + field + "] is not in the mapping of index ["
+                + context.index().getName() + "]");
+        }
+        if ("knn_vector".equals(type.typeName()) == false) {
+            throw new IllegalArgumentException("[" + SdrVectorsExt.NAME + "] field [" + field + "] is of type [" + type.typeName()
+                + "], not knn_vector");
+        }
     }
 
     private static FetchSubPhaseProcessor explainProcessor(SdrRescoreContext context) {
