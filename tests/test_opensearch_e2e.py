@@ -201,11 +201,14 @@ def test_stats_exact_then_queries_use_the_stored_statistics(indexed):
 # sdr mlt
 # =============================================================================================
 def _has_plugin(indexed) -> bool:
+    """Whether the store uses the node's sdr plugin (listed, at the version this checkout speaks)."""
     from opensearchpy import OpenSearch
+
+    from sdr_search.indexer.opensearch.plugin_version import PLUGIN_VERSION
 
     client = OpenSearch([indexed[0]])
     try:
-        return any(p["component"] == "sdr" for p in client.cat.plugins(format="json"))
+        return any(p["component"] == "sdr" and p["version"] == PLUGIN_VERSION for p in client.cat.plugins(format="json"))
     finally:
         client.close()
 

@@ -36,13 +36,19 @@ TOL = 1e-4
 
 @pytest.fixture(scope="module")
 def plugin_url(opensearch_url) -> str:
+    from sdr_search.indexer.opensearch.plugin_version import PLUGIN_VERSION
+
     client = OpenSearch([opensearch_url], timeout=60)
     try:
-        plugins = client.cat.plugins(params={"h": "component", "format": "json"})
+        plugins = client.cat.plugins(params={"h": "component,version", "format": "json"})
     finally:
         client.close()
-    if any(p["component"] == "sdr" for p in plugins):
+    versions = {p["version"] for p in plugins if p["component"] == "sdr"}
+    if versions == {PLUGIN_VERSION}:
         return opensearch_url
+    if versions:  # the store would not use it: say why rather than fail on has_plugin()
+        pytest.fail(f"the node at {opensearch_url} runs sdr plugin {sorted(versions)}, this checkout speaks "
+                    f"{PLUGIN_VERSION}: scripts/opensearch-node.sh restart loads the current build", pytrace=False)
     if os.environ.get("SDR_NODE_PLUGIN", "1") == "0":
         pytest.skip("SDR_NODE_PLUGIN=0: this run uses a node without the sdr plugin")
     pytest.fail(f"the node at {opensearch_url} has no sdr plugin; scripts/opensearch-node.sh installs it", pytrace=False)
