@@ -133,6 +133,30 @@ def read_corpus(store: EmbeddedStore, limit: int | None) -> Corpus:
     return Corpus(items, stats, store.reference(), store.stats_info(), store.meta())
 
 
+def wait_for_stats(corpus: Corpus, path: Path, poll: float = 30, timeout: float = 3600) -> None:
+    """``--wait-for-stats``: the source store's statistics were still being computed when its documents
+    were read (``sdr index`` writes them last, in one transaction); wait until it has them for every
+    document, then read them and its reference sample into ``corpus``. Nothing timed runs meanwhile
+    but the writes, which need no statistics."""
+    t0 = time.perf_counter()
+    while True:
+        source = EmbeddedStore(path, read_only=True)
+        try:
+            info = source.stats_info()
+            if not info.stale and not info.docs_without_stats:
+                corpus.stats = {d.id: stats for d, _ in corpus.items if (stats := source.get(d.id).stats) is not None}
+                corpus.reference, corpus.stats_info = source.reference(), info
+                logger.info("statistics of the source store read (%d documents) after waiting %.0f s",
+                            len(corpus.stats), time.perf_counter() - t0)
+                return
+        finally:
+            source.close()
+        if time.perf_counter() - t0 > timeout:
+            raise TimeoutError(f"{path}: statistics still missing after {timeout:.0f} s")
+        logger.info("waiting for the source store's statistics (%d documents without)", info.docs_without_stats)
+        time.sleep(poll)
+
+
 def copy_stats(corpus: Corpus, store: DocumentStore) -> None:
     """The source's reference sample and per-document statistics, as ``sdr stats`` wrote them."""
     if corpus.reference is not None:
@@ -330,6 +354,8 @@ def fill(args, corpus: Corpus, work: Path) -> tuple[EmbeddedStore, dict[str, Ope
         out["node"][label] = node
     out["refresh"] = nodes["opensearch"].settings.refresh
 
+    if args.wait_for_stats and (corpus.stats_info.stale or corpus.stats_info.docs_without_stats):
+        wait_for_stats(corpus, args.store)
     emb = EmbeddedStore(path)
     copy_stats(corpus, emb)
     emb.close()  # sizes with statistics and reference sample, the SQLite WAL checkpointed
@@ -665,6 +691,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--store", type=Path, default=None,
                     help="embedded store whose documents, vectors and statistics fill both stores (default: build "
                          "one of the first --docs IRLeD documents in the work directory)")
+    ap.add_argument("--wait-for-stats", action="store_true",
+                    help="start writing while --store's statistics are still being computed (sdr index writes them "
+                         "last), and wait for them before they are copied")
     ap.add_argument("--docs", type=int, default=None, help="only the first N documents (default: all)")
     ap.add_argument("--sample", type=int, default=5000, help="reference sample R when the store is built here")
     ap.add_argument("--batch-docs", type=int, default=32,
