@@ -12,7 +12,9 @@ unlike, a metadata filter, each with explain: ``candidates`` (K) covers the whol
 candidate stage can leave a document out; then the two OpenSearch paths give the same hit ids in the same
 order, the same scores, signals, feedback documents and explanations, and every SDR score (the hit's score
 for method sdr, the ``sdr`` signal for hybrid, the explanation's) is within 1e-4 of the embedded store's.
-The embedded store ranks hybrid by its own BM25 (bm25s), so hybrid is compared with it signal by signal.
+The embedded store's BM25 (bm25s) agrees with the node's on this corpus (within 1e-6), so hybrid is
+compared with it in full too. Measured when written: SDR differs from the embedded store's by at most
+1.7e-7 through the plugin (float32 on the node) and 4e-16 through the Python path.
 
 The node must have the plugin (as in ``test_opensearch_plugin_store.py``; ``SDR_NODE_PLUGIN=0`` skips).
 """
@@ -175,15 +177,17 @@ def test_hybrid_with_feedback_agrees_through_every_path(stores, query):
             sb = hb.signals[name]
             assert sa.raw == pytest.approx(sb.raw, abs=TOL), (query, ha.id, name)
             assert sa.weight == pytest.approx(sb.weight, abs=TOL), (query, ha.id, name)
-    # the embedded store: the same candidates, and the same vector signals for each of them
-    assert sorted(h.id for h in emb.hits) == sorted(h.id for h in plugin.hits)
+    # the embedded store: its BM25 (bm25s, with OpenSearch 2.x's (k1 + 1) divided out of the node's) agrees
+    # on this plain English corpus, so the whole ranking does: the same hits, feedback documents and signals
+    assert [h.id for h in emb.hits] == [h.id for h in plugin.hits]
+    assert emb.hybrid.get("feedback") == plugin.hybrid.get("feedback")
     by_id = {h.id: h for h in emb.hits}
     for key in ("plugin", "python"):
+        _assert_same_hits(results[key], emb, f"{query}: {key} vs embedded")
         for h in results[key].hits:
             e = by_id[h.id]
-            for name in ("sdr", "mean"):
+            for name in ("sdr", "mean", "bm25"):
                 assert h.signals[name].raw == pytest.approx(e.signals[name].raw, abs=TOL), (query, key, h.id, name)
-            _assert_close_explanations(h.explanation, e.explanation, f"{query}: {key} vs embedded: {h.id}")
 
 
 @pytest.mark.parametrize("method", ["sdr", "hybrid"])
