@@ -3,7 +3,7 @@ training with its dev evaluation, time-boxed to fit one device command (< 10 min
 
 Run it through ``bench/gpu.sh`` (which picks the Python and says how the environment reaches the
 device); ``bench/gpu.sh --dry-run`` runs every stage on CPU with tiny sizes in one to two minutes
-on 2 cores (``tests/test_gpu_script.py``). Results go to ``--out DIR``, else ``$OUT`` (the device
+on 2 cores (``tests/bench/test_gpu_script.py``). Results go to ``--out DIR``, else ``$OUT`` (the device
 tool's output folder), else ``/tmp/sdr-gpu-out``: ``gpu.json`` (every figure), ``gpu.md`` (a summary to paste into
 docs/results/gpu.md) and ``gpu.log`` (this script's log, with the tails of its subprocesses' logs).
 Both files are rewritten after every stage, so a run cut short still leaves what it measured.

@@ -5,7 +5,7 @@
 #
 #   bench/gpu.sh --prepare        here, once (needs .venv and PyPI): writes .gpu/ (git-ignored)
 #   run(command='bash bench/gpu.sh', carry=['.gpu'], timeout_s=600)     on a task lent a device
-#   bench/gpu.sh --dry-run [--out DIR]    every stage on CPU, tiny sizes (tests/test_gpu_script.py)
+#   bench/gpu.sh --dry-run [--out DIR]    every stage on CPU, tiny sizes (tests/bench/test_gpu_script.py)
 #   bench/gpu.sh --help                   bench/gpu.py's options (stages, budgets, objectives...)
 #
 # Results: $OUT (the device tool's output folder) or --out DIR: gpu.json, gpu.md, gpu.log.

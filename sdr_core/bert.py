@@ -15,7 +15,7 @@ Only a directory this reproduces exactly is taken (:func:`native_support` says w
 left to transformers): ``model_type`` bert with absolute positions, an encoder (not a decoder),
 a GELU or ReLU activation, one ``model.safetensors`` (a ``BertForMaskedLM`` checkpoint's
 ``bert.`` prefix is dropped, its head ignored) and a ``tokenizer.json`` whose lower-casing agrees
-with ``tokenizer_config.json``. ``tests/test_bert.py`` checks the token ids, offsets and last
+with ``tokenizer_config.json``. ``tests/core/test_bert.py`` checks the token ids, offsets and last
 hidden states against transformers' on the bundled model, in fp32 and under bf16 autocast.
 """
 

@@ -1,6 +1,6 @@
 """The behavioural contract of :class:`sdr_search.indexer.store.DocumentStore`: :class:`StoreContract`.
 
-Every store's tests subclass it and provide the ``make_store`` fixture (``tests/test_store_contract.py``:
+Every store's tests subclass it and provide the ``make_store`` fixture (``tests/indexer/test_store_contract.py``:
 the embedded store and the OpenSearch store, the latter on a real node); a future store gets the
 whole contract by subclassing it too::
 

@@ -21,7 +21,7 @@ the same types and order, as bm25s uses when it indexes (``float32(float64(idf32
 ((1 - b) + b * dl / avgdl) + tf))``), and the weights are summed as :meth:`BM25Ranker.scores`
 sums them (float32 per group of query terms with the same count, in query order, then float64
 times the count): the scores are *bit for bit* those of a ranker fitted on the live texts, in
-any order (``tests/test_lexical_segments.py`` checks this after random puts, replacements and
+any order (``tests/indexer/test_lexical_segments.py`` checks this after random puts, replacements and
 deletes).
 
 Merging. When the delta's documents plus the masked ones exceed the bound

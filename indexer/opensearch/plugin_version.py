@@ -6,7 +6,7 @@ answers ``400 parsing_exception: [sdr_candidates] does not support [search]``. S
 descriptor version (``<version>`` in ``opensearch-plugin/pom.xml``, written to
 ``plugin-descriptor.properties`` and listed by ``_cat/plugins``) is the protocol version, and the store
 uses the plugin only when every node's ``sdr`` entry reports exactly :data:`PLUGIN_VERSION`. Bump both
-together whenever a request or response of the plugin changes (``tests/test_plugin_version.py`` checks
+together whenever a request or response of the plugin changes (``tests/indexer/test_plugin_version.py`` checks
 that they agree).
 
 What happens otherwise (``SDR_OPENSEARCH_PLUGIN``): ``auto`` runs the Python path and logs, once per

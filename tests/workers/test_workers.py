@@ -32,7 +32,7 @@ from sdr_search.workers.swap import ReindexState, switch_symlink, timestamped_na
 
 pytestmark = pytest.mark.unit
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def record(i: int, *, poison: bool = False, prefix: str = "d") -> dict:

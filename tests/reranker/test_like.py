@@ -30,7 +30,7 @@ from sdr_search.reranker.engine import MAX_SOURCES, MLTSettings, MoreLikeThis, Q
 
 pytestmark = pytest.mark.unit
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TOPICS = ["court", "river", "music", "rocket", "garden", "bridge"]
 N_DOCS = 14
 

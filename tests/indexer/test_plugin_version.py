@@ -1,6 +1,6 @@
 """The sdr plugin's version is its protocol (issue 33, item 6): the store reads it from the node's plugin
 list and uses the plugin only at the version it speaks (:data:`plugin_version.PLUGIN_VERSION`, equal to
-opensearch-plugin/pom.xml's version: tests/test_plugin_shipping.py). A plugin of another version (a stale
+opensearch-plugin/pom.xml's version: tests/indexer/test_plugin_shipping.py). A plugin of another version (a stale
 build once answered ``400 parsing_exception: [sdr_candidates] does not support [search]``): with
 SDR_OPENSEARCH_PLUGIN=auto the Python path and one warning per process naming both versions; with =on a
 StoreError naming both and what to do. A node without the plugin is logged once per process.

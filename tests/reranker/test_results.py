@@ -32,7 +32,7 @@ from sdr_search.reranker.engine import MoreLikeThis, Query, aligned_spans, sente
 
 unit = pytest.mark.unit  # every test here but the OpenSearch one: no model, no service
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TOPICS = ["court", "river", "music", "rocket", "garden", "bridge"]
 
 

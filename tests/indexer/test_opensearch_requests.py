@@ -86,7 +86,7 @@ AS_GIVEN = SegmentationSettings.from_recorded({})  # paragraphs and sentences as
 
 pytestmark = pytest.mark.unit
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 META = IndexMeta("model-a", "tag-a", 2, {"paragraph_unit": "paragraph"}, {"numpy": "2.0"}, "2025-01-01T00:00:00+00:00")
 AT = "2025-01-02T03:04:05+00:00"
 

@@ -22,7 +22,7 @@ from sdr_search.indexer.opensearch import plugin_version
 
 pytestmark = pytest.mark.unit
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = ROOT / "opensearch-plugin"
 POM_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
 

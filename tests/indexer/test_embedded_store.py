@@ -643,7 +643,7 @@ _CHILD = (
 def _run_and_kill(path: Path, fraction: float) -> None:
     total = sum(crash_item(i)[1].n_sentences for i in range(CRASH_DOCS)) * DIM * 4
     vec = path / "vectors.float32"
-    proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(Path(__file__).parent), str(path)])
+    proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(Path(__file__).parents[1]), str(path)])
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and proc.poll() is None:

@@ -16,7 +16,7 @@ import pytest
 from conftest import running_server
 from test_engine import TOPICS
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 API_KEY = "test-key-0123456789"
 MAX_SOURCE_SENTENCES = 50
 MAX_BODY_BYTES = 200_000

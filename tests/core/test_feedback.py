@@ -1,7 +1,7 @@
 """Document feedback in adaptive fusion (issue 25; docs/scoring.md "Document feedback"): the pure
 functions (:func:`feedback_share`, :func:`without_own`, :func:`with_feedback`), the switch on the
 spec and the settings, and :func:`hybrid_ranking` with feedback checked against the fusion done by
-hand. The engine's feedback is checked against single-source queries in tests/test_like.py."""
+hand. The engine's feedback is checked against single-source queries in tests/reranker/test_like.py."""
 
 from __future__ import annotations
 

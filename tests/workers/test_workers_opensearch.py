@@ -37,7 +37,7 @@ from worker_harness import Reindex, Worker, base_env, corpus, wait_for, write_js
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 NODE_SCRIPT = REPO / "scripts" / "opensearch-node.sh"
 OWNED_NODE_PORT = int(os.environ.get("SDR_TEST_NODE_PORT", "9260"))
 N_NEW = 40  # documents of the new generation

@@ -49,7 +49,7 @@ from sdr_search.core.errors import (
     SDRError,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NDJSON = ROOT / "mappings" / "dashboards.ndjson"
 INDEX_MAPPING = ROOT / "mappings" / "index.json"
 

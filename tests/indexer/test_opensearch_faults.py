@@ -53,7 +53,7 @@ from sdr_search.core.vectors import DocVectors
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 NODE_SCRIPT = REPO / "scripts" / "opensearch-node.sh"
 FAULT_NODE_PORT = int(os.environ.get("SDR_TEST_FAULT_NODE_PORT", "9270"))
 MAX_CONTENT = 2 * 1024 * 1024  # the node's http.max_content_length ("2mb" = 2 MiB)

@@ -33,7 +33,7 @@ from sdr_search.cli import main
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 WIKI = REPO.parent / "shared" / "data" / "wiki" / "articles-00.jsonl.gz"
 N_DOCS = 16
 N_QUERIES = 4
