@@ -1,0 +1,154 @@
+"""Requests of the sdr plugin: candidates, exact SDR, vectors (opensearch-plugin/README.md).
+
+Pure functions: see :mod:`sdr_search.indexer.opensearch.requests`."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from sdr_search.core.errors import (
+    StoreError,
+)
+from sdr_search.core.vectors import DocVectors
+
+
+from .layout import AGGREGATIONS, MAX_KNN_K, decode_vectors_b64, document_os_id, encode_vectors_b64
+from .writes import error_from_response
+
+
+# the sdr plugin: candidates, exact SDR, vectors (opensearch-plugin/README.md)
+# =============================================================================================
+def _source_clause(vectors: np.ndarray, par_sizes: Sequence[int], mu: Sequence[float] | None,
+                   sigma: Sequence[float] | None) -> dict[str, Any]:
+    """The source part shared by ``sdr_candidates`` and the ``sdr`` rescorer: base64 float32 rows,
+    paragraph sizes, and the per-paragraph statistics when given."""
+    clause: dict[str, Any] = {"vectors": encode_vectors_b64(np.asarray(vectors, dtype=np.float32)),
+                              "paragraph_sizes": [int(n) for n in par_sizes]}
+    if mu is not None:
+        clause["mu"] = [float(v) for v in mu]
+        clause["sigma"] = [float(v) for v in sigma]  # type: ignore[union-attr]
+    return clause
+
+
+def build_sdr_candidates_query(
+    vectors: np.ndarray, par_sizes: Sequence[int], *, k: int, size: int, ef_search: int,
+    aggregation: str = "weighted-sum", mu: Sequence[float] | None = None, sigma: Sequence[float] | None = None,
+    exclude_ids: Sequence[str] = (), filter: Mapping[str, Any] | None = None, search: str = "documents",
+    oversample: int = 4,
+) -> dict[str, Any]:
+    """One search that runs SDR's candidate stage on each shard (the plugin's ``sdr_candidates``
+    query): per source sentence (a row of ``vectors``, grouped into paragraphs by ``par_sizes``) the
+    nested k-NN top ``k`` documents with ``ef_search``, aggregated per document (``aggregation``, with
+    the source paragraphs' ``mu``/``sigma`` when given), the best ``size`` returned with their aggregate
+    score. ``exclude_ids`` (document ids, ``doc_id``) and ``filter`` (a document-level query,
+    :func:`build_candidate_filter`) as :func:`build_nested_knn_query` applies them: without a filter
+    the excluded documents are asked for on top of ``k`` and dropped; with one, they are left out
+    inside it. ``search`` ``documents``: each sentence's search is the nested k-NN of ``k`` documents;
+    ``sentences``: the k-NN of ``max(k * oversample, ef_search)`` sentences, each document kept once,
+    the first ``k`` (the embedded store's nested k-NN)."""
+    if search not in ("documents", "sentences"):
+        raise ValueError(f"search must be documents or sentences, got {search!r}")
+    if aggregation not in AGGREGATIONS:
+        raise ValueError(f"aggregation must be one of {', '.join(AGGREGATIONS)}, got {aggregation!r}")
+    if not 1 <= int(k) <= MAX_KNN_K:
+        raise ValueError(f"k must be between 1 and {MAX_KNN_K}, got {k}")
+    clause = {**_source_clause(vectors, par_sizes, mu, sigma), "k": int(k),
+              "ef_search": max(int(ef_search), int(k)), "aggregation": aggregation}
+    if search == "sentences":
+        clause.update(search="sentences", oversample=int(oversample))
+    excluded = list(dict.fromkeys(str(i) for i in exclude_ids))
+    if excluded:
+        clause["exclude"] = excluded
+    if filter is not None:
+        clause["filter"] = copy.deepcopy(dict(filter))
+    return {"size": int(size), "_source": False, "docvalue_fields": ["doc_id"], "track_total_hits": False,
+            "query": {"sdr_candidates": clause}}
+
+
+def build_sdr_scores_msearch(
+    index: str, sources: Sequence[tuple[np.ndarray, Sequence[int], Sequence[float], Sequence[float]]],
+    ids: Sequence[str], *, explain: bool = False,
+) -> list[dict[str, Any]]:
+    """``_msearch`` body with one search per source (``(vectors, par_sizes, mu, sigma)``): the
+    documents ``ids`` (by ``_id``) rescored by the plugin's exact SDR (``sdr`` rescorer, window =
+    all of them). ``explain`` asks for the ``_sdr`` breakdown of each hit (first source only)."""
+    unique = list(dict.fromkeys(str(i) for i in ids))
+    body: list[dict[str, Any]] = []
+    for n, (vectors, par_sizes, mu, sigma) in enumerate(sources):
+        clause = _source_clause(vectors, par_sizes, mu, sigma)
+        if explain and n == 0:
+            clause["explain"] = True
+        body.append({"index": index})
+        body.append({"size": len(unique), "_source": False, "docvalue_fields": ["doc_id"], "track_total_hits": False,
+                     "query": {"ids": {"values": [document_os_id(i) for i in unique]}},
+                     "rescore": {"window_size": max(1, len(unique)), "sdr": clause}})
+    return body
+
+
+NO_SENTENCES_SCORE = -3.4028234663852886e38
+"""The plugin's score for a document without sentence vectors (SDR's -infinity as the lowest float)."""
+
+
+def parse_sdr_hits(item: Mapping[str, Any], *, index: str | None = None, what: str = "an sdr search"
+                   ) -> tuple[list[str], np.ndarray, list[Mapping[str, Any] | None]]:
+    """Document ids (``fields.doc_id``), scores (float64, ``-inf`` for a document without sentence
+    vectors) and the ``_sdr`` explanations (None where absent) of one plugin search, in hit order. An
+    item with an ``error`` raises the matching domain error."""
+    if "error" in item:
+        raise error_from_response(item.get("status", 500), item, what=what, index=index)
+    hits = item.get("hits", {}).get("hits", [])
+    ids = [str(h["fields"]["doc_id"][0]) for h in hits]
+    scores = np.asarray([float(h["_score"]) for h in hits], dtype=np.float64)
+    scores[scores <= NO_SENTENCES_SCORE * 0.999] = -np.inf
+    explained = [(h.get("fields", {}).get("_sdr") or [None])[0] for h in hits]
+    return ids, scores, explained
+
+
+def build_vectors_search(ids: Sequence[str], *, fields: Sequence[str] = ("doc_id", "par_sizes"),
+                         mean: bool = False) -> dict[str, Any]:
+    """A search for the documents ``ids`` (by ``_id``) that returns each one's sentence vectors from
+    the index's vector data (the plugin's ``sdr_vectors`` fetch), with ``fields`` of ``_source``;
+    with ``mean``, each one's normalised mean sentence vector and paragraph count instead."""
+    unique = list(dict.fromkeys(str(i) for i in ids))
+    return {"size": len(unique), "_source": list(fields), "track_total_hits": False,
+            "query": {"ids": {"values": [document_os_id(i) for i in unique]}},
+            "ext": {"sdr_vectors": {"mean": True} if mean else {}}}
+
+
+def parse_mean_hit(hit: Mapping[str, Any], dim: int) -> tuple[int, np.ndarray]:
+    """``(paragraphs, normalised mean vector)`` of one hit of ``build_vectors_search(..., mean=True)``."""
+    src = hit.get("_source") or {}
+    got = (hit.get("fields", {}).get("_sdr_vectors") or [None])[0]
+    if not isinstance(got, Mapping) or "mean" not in got:
+        raise StoreError(f"the node returned no mean vector for document {src.get('doc_id', hit.get('_id'))!r}")
+    if int(got.get("sentences", 0)) == 0:
+        raise StoreError(f"stored vectors of document {src.get('doc_id', hit.get('_id'))!r} are missing")
+    return int(got["paragraphs"]), decode_vectors_b64(str(got["mean"]), dim)[0]
+
+
+def parse_vector_hit(hit: Mapping[str, Any], dim: int) -> DocVectors:
+    """The :class:`DocVectors` of one hit of :func:`build_vectors_search` (or a scan with the same
+    ``ext``). Raises :class:`StoreError` when the plugin's vectors are missing, of another dimension,
+    or do not match the document's recorded paragraph sizes (``_source.par_sizes``)."""
+    src = hit.get("_source") or {}
+    doc_id = src.get("doc_id", hit.get("_id"))
+    got = (hit.get("fields", {}).get("_sdr_vectors") or [None])[0]
+    if not isinstance(got, Mapping):
+        raise StoreError(f"the node returned no vectors for document {doc_id!r} (is the sdr plugin installed?)")
+    sizes = [int(n) for n in got.get("paragraph_sizes", [])]
+    recorded = [int(n) for n in src.get("par_sizes", sizes)]
+    if int(got.get("sentences", 0)) == 0:
+        raise StoreError(f"stored vectors of document {doc_id!r} are missing: the index holds no sentence vector for it")
+    if int(got.get("dim", dim)) != int(dim):
+        raise StoreError(f"stored vectors of document {doc_id!r} have dimension {got.get('dim')}, the index {dim}")
+    if sizes != recorded:
+        raise StoreError(f"stored vectors of document {doc_id!r} are damaged: paragraphs of {sizes} sentences in the "
+                         f"vector data, {recorded} recorded")
+    return DocVectors(decode_vectors_b64(str(got["vectors"]), dim),
+                      np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64))
+
+
+# =============================================================================================

@@ -1,0 +1,84 @@
+"""Reads: mget, counts, scans, the alias swap.
+
+Pure functions: see :mod:`sdr_search.indexer.opensearch.requests`."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Iterable, Mapping, Sequence
+
+
+
+
+from .layout import document_os_id
+
+
+# reads
+# =============================================================================================
+def build_mget_body(ids: Iterable[str], fields: Sequence[str] | Mapping[str, Any] | bool, *, index: str | None = None) -> dict[str, Any]:
+    """``_mget`` body for documents ``ids`` (by stable ``_id``) with ``_source`` filter ``fields``
+    (a list of fields, an ``{"includes"/"excludes"}`` dict, or a bool). ``index`` names the
+    index in every entry (for a request spanning indices); otherwise the path names it."""
+    source: Any = fields if isinstance(fields, bool) else (dict(fields) if isinstance(fields, Mapping) else list(fields))
+    docs = []
+    for i in ids:
+        entry: dict[str, Any] = {"_id": document_os_id(i), "_source": copy.deepcopy(source)}
+        if index is not None:
+            entry = {"_index": index, **entry}
+        docs.append(entry)
+    return {"docs": docs}
+
+
+def build_counts_query() -> dict[str, Any]:
+    """Documents (exact total), paragraphs and sentences (sums) in one search."""
+    return {
+        "size": 0,
+        "track_total_hits": True,
+        "aggs": {"paragraphs": {"sum": {"field": "n_paragraphs"}}, "sentences": {"sum": {"field": "n_sentences"}}},
+    }
+
+
+def build_stats_count_query(version: int | None = None) -> dict[str, Any]:
+    """``_count`` body over the state index: statistics documents (of ``version`` if given)."""
+    filters: list[dict[str, Any]] = [{"term": {"kind": "stats"}}]
+    if version is not None:
+        filters.append({"term": {"stats_version": int(version)}})
+    return {"query": {"bool": {"filter": filters}}}
+
+
+def build_scan_query(
+    *, size: int, source: Sequence[str] | bool, search_after: Sequence[Any] | None = None,
+    pit_id: str | None = None, keep_alive: str = "2m", query: Mapping[str, Any] | None = None,
+    ext: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One page of a scan over all documents in ``doc_id`` order (unique, so ``search_after``
+    pages neither repeat nor skip a document). With ``pit_id`` the page reads that point in time
+    (the request then names no index). ``query`` (a filter: it does not score) restricts the
+    scan to the documents it matches."""
+    body: dict[str, Any] = {
+        "size": int(size),
+        "_source": source if isinstance(source, bool) else list(source),
+        "sort": [{"doc_id": "asc"}],
+        "track_total_hits": False,
+    }
+    if query is not None:
+        body["query"] = {"bool": {"filter": [copy.deepcopy(dict(query))]}}
+    if source is False:
+        body["docvalue_fields"] = ["doc_id"]
+    if search_after is not None:
+        body["search_after"] = list(search_after)
+    if pit_id is not None:
+        body["pit"] = {"id": pit_id, "keep_alive": keep_alive}
+    if ext is not None:
+        body["ext"] = copy.deepcopy(dict(ext))
+    return body
+
+
+def build_alias_swap(alias: str, new_index: str, old_indices: Iterable[str]) -> dict[str, Any]:
+    """``_aliases`` body moving ``alias`` to ``new_index`` atomically (one request)."""
+    actions: list[dict[str, Any]] = [{"remove": {"index": old, "alias": alias}} for old in old_indices if old != new_index]
+    actions.append({"add": {"index": new_index, "alias": alias}})
+    return {"actions": actions}
+
+
+# =============================================================================================
