@@ -41,7 +41,7 @@ lets each fold choose among every variant *and* the default, the honest figure f
 these". The check cuts (``--check-cut``) are scored with each fold's choice, never chosen on.
 
 Per source, one pass computes every signal over the whole corpus and caches it under
-``--signals-dir`` (default ``/var/tmp/sdr-h7/plex``): BM25, exact SDR, the mean cosine, and each
+``--signals-dir`` (default ``/var/tmp/sdr-plex``): BM25, exact SDR, the mean cosine, and each
 variant; feedback documents are computed when a ranking first needs them and cached too. On 2
 cores about 3-5 s per whole-judgment source (the SDR product dominates); the seconds each signal
 took per source are printed.
@@ -390,7 +390,7 @@ def main() -> int:
     p.add_argument("--candidates", type=int, default=100, help="K: each signal's top K form the fused set (default 100)")
     p.add_argument("--folds", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--signals-dir", default="/var/tmp/sdr-h7/plex", help="cache of the per-source signals")
+    p.add_argument("--signals-dir", default="/var/tmp/sdr-plex", help="cache of the per-source signals")
     p.add_argument("--check-cut", action="append", default=[], metavar="CUT",
                    help="also score sources cut this way with the variant each fold chose (never chosen on)")
     p.add_argument("--json", type=Path, metavar="OUT", help="also write every figure as JSON")
