@@ -29,6 +29,9 @@ PLUGIN_VERSION = "1.1.0"
 _logged: set[tuple[str, ...]] = set()
 _logged_lock = threading.Lock()
 
+PLUGIN_COMPONENT = "sdr"
+"""The plugin's name in the node's plugin list (``name`` in its plugin-descriptor.properties)."""
+
 
 @dataclass(frozen=True)
 class PluginCheck:
@@ -44,7 +47,7 @@ def check_plugins(rows: Iterable[Mapping[str, Any]] | None, expected: str | None
     """Check the rows of ``_cat/plugins?format=json&h=component,version`` (one per node and plugin)
     against ``expected`` (default :data:`PLUGIN_VERSION`, read at call time)."""
     want = PLUGIN_VERSION if expected is None else expected
-    versions = sorted({str(r.get("version")) for r in rows or [] if str(r.get("component")) == "sdr"})
+    versions = sorted({str(r.get("version")) for r in rows or [] if str(r.get("component")) == PLUGIN_COMPONENT})
     if not versions:
         return PluginCheck("absent")
     return PluginCheck("ok" if versions == [want] else "mismatch", tuple(versions))

@@ -636,14 +636,15 @@ def _crash_writer(path: str) -> None:
 
 
 _CHILD = (
-    "import sys; sys.path.insert(0, sys.argv[1]); import test_embedded_store as t; t._crash_writer(sys.argv[2])"
+    "import os, sys; sys.path[:0] = [sys.argv[1], os.path.dirname(sys.argv[1])]; "
+    "import test_embedded_store as t; t._crash_writer(sys.argv[2])"
 )
 
 
 def _run_and_kill(path: Path, fraction: float) -> None:
     total = sum(crash_item(i)[1].n_sentences for i in range(CRASH_DOCS)) * DIM * 4
     vec = path / "vectors.float32"
-    proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(Path(__file__).parents[1]), str(path)])
+    proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(Path(__file__).parent), str(path)])
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and proc.poll() is None:

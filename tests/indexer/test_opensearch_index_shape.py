@@ -103,7 +103,7 @@ def test_edited_space_type_is_recorded_and_translated(opensearch_url, os_index, 
             return body
         return load
 
-    monkeypatch.setattr(osr, "load_mapping", edited("cosinesimil"))
+    monkeypatch.setattr(osr.layout, "load_mapping", edited("cosinesimil"))  # where build_index_body reads it
     items = docs(5)
     store = open_store(opensearch_url, os_index())
     try:
@@ -118,7 +118,7 @@ def test_edited_space_type_is_recorded_and_translated(opensearch_url, os_index, 
     finally:
         store.drop()
         store.close()
-    monkeypatch.setattr(osr, "load_mapping", edited("hamming"))
+    monkeypatch.setattr(osr.layout, "load_mapping", edited("hamming"))
     bad = OpenSearchStore(opensearch_url, index=os_index())
     with pytest.raises(StoreError, match="hamming"):
         bad.ensure_meta(META)
