@@ -97,18 +97,21 @@ final class CandidateAggregator {
         switch (method) {
             case VOTES:
                 for (int h = 0; h < n; h++) {
-                    sums[slot(hitDocs[h])] += 1;
+                    int at = slot(hitDocs[h]);  // first: slot() may grow sums (sums[slot(..)] would index the old array)
+                    sums[at] += 1;
                 }
                 break;
             case SUM:
                 for (int h = 0; h < n; h++) {
-                    sums[slot(hitDocs[h])] += cosines[h];
+                    int at = slot(hitDocs[h]);
+                    sums[at] += cosines[h];
                 }
                 break;
             case WEIGHTED_SUM: {
                 double weight = 1.0 / (size * (statistics ? source.sigmaUsed(i) : 1.0));
                 for (int h = 0; h < n; h++) {
-                    sums[slot(hitDocs[h])] += weight * cosines[h];
+                    int at = slot(hitDocs[h]);
+                    sums[at] += weight * cosines[h];
                 }
                 break;
             }
@@ -122,7 +125,8 @@ final class CandidateAggregator {
                 }
                 floorSums[i] += floor;
                 for (int h = 0; h < n; h++) {
-                    extra[slot(hitDocs[h]) * paragraphs + i] += (double) cosines[h] - floor;
+                    int at = slot(hitDocs[h]);
+                    extra[at * paragraphs + i] += (double) cosines[h] - floor;
                 }
                 break;
             }
