@@ -6,7 +6,7 @@ Pure but for the lexical scores of several sources, which the store computes."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -31,6 +31,9 @@ class Candidates:
     ids: list[str]
     docs: list[DocVectors] | None
     lexical: LexicalHits | None = None
+    exact: Mapping[str, float] | None = None
+    """Exact SDR scores the store computed already (the in-store pre-rank of the pool), of source ``exact_for``."""
+    exact_for: Any = None
 
     def vectors_of(self, store: DocumentStore, ids: Sequence[str]) -> list[DocVectors]:
         """The vectors of some of the candidates (the hits to present): those fetched, or read now."""
@@ -46,7 +49,22 @@ def _sdr_rows(store: DocumentStore, every: Source, candidates: Candidates) -> np
     its data (the sdr plugin on OpenSearch) when nothing was fetched."""
     parts = every.members
     if candidates.docs is None:
-        return store.sdr_scores([(m.vectors, m.stats) for m in parts], candidates.ids).scores
+        ids = candidates.ids
+        known = candidates.exact or {}
+        reuse = [k for k, m in enumerate(parts) if known and m is candidates.exact_for]
+        if not reuse:
+            return store.sdr_scores([(m.vectors, m.stats) for m in parts], ids).scores
+        rows = np.empty((len(parts), len(ids)))
+        others = [k for k in range(len(parts)) if k not in reuse]
+        if others:
+            rows[others] = store.sdr_scores([(parts[k].vectors, parts[k].stats) for k in others], ids).scores
+        row = dict(known)  # the pool's exact scores: not asked for again
+        missing = [i for i in ids if i not in row]
+        if missing:  # the lexical-only candidates, outside the scored pool
+            m = parts[reuse[0]]
+            row.update(zip(missing, store.sdr_scores([(m.vectors, m.stats)], missing).scores[0]))
+        rows[reuse] = [row[i] for i in ids]
+        return rows
     best = document_best(every.vectors, candidates.docs)
     if len(parts) == 1:
         return sdr_scores(best, every.stats)[None, :]

@@ -88,9 +88,9 @@ class CandidateStage:
                 pool, pool_scores = [pool[k] for k in positions], pool_scores[positions]
                 lexical_ranked = filter_candidates(self.store, lexical_ranked, query.filter, limit=2 * K)
                 timings["filter"] = _ms(time.perf_counter() - t3)
-        vector_ids, lexical_ids, docs = self._prerank_and_fetch(source, pool, pool_scores, lexical_ranked, K, timings,
-                                                                known)
-        return Candidates(vector_ids + lexical_ids, docs, lexical)
+        vector_ids, lexical_ids, docs, exact = self._prerank_and_fetch(source, pool, pool_scores, lexical_ranked, K,
+                                                                       timings, known)
+        return Candidates(vector_ids + lexical_ids, docs, lexical, exact=exact, exact_for=source if exact else None)
 
     def _all_matching(self, flt: Mapping[str, Any], k: int, exclude: Sequence[str]) -> list[str] | None:
         """The documents ``flt`` matches (but ``exclude``) when they are at most ``k``, else None.
@@ -124,25 +124,28 @@ class CandidateStage:
     def _prerank_and_fetch(
         self, source: Source, pool: list[str], scores: np.ndarray | None, lexical_ranked: list[str], K: int,
         timings: dict[str, float], known: Mapping[str, DocVectors] | None = None,
-    ) -> tuple[list[str], list[str], list[DocVectors] | None]:
+    ) -> tuple[list[str], list[str], list[DocVectors] | None, dict[str, float] | None]:
         """The K vector candidates (the pool narrowed by the centroid pre-rank when it is larger),
         the lexical candidates that are not among them (at most K, in lexical order), and the vectors
         of both, each document fetched once. A store whose centroids are not cheap
         (``capabilities.cheap_centroids`` false) has the pool fetched once: the pre-rank's centroids
         and the rerank share those vectors. ``known``: vectors this query fetched already (document
         feedback's second search), not fetched again. A store that scores exactly itself
-        (:attr:`in_store`) keeps the pool's best K by exact SDR instead, and nothing is fetched (None)."""
+        (:attr:`in_store`) keeps the pool's best K by exact SDR instead, and nothing is fetched (None); the
+        fourth value is then those exact scores of the pool, which the ranking reuses (None otherwise)."""
         t0 = time.perf_counter()
         prerank = scores is not None and len(pool) > K
         if self.in_store:  # the pool scored exactly next to the data, its best K kept; nothing fetched
             keep = range(len(pool) if scores is None else min(len(pool), K))
+            exact_of: dict[str, float] | None = None
             if prerank:
                 exact = self.store.sdr_scores([(source.vectors, source.stats)], pool).scores[0]
                 keep = rank(pool, exact)[:K]
+                exact_of = dict(zip(pool, map(float, exact)))  # the ranking reuses them (lexical ones in the pool too)
                 timings["prerank"] = _ms(time.perf_counter() - t0)
             vector_ids = [pool[i] for i in keep]
             chosen = set(vector_ids)
-            return vector_ids, [i for i in lexical_ranked if i not in chosen][:K], None
+            return vector_ids, [i for i in lexical_ranked if i not in chosen][:K], None, exact_of
         fetched: dict[str, DocVectors] | None = None
         if prerank and not self.store.capabilities.cheap_centroids:
             in_pool = set(pool)
@@ -163,7 +166,7 @@ class CandidateStage:
             t1 = time.perf_counter()
             fetched = self._fetch(ids, known)
             timings.update(prerank=_ms(t1 - t0), fetch=_ms(time.perf_counter() - t1))
-        return vector_ids, lexical_ids, [fetched[i] for i in ids]
+        return vector_ids, lexical_ids, [fetched[i] for i in ids], None
 
     def _fetch(self, ids: list[str], known: Mapping[str, DocVectors] | None) -> dict[str, DocVectors]:
         """The vectors of ``ids``: those in ``known`` as they are, the others in one store read."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -20,6 +21,28 @@ pytest.register_assert_rewrite("factories", "store_contract", "worker_harness")
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
 NODE_SCRIPT = ROOT / "scripts" / "opensearch-node.sh"
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def owned_node_port(env: str, default: int) -> int:
+    """The HTTP port of a node a test module starts, restarts and stops itself: ``env`` when set,
+    else the first port from ``default`` whose HTTP port and transport port (+ 100, as
+    scripts/opensearch-node.sh sets it) are both free, so another node on the machine (another
+    run's, a developer's) is never taken for it."""
+    if os.environ.get(env):
+        return int(os.environ[env])
+    for port in range(default, default + 50):
+        if _port_free(port) and _port_free(port + 100):
+            return port
+    raise RuntimeError(f"no free port pair in {default}-{default + 49} (and +100) for a test node; set {env}")
 
 
 def _answers(url: str) -> bool:

@@ -18,7 +18,7 @@
     query with ``query_then_fetch`` scores with per-shard statistics and differs.
 
 Nodes: (a)-(c) stop, restart or overload a node, so they use a node this module owns:
-``scripts/opensearch-node.sh`` on port ``SDR_TEST_FAULT_NODE_PORT`` (default 9270) with
+``scripts/opensearch-node.sh`` on port ``SDR_TEST_FAULT_NODE_PORT`` (default: the first free one from 9270) with
 ``-E thread_pool.write.queue_size=1 -E http.max_content_length=2mb``, wiped before it starts (a
 leftover of an interrupted run on that port) and stopped and wiped at the end. (d) and (e) only
 read and write their own indices, on the shared node (the ``opensearch_url`` fixture), which is
@@ -46,6 +46,7 @@ from sdr_search.indexer.embedded import EmbeddedStore
 from sdr_search.indexer.opensearch import OpenSearchSettings, OpenSearchStore
 from sdr_search.indexer.opensearch.requests import build_bulk_actions, build_terms_query, bulk_lines
 from sdr_search.indexer.store import IndexMeta
+from conftest import owned_node_port
 from sdr_search.core.documents import Document, parse_record
 from sdr_search.core.errors import BackendUnavailableError, BulkWriteError, DocumentNotFoundError, StoreError
 from sdr_search.core.lexical import analyze, query_terms
@@ -55,7 +56,7 @@ pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 NODE_SCRIPT = REPO / "scripts" / "opensearch-node.sh"
-FAULT_NODE_PORT = int(os.environ.get("SDR_TEST_FAULT_NODE_PORT", "9270"))
+FAULT_NODE_PORT = owned_node_port("SDR_TEST_FAULT_NODE_PORT", 9270)
 MAX_CONTENT = 2 * 1024 * 1024  # the node's http.max_content_length ("2mb" = 2 MiB)
 FAULT_NODE_ARGS = "-E thread_pool.write.queue_size=1 -E http.max_content_length=2mb"
 

@@ -215,3 +215,35 @@ def test_a_filtered_candidate_stage_smaller_than_the_corpus(stores, method):
         for h in plugin.hits:
             if h.id in by_id:
                 assert h.signals["sdr"].raw == pytest.approx(by_id[h.id].signals["sdr"].raw, abs=TOL), h.id
+
+
+@pytest.mark.parametrize("method", ["sdr", "hybrid"])
+@pytest.mark.parametrize("source", [dict(id="doc-3"), dict(text=TEXT)], ids=["id", "text"])
+def test_the_pool_scored_on_the_node_is_not_scored_again(stores, monkeypatch, method, source):
+    """With a pool larger than K the plugin path scores the pool exactly on the node and keeps its best K;
+    the ranking reuses those scores (one request for the pool; for hybrid a second one only for the lexical
+    candidates outside it), and every SDR score still equals the embedded store's exact SDR of that document."""
+    plugin, emb = stores["plugin"], stores["embedded"]
+    asked: list[list[str]] = []
+    real = plugin.sdr_scores
+
+    def spy(sources, ids):
+        asked.append(list(ids))
+        return real(sources, ids)
+
+    monkeypatch.setattr(plugin, "sdr_scores", spy)
+    K = 4
+    query = dict(method=method, candidates=K, size=K, feedback=False) if method == "hybrid" else dict(method=method, candidates=K, size=K)
+    got = MoreLikeThis(store=plugin, encoder=FakeEncoder(), settings=MLTSettings(prerank_factor=2.0)).run(
+        Query(**source, **query))
+    assert len(asked[0]) == 2 * K  # the pool, scored once
+    assert len(asked) == 1 if method == "sdr" else len(asked) <= 2
+    if len(asked) == 2:
+        assert not set(asked[1]) & set(asked[0]), "a pool document was scored twice"
+    ids = [h.id for h in got.hits]
+    exact = MoreLikeThis(store=emb, encoder=FakeEncoder(), settings=MLTSettings()).run(
+        Query(**source, method="sdr", candidate_ids=ids, size=len(ids)))
+    want = {h.id: h.score for h in exact.hits}
+    for h in got.hits:
+        sdr = h.score if method == "sdr" else h.signals["sdr"].raw
+        assert sdr == pytest.approx(want[h.id], abs=TOL), h.id

@@ -12,7 +12,7 @@ REAL OpenSearch node, with the alias swap:
 
 Nodes: (a) uses the shared node (``OPENSEARCH_URL``, else ``scripts/opensearch-node.sh``), which
 is never restarted. (b)-(d) restart a node, so they use a node this module owns:
-``scripts/opensearch-node.sh`` on port ``SDR_TEST_NODE_PORT`` (default 9260), wiped (a leftover of
+``scripts/opensearch-node.sh`` on port ``SDR_TEST_NODE_PORT`` (default: the first free one from 9260), wiped (a leftover of
 an interrupted run) and started here, stopped and wiped at the end. No mocks, no skips.
 
 Redis: ``REDIS_URL`` when set, else a private ``redis-server`` (the ``redis_url`` fixture of
@@ -33,13 +33,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import owned_node_port
 from worker_harness import Reindex, Worker, base_env, corpus, wait_for, write_jsonl
 
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 NODE_SCRIPT = REPO / "scripts" / "opensearch-node.sh"
-OWNED_NODE_PORT = int(os.environ.get("SDR_TEST_NODE_PORT", "9260"))
+OWNED_NODE_PORT = owned_node_port("SDR_TEST_NODE_PORT", 9260)
 N_NEW = 40  # documents of the new generation
 N_OLD = 8  # documents of the generation it replaces (the first N_OLD of the new one, same content)
 
