@@ -240,6 +240,43 @@ public class SdrCandidatesQueryTests extends LuceneTestCase {
         }
     }
 
+    /** More documents seen than the aggregator's first arrays hold (256): its slots grow while the hits are added
+     * (a query on IRLeD failed with "Index 256 out of bounds for length 256" when they did not). */
+    public void testMoreThan256DocumentsSeenMatchTheBruteForce() throws Exception {
+        Random random = new Random(random().nextLong());
+        int dim = 8;
+        List<SdrRescorerTests.Candidate> candidates = new ArrayList<>();
+        Map<String, float[][][]> docs = new HashMap<>();
+        for (int i = 0; i < 400; i++) {
+            SdrRescorerTests.Candidate c = new SdrRescorerTests.Candidate("c" + i,
+                BruteForceSdr.document(random, dim, TestUtil.nextInt(random(), 1, 2)));
+            c.group = "y";
+            candidates.add(c);
+            docs.put(c.id, c.paragraphs);
+        }
+        float[][][] source = BruteForceSdr.document(random, dim, 4, 5, 3);
+        double[] mu = { 0.05, 0.1, -0.02 };
+        double[] sigma = { 0.2, 0.5, 1.0 };
+        int k = 80;  // 12 source sentences x 80 hits: well over 256 distinct documents
+        SdrThreads.set(null, 1);
+        try (Directory dir = index(candidates, random); DirectoryReader reader = DirectoryReader.open(dir)) {
+            IndexSearcher searcher = new IndexSearcher(reader);
+            BitSetProducer parents = new QueryBitSetProducer(Queries.newNonNestedFilter());
+            Set<String> everyone = new HashSet<>(docs.keySet());
+            List<List<Map.Entry<String, Float>>> rows = new ArrayList<>();
+            for (float[] v : BruteForceSdr.rows(source)) {
+                rows.add(exactTop(v, docs, everyone, k));
+            }
+            for (String method : new String[] { "weighted-sum", "sum", "votes", "sdr-bound" }) {
+                SdrSource s = SdrSource.of(BruteForceSdr.rows(source), BruteForceSdr.sizes(source), mu, sigma, null);
+                Map<String, Double> got = run(searcher, new SdrCandidatesQuery(FIELD, s, true, k, 1000,
+                    CandidateAggregator.Method.of(method), null, null, 0, parents));
+                assertTrue(method + ": documents seen " + got.size(), got.size() > 256);
+                assertSameScores(method, aggregate(method, source, mu, sigma, rows), got);
+            }
+        }
+    }
+
     public void testSentenceSearchKeepsTheDocumentsOfTheTopSentences() throws Exception {
         // "sentences" mode: per source sentence the top max(k x oversample, ef_search) sentences, each document once,
         // the first k documents (the embedded store's nested k-NN). A tiny index: HNSW is exact there.
