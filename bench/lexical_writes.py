@@ -60,7 +60,7 @@ from sdr_search.indexer.embedded import EmbeddedStore, catalog  # noqa: E402
 from sdr_search.indexer.settings import EmbeddedStoreSettings  # noqa: E402
 from sdr_search.indexer.store import IndexMeta  # noqa: E402
 
-DATA = Path("/work/shared/data/wiki")
+DATA = ROOT.parent / "shared" / "data" / "wiki"
 DIM = 384
 BEFORE_REV = "5989502c9420a018724725206c4a0a92832382e3"  # last commit of the rebuild-per-write design
 N_QUERIES = 50

@@ -44,7 +44,6 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import logging
 import os
@@ -70,8 +69,9 @@ from sdr_search.core.metrics import average_precision, ndcg_at, read_qrels  # no
 from sdr_search.core.scoring import rank  # noqa: E402
 from sdr_search.indexer.embedded.lexical import LexicalIndex, Segments  # noqa: E402
 
-IRLED = Path("/work/shared/data/irled")
-WIKI = Path("/work/shared/data/wiki")
+from lexical_writes import read_articles  # noqa: E402  (bench/: the first n Wikipedia articles)
+
+IRLED = ROOT.parent / "shared" / "data" / "irled"
 K = 100
 BATCH = 32
 
@@ -351,18 +351,7 @@ def hybrid(args, out: dict, docs: list[Document], queries: list[Document], signa
 
 
 # -- (b) latency -------------------------------------------------------------------------------
-def read_wiki(n: int) -> list[tuple[str, str, list[str]]]:
-    out = []
-    for path in sorted(WIKI.glob("articles-*.jsonl.gz")):
-        with gzip.open(path, "rt", encoding="utf-8") as f:
-            for line in f:
-                r = json.loads(line)
-                sections = [" ".join(s["paragraphs"]) for s in r["sections"] if s["paragraphs"]]
-                if sections:
-                    out.append((r["id"], r["title"], sections))
-                if len(out) == n:
-                    return out
-    return out
+
 
 
 def wiki_doc(a: tuple[str, str, list[str]]) -> Document:
@@ -456,7 +445,7 @@ def latency(args, out: dict) -> None:
         queries = list(read_documents([str(IRLED / "queries-dev.jsonl.gz")]))
         res = {"irled": latency_on("irled", [d.id for d in docs], [d.text for d in docs], [q.id for q in queries],
                                    [q.text for q in queries], args.rounds, work)}
-        arts = read_wiki(args.docs)
+        arts = read_articles(args.docs)
         qs = arts[:: max(1, len(arts) // 50)][:50]
         res["wiki"] = latency_on("wiki", [a[0] for a in arts], [wiki_doc(a).text for a in arts], [a[0] for a in qs],
                                  [wiki_doc(a).text for a in qs], args.rounds, work)
@@ -502,7 +491,7 @@ class OursLive:
 
 
 def writes(args, out: dict) -> None:
-    arts = read_wiki(args.docs)
+    arts = read_articles(args.docs)
     docs = [wiki_doc(a) for a in arts]
     an = BM25Ranker(stem=False)
     work = Path(tempfile.mkdtemp(prefix="tantivy-writes-"))
@@ -610,7 +599,7 @@ def writer_main(engine: str, path: Path, ack: Path, start: int) -> None:
     whole wiki article each, cycled) and deletes ``(b-8)-0..(b-8)-7``; after each commit returns,
     appends ``b`` to ``ack`` (fsynced). ``ours`` is the real embedded store (catalogue + lexical
     index), with one lexical search after each batch (which applies it and starts merges)."""
-    arts = read_wiki(400)
+    arts = read_articles(400)
     rng = np.random.default_rng(start)
     an = BM25Ranker(stem=False)
     if engine == "ours":

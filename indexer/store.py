@@ -29,7 +29,7 @@ from typing import Any, Callable, ClassVar, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from sdr_search.core.scoring import paragraph_centroids
+from sdr_search.core.scoring import mean_vectors, paragraph_centroids
 from sdr_search.core.documents import Document
 from sdr_search.core.scoring import NormStats
 from sdr_search.core.vectors import CorpusVectors, DocVectors
@@ -192,8 +192,6 @@ class CandidateFeatures:
 
     @classmethod
     def of(cls, docs: Sequence[DocVectors]) -> "CandidateFeatures":
-        from sdr_search.core.scoring import mean_vectors
-
         dim = docs[0].vectors.shape[1] if docs else 0
         means = mean_vectors(docs) if docs else np.zeros((0, dim), dtype=np.float32)
         return cls(np.asarray([d.n_paragraphs for d in docs], dtype=np.int64), means)

@@ -13,7 +13,7 @@ import numpy as np
 from sdr_search.core.fusion import SIGNALS, HybridSpec, SourceShape, fuse, with_feedback, without_own
 from sdr_search.core.scoring import document_best, like_unlike, mean_vectors, part_scores, rank, sdr_scores
 from sdr_search.core.vectors import DocVectors
-from sdr_search.indexer.store import DocumentStore, LexicalHits
+from sdr_search.indexer.store import CandidateFeatures, DocumentStore, LexicalHits
 
 from .results import Hit, SignalScore, part_scores_of
 from .sources import Source
@@ -49,26 +49,30 @@ def _sdr_rows(store: DocumentStore, every: Source, candidates: Candidates) -> np
     its data (the sdr plugin on OpenSearch) when nothing was fetched."""
     parts = every.members
     if candidates.docs is None:
-        ids = candidates.ids
-        known = candidates.exact or {}
-        reuse = [k for k, m in enumerate(parts) if known and m is candidates.exact_for]
-        if not reuse:
-            return store.sdr_scores([(m.vectors, m.stats) for m in parts], ids).scores
-        rows = np.empty((len(parts), len(ids)))
-        others = [k for k in range(len(parts)) if k not in reuse]
-        if others:
-            rows[others] = store.sdr_scores([(parts[k].vectors, parts[k].stats) for k in others], ids).scores
-        row = dict(known)  # the pool's exact scores: not asked for again
-        missing = [i for i in ids if i not in row]
-        if missing:  # the lexical-only candidates, outside the scored pool
-            m = parts[reuse[0]]
-            row.update(zip(missing, store.sdr_scores([(m.vectors, m.stats)], missing).scores[0]))
-        rows[reuse] = [row[i] for i in ids]
-        return rows
+        return _store_sdr_rows(store, parts, candidates)
     best = document_best(every.vectors, candidates.docs)
     if len(parts) == 1:
         return sdr_scores(best, every.stats)[None, :]
     return part_scores(best, every.stats, every.part_offsets)
+
+
+def _store_sdr_rows(store: DocumentStore, parts: Sequence[Source], candidates: Candidates) -> np.ndarray:
+    """:func:`_sdr_rows` computed by the store: one request for the sources, but the source whose
+    scores of the pool the candidate stage has already (``candidates.exact``) asks only for the
+    candidates outside the pool (lexical ones)."""
+    ids, known = candidates.ids, candidates.exact or {}
+    reused = [k for k, m in enumerate(parts) if known and m is candidates.exact_for]
+    if not reused:
+        return store.sdr_scores([(m.vectors, m.stats) for m in parts], ids).scores
+    rows = np.empty((len(parts), len(ids)))
+    asked = [k for k in range(len(parts)) if k not in reused]
+    if asked:
+        rows[asked] = store.sdr_scores([(parts[k].vectors, parts[k].stats) for k in asked], ids).scores
+    missing = [i for i in ids if i not in known]
+    m = parts[reused[0]]
+    more = dict(zip(missing, store.sdr_scores([(m.vectors, m.stats)], missing).scores[0])) if missing else {}
+    rows[reused] = [known[i] if i in known else more[i] for i in ids]
+    return rows
 
 
 def mean_cosines(source: DocVectors, candidates: Sequence[DocVectors] | np.ndarray) -> np.ndarray:
@@ -106,11 +110,9 @@ def rank_hits(
         store.lexical_search(m.document.text, 0, score_ids=cand_ids) for m in parts
     ]
     signals, fused = [], []
-    if docs is None:  # scored by the store: the paragraph counts and mean vectors alone are read
-        features = store.candidate_features(cand_ids)
-        paragraphs, means = features.n_paragraphs, features.mean_vectors
-    else:
-        paragraphs, means = np.asarray([d.n_paragraphs for d in docs], dtype=np.int64), mean_vectors(docs)
+    # paragraph counts and mean vectors: of the fetched vectors, or read alone when the store scored them itself
+    features = store.candidate_features(cand_ids) if docs is None else CandidateFeatures.of(docs)
+    paragraphs, means = features.n_paragraphs, features.mean_vectors
     user = n_like - feedback  # the like sources the query named
     at = {c: i for i, c in enumerate(cand_ids)}
     own = [at.get(m.indexed_id) for m in parts[user:n_like]]  # a feedback document's place among the candidates

@@ -111,30 +111,37 @@ def cache(tmp_path):
         yield c
 
 
+def wait_until_healthy(proc: subprocess.Popen, base: str, log_path: Path, timeout: float = 120) -> None:
+    """Return once the server at ``base`` answers ``/health`` with 200; RuntimeError with the end of its
+    log if the process exits first or ``timeout`` seconds pass."""
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"sdr serve exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
+        try:
+            if httpx.get(f"{base}/health", timeout=5).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"sdr serve did not become healthy:\n{log_path.read_text()[-3000:]}")
+        time.sleep(0.25)
+
+
 @contextlib.contextmanager
 def running_server(args: list[str], port: int, log_path: Path, env: dict[str, str]):
     """``python -m sdr_search --log-level WARNING <args> --port PORT`` as a real subprocess; yields its
     base URL once ``/health`` answers 200 (fails with the server's log if it exits or hangs) and
     stops it afterwards."""
-    import httpx
 
     with log_path.open("wb") as log:
         proc = subprocess.Popen([sys.executable, "-m", "sdr_search", "--log-level", "WARNING", *args, "--port", str(port)],
                                 cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         base = f"http://127.0.0.1:{port}"
         try:
-            deadline = time.monotonic() + 120
-            while True:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"sdr serve exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
-                try:
-                    if httpx.get(f"{base}/health", timeout=5).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"sdr serve did not become healthy:\n{log_path.read_text()[-3000:]}")
-                time.sleep(0.25)
+            wait_until_healthy(proc, base, log_path)
             yield base
         finally:
             proc.terminate()

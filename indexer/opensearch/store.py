@@ -48,7 +48,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import metadata as importlib_metadata
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -674,20 +674,29 @@ class OpenSearchStore(DocumentStore):
         if not unique:
             return found
         if self.has_plugin():
-            body: list[dict[str, Any]] = []
-            for chunk in _chunks(unique, _VECTOR_CHUNK):
-                body += [{"index": target.name}, build_vectors_search(chunk)]
-            r = self._call(what, lambda: self._os().msearch(body=body), index=target.name)
-            for item in r["responses"]:
-                if "error" in item:
-                    raise error_from_response(item.get("status", 500), item, what=what, index=target.name)
-                for hit in item["hits"]["hits"]:
-                    found[str(hit["_source"]["doc_id"])] = parse_vector_hit(hit, dim)
-            return found
+            return self._plugin_vector_hits(target, unique, what, _VECTOR_CHUNK, parse_vector_hit)
         if not target.derived_source:
             raise self._unreadable(target)
         for doc_id, src in self._mget_sources(target, unique, ["doc_id", "par_sizes", "sentences"], what).items():
             found[doc_id] = self._derived_vectors(src, dim)
+        return found
+
+    def _plugin_vector_hits(self, target: _Target, ids: Sequence[str], what: str, chunk: int,
+                            parse: Callable[[Mapping[str, Any], int], Any], **search: Any) -> dict[str, Any]:
+        """``id -> parse(hit, dim)`` for those of the (distinct) ``ids`` that exist, through the sdr
+        plugin's ``sdr_vectors`` fetch: one ``_msearch`` of searches of ``chunk`` documents
+        (``search``: the options of :func:`build_vectors_search`)."""
+        dim = int(target.recorded.dim)
+        body: list[dict[str, Any]] = []
+        for part in _chunks(list(ids), chunk):
+            body += [{"index": target.name}, build_vectors_search(part, **search)]
+        r = self._call(what, lambda: self._os().msearch(body=body), index=target.name)
+        found: dict[str, Any] = {}
+        for item in r["responses"]:
+            if "error" in item:
+                raise error_from_response(item.get("status", 500), item, what=what, index=target.name)
+            for hit in item["hits"]["hits"]:
+                found[str(hit["_source"]["doc_id"])] = parse(hit, dim)
         return found
 
     def _unreadable(self, target: _Target) -> StoreError:
@@ -1030,16 +1039,8 @@ class OpenSearchStore(DocumentStore):
         dim = int(target.recorded.dim)
         if not ids:
             return CandidateFeatures(np.zeros(0, dtype=np.int64), np.zeros((0, dim), dtype=np.float32))
-        body: list[dict[str, Any]] = []
-        for chunk in _chunks(list(dict.fromkeys(ids)), _MGET_CHUNK):
-            body += [{"index": target.name}, build_vectors_search(chunk, fields=["doc_id"], mean=True)]
-        r = self._call("reading mean vectors", lambda: self._os().msearch(body=body), index=target.name)
-        found: dict[str, tuple[int, np.ndarray]] = {}
-        for item in r["responses"]:
-            if "error" in item:
-                raise error_from_response(item.get("status", 500), item, what="reading mean vectors", index=target.name)
-            for hit in item["hits"]["hits"]:
-                found[str(hit["_source"]["doc_id"])] = parse_mean_hit(hit, dim)
+        found = self._plugin_vector_hits(target, list(dict.fromkeys(ids)), "reading mean vectors", _MGET_CHUNK,
+                                         parse_mean_hit, fields=["doc_id"], mean=True)
         for doc_id in ids:
             if doc_id not in found:
                 raise DocumentNotFoundError(doc_id)

@@ -24,7 +24,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, wait_until_healthy
 
 pytestmark = pytest.mark.integration
 
@@ -68,18 +68,7 @@ class Server:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "sdr_search", "--log-level", "WARNING", *self.args, "--port", str(port)],
                 cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 120
-        while True:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"sdr serve exited with {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
-            try:
-                if httpx.get(f"{self.base}/health", timeout=5).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise AssertionError(f"sdr serve did not become healthy:\n{self.log.read_text()[-3000:]}")
-            time.sleep(0.2)
+        wait_until_healthy(self.proc, self.base, self.log)
 
     def kill(self) -> None:
         assert self.proc is not None
