@@ -119,8 +119,7 @@ class MoreLikeThis:
         timings["rerank"] = _ms(t_present - t_rank)
 
         if hits and (query.details or query.explain):
-            hits = present(self.store, source, hits, found.vectors_of(self.store, [h.id for h in hits]), spec,
-                           query.explain)
+            hits = present(self.store, source, hits, found.vectors_of([h.id for h in hits]), spec, query.explain)
             timings["explain" if query.explain else "snippets"] = _ms(time.perf_counter() - t_present)
         used = {"feedback": {"ids": [f.indexed_id for f in feedback],
                              "share": feedback_share(SourceShape.of(source.document), spec.adaptive)}} if feedback else {}

@@ -4,7 +4,7 @@ the best paragraph pair), and the returned hits presented with their title and m
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -22,20 +22,31 @@ from .sources import Source
 __all__ = ["explain_pair", "best_sentence_pair", "present"]
 
 
+Pairs = tuple[float, list[tuple[int, int, float, float, list[tuple[int, int, float]]]]]
+"""An SDR score against one candidate and its best paragraph pairs ``(i, j, P_ij, N_ij, [(source
+sentence k, candidate sentence r, cosine), ...])``, best first (positions inside the paragraphs)."""
+
+
+def _score_of(source: Source, best_n: np.ndarray) -> float:
+    """The SDR score from each source paragraph's best normalised score (several sources: the mean of
+    their own scores, as the ranking computes it)."""
+    if not source.parts:
+        return float(best_n.mean())
+    offsets = source.part_offsets
+    return float(np.mean(np.add.reduceat(best_n, offsets[:-1]) / np.diff(offsets)))
+
+
 def _best_pairs(
     source: Source, cand_vectors: DocVectors, top_paragraphs: int, top_sentences: int, P: np.ndarray | None = None,
-) -> tuple[float, list[tuple[int, int, float, float, list[tuple[int, int, float]]]]]:
-    """The SDR score against one candidate and its best paragraph pairs ``(i, j, P_ij, N_ij,
-    [(source sentence k, candidate sentence r, cosine), ...])``, best first (positions inside the
-    paragraphs). ``P``: the paragraph scores against this candidate when already computed."""
+) -> Pairs:
+    """:data:`Pairs` from the candidate's vectors. ``P``: the paragraph scores against this candidate
+    when already computed."""
     P = paragraph_scores(source.vectors, CorpusVectors.from_docs([""], [cand_vectors])) if P is None else P  # (n, m)
     mu = np.asarray(source.stats.mu, dtype=np.float64)[:, None]
     sigma = np.asarray(source.stats.sigma, dtype=np.float64)[:, None]
     N = (P - mu) / sigma
     best_j = N.argmax(axis=1)
     best_n = N[np.arange(N.shape[0]), best_j]
-    offsets = source.part_offsets  # several sources: the like sources' mean of their own scores
-    score = float(np.mean(np.add.reduceat(best_n, offsets[:-1]) / np.diff(offsets))) if source.parts else float(best_n.mean())
     pairs = []
     for i in np.argsort(-best_n, kind="stable")[:top_paragraphs]:
         i, j = int(i), int(best_j[i])
@@ -44,7 +55,34 @@ def _best_pairs(
         sims = S[np.arange(S.shape[0]), r]
         sentences = [(int(k), int(r[k]), float(sims[k])) for k in np.argsort(-sims, kind="stable")[:top_sentences]]
         pairs.append((i, j, float(P[i, j]), float(N[i, j]), sentences))
-    return score, pairs
+    return _score_of(source, best_n), pairs
+
+
+def _stored_pairs(source: Source, breakdown: Mapping[str, Any], top_paragraphs: int, top_sentences: int) -> Pairs:
+    """:data:`Pairs` from the breakdown a store that scores exactly computed next to its data
+    (:attr:`SdrScores.explanations`: each source paragraph's best candidate paragraph with P_ij and
+    N_ij, and each of its sentences' best sentence there; opensearch-plugin/README.md, "Response"):
+    the same selection as :func:`_best_pairs`, no vector read."""
+    rows = breakdown["source_paragraphs"]
+    if len(rows) != source.vectors.n_paragraphs:
+        raise ValueError(f"a breakdown of {len(rows)} source paragraphs for a source of {source.vectors.n_paragraphs}")
+    best_n = np.asarray([float(row["normalised_score"]) for row in rows], dtype=np.float64)
+    pairs = []
+    for i in np.argsort(-best_n, kind="stable")[:top_paragraphs]:
+        row = rows[int(i)]
+        found = row["sentence_pairs"]
+        sims = np.asarray([float(p["cosine"]) for p in found], dtype=np.float64)
+        sentences = [(int(found[k]["source_sentence"]), int(found[k]["candidate_sentence"]), float(sims[k]))
+                     for k in np.argsort(-sims, kind="stable")[:top_sentences]]
+        pairs.append((int(i), int(row["candidate_paragraph"]), float(row["paragraph_score"]), float(best_n[i]), sentences))
+    return _score_of(source, best_n), pairs
+
+
+def _fits(candidate: Document, pairs: Pairs) -> bool:
+    """Whether every paragraph and sentence the pairs name is in the candidate as read (a document
+    replaced between its scoring and its reading may have fewer)."""
+    return all(j < len(candidate.paragraphs) and all(r < len(candidate.paragraphs[j]) for _, r, _ in sentences)
+               for _, j, _, _, sentences in pairs[1])
 
 
 def _sentence_pair(
@@ -66,6 +104,30 @@ def _sentence_pair(
     return pair
 
 
+def _explanation(source: Source, candidate: Document, best: Pairs,
+                 source_spans: Sequence[Sequence[tuple[int, int] | None]] | None) -> dict[str, Any]:
+    score, pairs = best
+    source_spans = source.spans() if source_spans is None else source_spans
+    candidate_spans = sentence_spans(candidate)
+    return {"score": score, "paragraph_pairs": [{
+        **({"source": source.locate(i)[0]} if source.parts else {}),
+        "source_paragraph": source.locate(i)[1],
+        "candidate_paragraph": j,
+        "paragraph_score": round(p, 6),
+        "normalised_score": round(n, 6),
+        "sentence_pairs": [_sentence_pair(source, candidate, i, j, k, r, c, source_spans, candidate_spans)
+                           for k, r, c in sentences],
+    } for i, j, p, n, sentences in pairs]}
+
+
+def _snippet(source: Source, candidate: Document, best: Pairs,
+             source_spans: Sequence[Sequence[tuple[int, int] | None]] | None) -> dict[str, Any]:
+    i, j, _, _, ((k, r, cosine), *_) = best[1][0]
+    source_spans = source.spans() if source_spans is None else source_spans
+    pair = _sentence_pair(source, candidate, i, j, k, r, cosine, source_spans, sentence_spans(candidate))
+    return {**pair, "source_paragraph": source.locate(i)[1], "candidate_paragraph": j}
+
+
 def explain_pair(
     source: Source, candidate: Document, cand_vectors: DocVectors, *, top_paragraphs: int = 3, top_sentences: int = 3,
     source_spans: Sequence[Sequence[tuple[int, int] | None]] | None = None, P: np.ndarray | None = None,
@@ -74,19 +136,8 @@ def explain_pair(
     normalised scores, and for each pair the best sentence pairs with their cosines and character
     offsets (the candidate's into its stored text; the source's into ``source_spans``' text, by
     default :meth:`Source.spans`). ``P``: the paragraph scores against the candidate, when known."""
-    score, best = _best_pairs(source, cand_vectors, top_paragraphs, top_sentences, P)
-    source_spans = source.spans() if source_spans is None else source_spans
-    candidate_spans = sentence_spans(candidate)
-    pairs = [{
-        **({"source": source.locate(i)[0]} if source.parts else {}),
-        "source_paragraph": source.locate(i)[1],
-        "candidate_paragraph": j,
-        "paragraph_score": round(p, 6),
-        "normalised_score": round(n, 6),
-        "sentence_pairs": [_sentence_pair(source, candidate, i, j, k, r, c, source_spans, candidate_spans)
-                           for k, r, c in sentences],
-    } for i, j, p, n, sentences in best]
-    return {"score": score, "paragraph_pairs": pairs}
+    return _explanation(source, candidate, _best_pairs(source, cand_vectors, top_paragraphs, top_sentences, P),
+                        source_spans)
 
 
 def best_sentence_pair(
@@ -96,33 +147,30 @@ def best_sentence_pair(
     """The snippet of a hit: the best sentence pair of its best paragraph pair (the pair SDR
     weighs most; the first sentence pair :func:`explain_pair` lists), with the two paragraphs'
     positions and the character offsets :func:`explain_pair` gives. ``P`` as for :func:`explain_pair`."""
-    _, best = _best_pairs(source, cand_vectors, 1, 1, P)
-    i, j, _, _, ((k, r, cosine),) = best[0]
-    source_spans = source.spans() if source_spans is None else source_spans
-    pair = _sentence_pair(source, candidate, i, j, k, r, cosine, source_spans, sentence_spans(candidate))
-    return {**pair, "source_paragraph": source.locate(i)[1], "candidate_paragraph": j}
+    return _snippet(source, candidate, _best_pairs(source, cand_vectors, 1, 1, P), source_spans)
 
 
 def present(
-    store: DocumentStore, source: Source, hits: list[Hit], vectors: list[DocVectors], spec: HybridSpec | None,
+    store: DocumentStore, source: Source, hits: list[Hit], vectors: list[DocVectors] | None, spec: HybridSpec | None,
     explain: bool,
 ) -> list[Hit]:
     """The returned hits with title, metadata and snippet (and the explanation when asked): the
-    documents read in one call without vectors; the snippet from the vectors the rerank
-    fetched (a document replaced since is read again whole, vectors included)."""
+    documents read in one call without vectors; the snippet from the vectors the rerank fetched, or,
+    when nothing was fetched (``vectors`` None: a store that scores exactly, ``capabilities.exact_sdr``),
+    from the breakdown the store computes next to its data in one request (no vector travels). A
+    document replaced since it was scored is read again whole, vectors included."""
     documents = store.documents_of([h.id for h in hits])
     source_spans = source.spans()
-    # one paragraph-score product for every hit, split per hit (P for each is a column block)
-    P_all = paragraph_scores(source.vectors, CorpusVectors.from_docs([h.id for h in hits], vectors))
-    ends = np.cumsum([v.n_paragraphs for v in vectors])
+    top = (3, 3) if explain else (1, 1)
+    bests = (_pairs_from_vectors(source, hits, vectors, documents, top) if vectors is not None
+             else _pairs_from_store(store, source, hits, documents, top))
     out = []
-    for h, vecs, end in zip(hits, vectors, ends.tolist()):
-        P: np.ndarray | None = P_all[:, end - vecs.n_paragraphs : end]
+    for h, best in zip(hits, bests):
         doc = documents.get(h.id)
-        if doc is not None and _paragraph_sizes(doc) != tuple(np.diff(vecs.par_offsets).tolist()):
+        if doc is not None and (best is None or not _fits(doc, best)):
             try:
                 stored = store.get(h.id)
-                doc, vecs, P = stored.document, stored.vectors, None
+                doc, best = stored.document, _best_pairs(source, stored.vectors, *top)
             except DocumentNotFoundError:
                 doc = None
         if doc is None:  # deleted since it was scored: the hit stays, without details
@@ -130,7 +178,7 @@ def present(
             continue
         explanation = None
         if explain:
-            ex = explain_pair(source, doc, vecs, source_spans=source_spans, P=P)
+            ex = _explanation(source, doc, best, source_spans)
             first = ex["paragraph_pairs"][0]
             snippet = {**first["sentence_pairs"][0], "source_paragraph": first["source_paragraph"],
                        "candidate_paragraph": first["candidate_paragraph"]}
@@ -139,9 +187,44 @@ def present(
                                                  rank_constant=spec.rank_constant if spec.fusion == "rrf" else None)
             explanation = Explanation.model_validate(ex)
         else:
-            snippet = best_sentence_pair(source, doc, vecs, source_spans=source_spans, P=P)
+            snippet = _snippet(source, doc, best, source_spans)
         out.append(h.model_copy(update={"title": doc.title, "metadata": dict(doc.metadata),
                                         "snippet": Snippet.model_validate(snippet), "explanation": explanation}))
+    return out
+
+
+def _pairs_from_vectors(source: Source, hits: list[Hit], vectors: list[DocVectors], documents: Mapping[str, Document],
+                        top: tuple[int, int]) -> list[Pairs | None]:
+    """Each hit's :data:`Pairs` from its fetched vectors (None where the document read has other
+    paragraphs than the vectors: replaced since)."""
+    # one paragraph-score product for every hit, split per hit (P for each is a column block)
+    P_all = paragraph_scores(source.vectors, CorpusVectors.from_docs([h.id for h in hits], vectors))
+    ends = np.cumsum([v.n_paragraphs for v in vectors]).tolist()
+    out: list[Pairs | None] = []
+    for h, vecs, end in zip(hits, vectors, ends):
+        doc = documents.get(h.id)
+        fresh = doc is None or _paragraph_sizes(doc) == tuple(np.diff(vecs.par_offsets).tolist())
+        out.append(_best_pairs(source, vecs, *top, P_all[:, end - vecs.n_paragraphs : end]) if fresh else None)
+    return out
+
+
+def _pairs_from_store(store: DocumentStore, source: Source, hits: list[Hit], documents: Mapping[str, Document],
+                      top: tuple[int, int]) -> list[Pairs | None]:
+    """Each hit's :data:`Pairs` from the store's exact SDR with its breakdown (one request for the
+    hits still there; None where the breakdown does not match the document read: replaced since, or
+    deleted between the two reads)."""
+    ids = [h.id for h in hits if h.id in documents]
+    try:
+        breakdowns = dict(zip(ids, store.sdr_scores([(source.vectors, source.stats)], ids, explain=True).explanations))
+    except DocumentNotFoundError:  # deleted since it was read: each hit read again on its own
+        return [None] * len(hits)
+    out: list[Pairs | None] = []
+    for h in hits:
+        breakdown, doc = breakdowns.get(h.id), documents.get(h.id)
+        same = (breakdown is not None and doc is not None and breakdown.get("paragraphs") == len(doc.paragraphs)
+                and breakdown.get("sentences") == sum(map(len, doc.paragraphs))
+                and len(breakdown.get("source_paragraphs") or ()) == source.vectors.n_paragraphs)
+        out.append(_stored_pairs(source, breakdown, *top) if same else None)
     return out
 
 

@@ -35,12 +35,13 @@ class Candidates:
     """Exact SDR scores the store computed already (the in-store pre-rank of the pool), of source ``exact_for``."""
     exact_for: Any = None
 
-    def vectors_of(self, store: DocumentStore, ids: Sequence[str]) -> list[DocVectors]:
-        """The vectors of some of the candidates (the hits to present): those fetched, or read now."""
-        if self.docs is not None:
-            fetched = dict(zip(self.ids, self.docs))
-            return [fetched[i] for i in ids]
-        return store.fetch_documents(list(ids))
+    def vectors_of(self, ids: Sequence[str]) -> list[DocVectors] | None:
+        """The fetched vectors of some of the candidates (the hits to present); None when nothing
+        was fetched (the store scores them itself and explains them the same way)."""
+        if self.docs is None:
+            return None
+        fetched = dict(zip(self.ids, self.docs))
+        return [fetched[i] for i in ids]
 
 
 def _sdr_rows(store: DocumentStore, every: Source, candidates: Candidates) -> np.ndarray:

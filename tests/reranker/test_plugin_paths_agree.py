@@ -222,14 +222,30 @@ def test_a_filtered_candidate_stage_smaller_than_the_corpus(stores, method):
 def test_the_pool_scored_on_the_node_is_not_scored_again(stores, monkeypatch, method, source):
     """With a pool larger than K the plugin path scores the pool exactly on the node and keeps its best K;
     the ranking reuses those scores (one request for the pool; for hybrid a second one only for the lexical
-    candidates outside it), and every SDR score still equals the embedded store's exact SDR of that document."""
+    candidates outside it), and every SDR score still equals the embedded store's exact SDR of that document.
+    The presented hits are explained by the node too (one request with ``explain`` for exactly them), and no
+    document's vectors are read."""
     plugin, emb = stores["plugin"], stores["embedded"]
     asked: list[list[str]] = []
+    explained: list[list[str]] = []
     real = plugin.sdr_scores
 
-    def spy(sources, ids):
-        asked.append(list(ids))
-        return real(sources, ids)
+    def spy(sources, ids, explain=False):
+        (explained if explain else asked).append(list(ids))
+        return real(sources, ids, explain=explain)
+
+    read: list[str] = []
+    real_get = plugin.get
+
+    def no_vectors(ids):
+        raise AssertionError(f"vectors of {ids} fetched on the plugin path")
+
+    def get(doc_id):
+        read.append(doc_id)
+        return real_get(doc_id)
+
+    monkeypatch.setattr(plugin, "fetch_documents", no_vectors)
+    monkeypatch.setattr(plugin, "get", get)
 
     monkeypatch.setattr(plugin, "sdr_scores", spy)
     K = 4
@@ -241,9 +257,45 @@ def test_the_pool_scored_on_the_node_is_not_scored_again(stores, monkeypatch, me
     if len(asked) == 2:
         assert not set(asked[1]) & set(asked[0]), "a pool document was scored twice"
     ids = [h.id for h in got.hits]
+    assert explained == [ids]  # the snippets: one breakdown request for the presented hits
+    assert read == [source["id"]] if "id" in source else not read  # no document read whole but the source
+    assert all(h.snippet is not None for h in got.hits)
     exact = MoreLikeThis(store=emb, encoder=FakeEncoder(), settings=MLTSettings()).run(
         Query(**source, method="sdr", candidate_ids=ids, size=len(ids)))
     want = {h.id: h.score for h in exact.hits}
     for h in got.hits:
         sdr = h.score if method == "sdr" else h.signals["sdr"].raw
         assert sdr == pytest.approx(want[h.id], abs=TOL), h.id
+
+
+def test_a_hit_rewritten_before_the_node_explains_it_is_read_again(stores, monkeypatch):
+    """A presented hit rewritten (other paragraphs) between the read of its text and the node's breakdown
+    of it: the breakdown no longer fits the text read, so the hit is read again whole (``get``), and its
+    title, snippet and explanation come from the document as it is now, as on the fetched path. Runs last
+    in the module: it restores the document it rewrote."""
+    plugin = stores["plugin"]
+    real = plugin.sdr_scores
+    rewritten: list[str] = []
+    new_text = [f"The rewritten {t} paragraph stands here. It talks of the {t} and nothing else." for t in TOPICS[:5]]
+
+    def spy(sources, ids, explain=False):
+        if explain and not rewritten:
+            rewritten.append(ids[0])
+            new = parse_record({"id": ids[0], "title": "Rewritten", "paragraphs": new_text}, settings=AS_GIVEN)
+            index_documents(plugin, [new], FakeEncoder())
+        return real(sources, ids, explain=explain)
+
+    monkeypatch.setattr(plugin, "sdr_scores", spy)
+    try:
+        got = _run(plugin, method="sdr", text=TEXT)
+        assert rewritten
+        hit = next(h for h in got.hits if h.id == rewritten[0])
+        assert hit.title == "Rewritten"
+        assert hit.snippet.candidate_sentence in " ".join(new_text)
+        assert all(p.candidate_paragraph < len(new_text) for p in hit.explanation.paragraph_pairs)
+    finally:
+        monkeypatch.undo()
+        if rewritten:
+            k = int(rewritten[0].split("-")[1])
+            index_documents(plugin, [parse_record(_record(k), settings=AS_GIVEN)], FakeEncoder())
+            refresh_stats(plugin, exact=True, sample_size=SAMPLE, seed=0)
