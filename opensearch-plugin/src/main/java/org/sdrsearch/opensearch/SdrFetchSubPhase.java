@@ -119,13 +119,16 @@ final class SdrFetchSubPhase implements FetchSubPhase {
             @Override
             public void process(HitContext hitContext) throws IOException {
                 int doc = hitContext.docId();
-                if (doc <= last) {  // not in doc-id order: start this segment's iterators again
-                    reader = context.reader(leaf);
+                Map<String, Object> breakdown = context.takeExplained(leaf.docBase + doc);  // computed by the rescore
+                if (breakdown == null) {
+                    if (doc <= last) {  // not in doc-id order: start this segment's iterators again
+                        reader = context.reader(leaf);
+                    }
+                    last = doc;
+                    reader.read(doc, candidate);
+                    breakdown = scorer.explain(candidate);
                 }
-                last = doc;
-                reader.read(doc, candidate);
-                hitContext.hit().setDocumentField(FIELD,
-                    new DocumentField(FIELD, Collections.singletonList(scorer.explain(candidate))));
+                hitContext.hit().setDocumentField(FIELD, new DocumentField(FIELD, Collections.singletonList(breakdown)));
             }
         };
     }

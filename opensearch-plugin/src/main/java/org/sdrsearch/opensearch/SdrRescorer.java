@@ -61,7 +61,8 @@ final class SdrRescorer implements Rescorer {
         ScoreDoc[] byDoc = window.clone();
         Arrays.sort(byDoc, Comparator.comparingInt(d -> d.doc));
         List<LeafReaderContext> leaves = searcher.getIndexReader().leaves();
-        int chunks = Math.max(1, Math.min(context.threads(), size / MIN_CHUNK));
+        // an explained window (the hits to present) is small and each hit costs more: one hit per chunk
+        int chunks = Math.max(1, Math.min(context.threads(), size / (context.request().explain() ? 1 : MIN_CHUNK)));
         Executor executor = context.executor();
         if (chunks == 1 || executor == null) {
             score(byDoc, 0, size, leaves, context);
@@ -93,8 +94,14 @@ final class SdrRescorer implements Rescorer {
                 reader = context.reader(leaf);
             }
             reader.read(hit.doc - leaf.docBase, candidate);
-            double score = scorer.score(candidate);
-            hit.score = candidate.size() == 0 ? NO_SENTENCES : (float) score;
+            if (context.request().explain()) {  // the breakdown computes the score: once, here, for the fetch phase too
+                Map<String, Object> breakdown = scorer.explain(candidate);
+                context.explained(hit.doc, breakdown);
+                hit.score = candidate.size() == 0 ? NO_SENTENCES : (float) (double) (Double) breakdown.get("score");
+            } else {
+                double score = scorer.score(candidate);
+                hit.score = candidate.size() == 0 ? NO_SENTENCES : (float) score;
+            }
         }
     }
 

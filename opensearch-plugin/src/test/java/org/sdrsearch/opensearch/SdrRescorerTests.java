@@ -333,4 +333,47 @@ public class SdrRescorerTests extends LuceneTestCase {
             assertTrue(pool.awaitTermination(10, TimeUnit.SECONDS));
         }
     }
+
+    public void testAnExplainedWindowKeepsEachHitsBreakdownForTheFetchPhase() throws Exception {
+        // with explain the rescore computes each hit's breakdown with its score (one hit per chunk on the pool), and
+        // keeps it for the fetch phase: the same map the fetch phase computes on its own, its score the hit's score
+        Random random = new Random(random().nextLong());
+        int dim = TestUtil.nextInt(random(), 3, 24);
+        float[][][] source = BruteForceSdr.document(random, dim, 3, 1, 6);
+        List<Candidate> candidates = new ArrayList<>();
+        for (int i = 0; i < 11; i++) {
+            candidates.add(new Candidate("c" + i, BruteForceSdr.document(random, dim, TestUtil.nextInt(random(), 1, 9),
+                TestUtil.nextInt(random(), 1, 4))));
+        }
+        candidates.add(new Candidate("empty", new float[0][][]));
+        double[] mu = { 0.1, 0.05, 0.2 };
+        double[] sigma = { 0.3, 0.2, 1e-7 };
+        ExecutorService pool = Executors.newFixedThreadPool(2);
+        try (Directory dir = index(candidates, random, List.of()); DirectoryReader reader = DirectoryReader.open(dir)) {
+            SdrThreads.set(pool, 3);
+            IndexSearcher searcher = new IndexSearcher(reader);
+            SdrRescoreContext context = context(request(source, mu, sigma, true), 100);
+            TopDocs rescored = SdrRescorer.INSTANCE.rescore(searcher.search(Queries.newNonNestedFilter(), 100), searcher, context);
+            assertEquals(12, rescored.scoreDocs.length);
+            for (ScoreDoc hit : rescored.scoreDocs) {
+                String id = idOf(searcher, hit.doc);
+                Map<String, Object> kept = context.takeExplained(hit.doc);
+                assertNotNull(id, kept);
+                assertEquals(id, SdrRescorer.explainMap(hit.doc, searcher, context), kept);
+                assertNull("taken once", context.takeExplained(hit.doc));
+                if (id.equals("empty")) {
+                    assertEquals(SdrRescorer.NO_SENTENCES, hit.score, 0f);
+                    assertNull(kept.get("score"));
+                    continue;
+                }
+                float[][][] cand = candidates.get(Integer.parseInt(id.substring(1))).paragraphs;
+                assertEquals(id, BruteForceSdr.score(source, cand, mu, sigma), hit.score, TOLERANCE);
+                assertEquals(id, (Double) kept.get("score"), hit.score, 1e-6);
+            }
+        } finally {
+            SdrThreads.set(null, 1);
+            pool.shutdown();
+            assertTrue(pool.awaitTermination(10, TimeUnit.SECONDS));
+        }
+    }
 }
