@@ -378,6 +378,16 @@ class DocumentStore(ABC):
         (the embedded store holds them in memory)."""
         return [paragraph_centroids(doc) for doc in self.fetch_documents(ids)]
 
+    def centroid_rows(self, source_centroids: np.ndarray, ids: Sequence[str]) -> np.ndarray:
+        """The centroid pre-rank's rows (:func:`sdr_search.reranker.prerank.centroid_rows`) computed
+        next to the data: ``M[i, c]`` = the best cosine of source paragraph centroid ``i``
+        (``source_centroids``, ``(n, dim)``) with the paragraph centroids of document ``ids[c]``,
+        float32 ``(n, len(ids))``; only for a store that declares ``capabilities.exact_sdr`` (the
+        others give the engine their centroids, :meth:`paragraph_centroids`)."""
+        from sdr_search.core.errors import StoreError
+
+        raise StoreError(f"{type(self).__name__} cannot compute centroid rows itself (capabilities.exact_sdr is false)")
+
     def candidate_features(self, ids: Sequence[str]) -> CandidateFeatures:
         """What the exact stage needs of the candidates besides their SDR scores, when the store
         computes those (``capabilities.exact_sdr``): each document's paragraph count and its mean

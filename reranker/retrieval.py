@@ -7,7 +7,8 @@ scores every vector candidate; a metadata filter runs inside both searches when 
 filter that matches at most K documents skips the searches (they are all ranked exactly). The
 centroid pre-rank (:mod:`.prerank`) narrows the pool to K, and the vectors of the K and of the
 lexical-only candidates are fetched once (a store without cheap centroids fetches the pool once and
-the pre-rank and the rerank share those vectors).
+the pre-rank and the rerank share those vectors). A store that scores next to its data (the sdr
+plugin) computes the pre-rank's centroid rows and the K's exact scores there, and nothing is fetched.
 """
 
 from __future__ import annotations
@@ -18,14 +19,14 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from sdr_search.core.fusion import HybridSpec
-from sdr_search.core.scoring import paragraph_centroids, rank, top_of
+from sdr_search.core.scoring import paragraph_centroids, top_of
 from sdr_search.core.vectors import DocVectors
 from sdr_search.indexer.store import DocumentStore, LexicalHits
 
 from .candidates import aggregate_hits
 from .engine_settings import MLTSettings
 from .filters import filter_candidates
-from .prerank import prerank_order
+from .prerank import prerank_order, prerank_order_of_rows
 from .query import Query
 from .ranking import Candidates
 from .sources import Source
@@ -131,17 +132,20 @@ class CandidateStage:
         (``capabilities.cheap_centroids`` false) has the pool fetched once: the pre-rank's centroids
         and the rerank share those vectors. ``known``: vectors this query fetched already (document
         feedback's second search), not fetched again. A store that scores exactly itself
-        (:attr:`in_store`) keeps the pool's best K by exact SDR instead, and nothing is fetched (None); the
-        fourth value is then those exact scores of the pool, which the ranking reuses (None otherwise)."""
+        (:attr:`in_store`) runs the same pre-rank next to its data (the centroid rows of the pool,
+        :meth:`DocumentStore.centroid_rows`) and scores the K kept exactly there, and nothing is fetched
+        (None); the fourth value is then those exact scores, which the ranking reuses (None otherwise)."""
         t0 = time.perf_counter()
         prerank = scores is not None and len(pool) > K
-        if self.in_store:  # the pool scored exactly next to the data, its best K kept; nothing fetched
+        if self.in_store:  # the centroid pre-rank and the exact SDR of the K kept, next to the data; nothing fetched
             keep = range(len(pool) if scores is None else min(len(pool), K))
             exact_of: dict[str, float] | None = None
             if prerank:
-                exact = self.store.sdr_scores([(source.vectors, source.stats)], pool).scores[0]
-                keep = rank(pool, exact)[:K]
-                exact_of = dict(zip(pool, map(float, exact)))  # the ranking reuses them (lexical ones in the pool too)
+                M = self.store.centroid_rows(paragraph_centroids(source.vectors), pool)
+                keep = prerank_order_of_rows(pool, scores, M)[:K]
+                kept = [pool[i] for i in keep]
+                exact = self.store.sdr_scores([(source.vectors, source.stats)], kept).scores[0]
+                exact_of = dict(zip(kept, map(float, exact)))  # the ranking reuses them
                 timings["prerank"] = _ms(time.perf_counter() - t0)
             vector_ids = [pool[i] for i in keep]
             chosen = set(vector_ids)

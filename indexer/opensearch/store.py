@@ -114,6 +114,7 @@ from .requests import (
     build_state_index_body,
     build_vectors_search,
     parse_sdr_hits,
+    parse_centroid_rows_hit,
     parse_mean_hit,
     parse_vector_hit,
     VECTORS_B64,
@@ -1027,6 +1028,29 @@ class OpenSearchStore(DocumentStore):
             raise StoreError(f"stored vectors of document {hollow[0]!r} are missing: the index holds no sentence "
                              "vector for it")
         return SdrScores(unique, scores, explanations)
+
+    def centroid_rows(self, source_centroids: np.ndarray, ids: Sequence[str]) -> np.ndarray:
+        """The centroid pre-rank's rows computed on the node (:meth:`DocumentStore.centroid_rows`): the
+        plugin's ``sdr_vectors`` with the source's paragraph centroids, one ``_msearch`` of searches of
+        :data:`_VECTOR_CHUNK` documents, a few bytes per document back. ``capabilities.exact_sdr``."""
+        target = self._plugin_target("centroid_rows")
+        cs = np.atleast_2d(np.asarray(source_centroids, dtype=np.float32))
+        if cs.shape[1] != int(target.recorded.dim):
+            raise ModelMismatchError(f"source centroids have dimension {cs.shape[1]}, OpenSearch index {target.name!r} "
+                                     f"holds dimension {target.recorded.dim} (model {target.recorded.model_id})")
+        if cs.shape[0] == 0 or not np.all(np.isfinite(cs)):
+            raise InvalidInputError("source centroids must be finite and at least one")
+        ids = [str(i) for i in ids]
+        if not ids:
+            return np.zeros((cs.shape[0], 0), dtype=np.float32)
+        n = cs.shape[0]
+        found = self._plugin_vector_hits(target, list(dict.fromkeys(ids)), "computing centroid rows", _VECTOR_CHUNK,
+                                         lambda hit, dim: parse_centroid_rows_hit(hit, n), fields=["doc_id"],
+                                         centroids=cs)
+        for doc_id in ids:
+            if doc_id not in found:
+                raise DocumentNotFoundError(doc_id)
+        return np.stack([found[i] for i in ids], axis=1)
 
     def candidate_features(self, ids: Sequence[str]) -> CandidateFeatures:
         """Paragraph counts and normalised mean vectors of ``ids`` (in that order): with the sdr

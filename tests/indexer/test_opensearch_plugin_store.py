@@ -229,3 +229,28 @@ def test_candidate_features_from_the_node(filled):
     np.testing.assert_allclose(got.mean_vectors, want.mean_vectors, atol=1e-6)
     with pytest.raises(DocumentNotFoundError):
         store.candidate_features(["d01", "nope"])
+
+
+def test_centroid_rows_from_the_node_equal_the_pre_rank(filled):
+    """The centroid pre-rank's rows computed on the node (``sdr_vectors`` with the source's paragraph
+    centroids: a few floats per document back) equal :func:`prerank.centroid_rows` of the documents'
+    vectors; bad input is refused by name."""
+    from sdr_search.core.errors import InvalidInputError, ModelMismatchError
+    from sdr_search.core.scoring import paragraph_centroids
+    from sdr_search.reranker.prerank import centroid_rows
+
+    store, vectors = filled
+    rng = np.random.default_rng(12)
+    source = DocVectors(unit(rng, 7), np.array([0, 1, 4, 7]))
+    ids = ["d21", "d03", "d38", "d10", "d00"]
+    got = store.centroid_rows(paragraph_centroids(source), ids)
+    want = centroid_rows(source, [paragraph_centroids(vectors[i]) for i in ids])
+    assert got.shape == want.shape == (3, 5)
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    assert store.centroid_rows(paragraph_centroids(source), []).shape == (3, 0)
+    with pytest.raises(DocumentNotFoundError):
+        store.centroid_rows(paragraph_centroids(source), ["d01", "nope"])
+    with pytest.raises(ModelMismatchError, match="dimension 5"):
+        store.centroid_rows(np.ones((2, 5), dtype=np.float32), ids)
+    with pytest.raises(InvalidInputError, match="finite"):
+        store.centroid_rows(np.full((1, DIM), np.nan, dtype=np.float32), ids)

@@ -983,3 +983,21 @@ def test_mean_vectors_search_and_hit():
     assert n == 2 and mean.tolist() == pytest.approx([0.6, 0.8])
     with pytest.raises(StoreError, match="no mean vector"):
         parse_mean_hit({"_source": {"doc_id": "a"}, "fields": {}}, 2)
+
+
+def test_centroid_rows_search_and_hit():
+    from sdr_search.indexer.opensearch.requests import parse_centroid_rows_hit
+
+    cs = np.array([[1.0, 0.0], [0.6, 0.8]], np.float32)
+    ext = build_vectors_search(["a"], fields=["doc_id"], centroids=cs)["ext"]
+    assert ext == {"sdr_vectors": {"centroids": encode_vectors_b64(cs)}}
+    rows = encode_vectors_b64(np.array([[0.5], [0.25]], np.float32))
+    hit = {"_source": {"doc_id": "a"}, "fields": {"_sdr_vectors": [{"sentences": 3, "paragraphs": 2, "centroid_rows": rows}]}}
+    assert parse_centroid_rows_hit(hit, 2).tolist() == [0.5, 0.25]
+    with pytest.raises(StoreError, match="1 asked for"):
+        parse_centroid_rows_hit(hit, 1)
+    with pytest.raises(StoreError, match="no centroid rows"):
+        parse_centroid_rows_hit({"_source": {"doc_id": "a"}, "fields": {}}, 2)
+    with pytest.raises(StoreError, match="missing"):
+        parse_centroid_rows_hit({"_source": {"doc_id": "a"}, "fields": {"_sdr_vectors": [
+            {"sentences": 0, "paragraphs": 0, "centroid_rows": None}]}}, 2)

@@ -195,19 +195,24 @@ def test_a_filtered_candidate_stage_smaller_than_the_corpus(stores, method):
     """K below the filter's matches, so the candidate stage runs, filtered inside each store (the plugin's
     ``sdr_candidates`` with the filter, the nested k-NN's filter, the embedded store's filtered k-NN), and no
     pre-rank (``prerank_factor`` 1: the top K by aggregation, the same in every path since knn_k covers the
-    corpus; with a larger pool the plugin path keeps the best K by exact SDR where the Python path uses the
-    centroid pre-rank, by design)."""
+    corpus), then a pool of 2K narrowed by the centroid pre-rank (on the node through the plugin, in Python on
+    the others): the same K in every path."""
     K = 5
+    for factor in (1.0, 2.0):
+        _filtered_stage(stores, method, K, factor)
+
+
+def _filtered_stage(stores, method: str, K: int, factor: float) -> None:
     query = Query(text=TEXT, method=method, filter={"group": [0, 1]}, candidates=K, size=K, explain=True)
-    results = {k: MoreLikeThis(store=s, encoder=FakeEncoder(), settings=MLTSettings(prerank_factor=1.0)).run(query)
+    results = {k: MoreLikeThis(store=s, encoder=FakeEncoder(), settings=MLTSettings(prerank_factor=factor)).run(query)
                for k, s in stores.items()}
     plugin, python, emb = results["plugin"], results["python"], results["embedded"]
     assert "candidates" in plugin.timings_ms and "fetch" not in plugin.timings_ms  # searched, on the node
     assert all(h.metadata["group"] in (0, 1) for h in plugin.hits)
-    _assert_same_hits(plugin, python, f"{method}: plugin vs python")
+    _assert_same_hits(plugin, python, f"{method}, pool {factor}K: plugin vs python")
     if method == "sdr":
         assert len(plugin.hits) == K
-        _assert_same_hits(plugin, emb, "sdr: plugin vs embedded")
+        _assert_same_hits(plugin, emb, f"sdr, pool {factor}K: plugin vs embedded")
     else:  # the vector candidates are the same; the lexical ones are each BM25's own
         vector_ids = {h.id for h in emb.hits} & {h.id for h in plugin.hits}
         assert len(vector_ids) >= K
@@ -220,11 +225,11 @@ def test_a_filtered_candidate_stage_smaller_than_the_corpus(stores, method):
 @pytest.mark.parametrize("method", ["sdr", "hybrid"])
 @pytest.mark.parametrize("source", [dict(id="doc-3"), dict(text=TEXT)], ids=["id", "text"])
 def test_the_pool_scored_on_the_node_is_not_scored_again(stores, monkeypatch, method, source):
-    """With a pool larger than K the plugin path scores the pool exactly on the node and keeps its best K;
-    the ranking reuses those scores (one request for the pool; for hybrid a second one only for the lexical
-    candidates outside it), and every SDR score still equals the embedded store's exact SDR of that document.
-    The presented hits are explained by the node too (one request with ``explain`` for exactly them), and no
-    document's vectors are read."""
+    """With a pool larger than K the plugin path runs the centroid pre-rank on the node (the pool's centroid
+    rows), keeps K and scores them exactly there; the ranking reuses those scores (one request for the K; for
+    hybrid a second one only for the lexical candidates outside them), and every SDR score still equals the
+    embedded store's exact SDR of that document. The presented hits are explained by the node too (one request
+    with ``explain`` for exactly them), and no document's vectors are read."""
     plugin, emb = stores["plugin"], stores["embedded"]
     asked: list[list[str]] = []
     explained: list[list[str]] = []
@@ -244,18 +249,27 @@ def test_the_pool_scored_on_the_node_is_not_scored_again(stores, monkeypatch, me
         read.append(doc_id)
         return real_get(doc_id)
 
+    pooled: list[list[str]] = []
+    real_rows = plugin.centroid_rows
+
+    def centroid_rows(source_centroids, ids):
+        pooled.append(list(ids))
+        return real_rows(source_centroids, ids)
+
     monkeypatch.setattr(plugin, "fetch_documents", no_vectors)
     monkeypatch.setattr(plugin, "get", get)
+    monkeypatch.setattr(plugin, "centroid_rows", centroid_rows)
 
     monkeypatch.setattr(plugin, "sdr_scores", spy)
     K = 4
     query = dict(method=method, candidates=K, size=K, feedback=False) if method == "hybrid" else dict(method=method, candidates=K, size=K)
     got = MoreLikeThis(store=plugin, encoder=FakeEncoder(), settings=MLTSettings(prerank_factor=2.0)).run(
         Query(**source, **query))
-    assert len(asked[0]) == 2 * K  # the pool, scored once
+    assert len(pooled) == 1 and len(pooled[0]) == 2 * K  # the pool pre-ranked on the node
+    assert len(asked[0]) == K and set(asked[0]) <= set(pooled[0])  # its K scored exactly, once
     assert len(asked) == 1 if method == "sdr" else len(asked) <= 2
     if len(asked) == 2:
-        assert not set(asked[1]) & set(asked[0]), "a pool document was scored twice"
+        assert not set(asked[1]) & set(asked[0]), "a document was scored twice"
     ids = [h.id for h in got.hits]
     assert explained == [ids]  # the snippets: one breakdown request for the presented hits
     assert read == [source["id"]] if "id" in source else not read  # no document read whole but the source

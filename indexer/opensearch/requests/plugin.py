@@ -108,14 +108,35 @@ def parse_sdr_hits(item: Mapping[str, Any], *, index: str | None = None, what: s
 
 
 def build_vectors_search(ids: Sequence[str], *, fields: Sequence[str] = ("doc_id", "par_sizes"),
-                         mean: bool = False) -> dict[str, Any]:
+                         mean: bool = False, centroids: np.ndarray | None = None) -> dict[str, Any]:
     """A search for the documents ``ids`` (by ``_id``) that returns each one's sentence vectors from
     the index's vector data (the plugin's ``sdr_vectors`` fetch), with ``fields`` of ``_source``;
-    with ``mean``, each one's normalised mean sentence vector and paragraph count instead."""
+    with ``mean``, each one's normalised mean sentence vector and paragraph count instead; with
+    ``centroids`` (a source's paragraph centroids, ``(n, dim)``), each one's n centroid rows instead
+    (:func:`parse_centroid_rows_hit`)."""
     unique = list(dict.fromkeys(str(i) for i in ids))
+    ext: dict[str, Any] = {"mean": True} if mean else {}
+    if centroids is not None:
+        ext["centroids"] = encode_vectors_b64(centroids)
     return {"size": len(unique), "_source": list(fields), "track_total_hits": False,
             "query": {"ids": {"values": [document_os_id(i) for i in unique]}},
-            "ext": {"sdr_vectors": {"mean": True} if mean else {}}}
+            "ext": {"sdr_vectors": ext}}
+
+
+def parse_centroid_rows_hit(hit: Mapping[str, Any], n: int) -> np.ndarray:
+    """The ``n`` centroid rows (float32: each source paragraph centroid's best cosine with the
+    document's paragraph centroids) of one hit of ``build_vectors_search(..., centroids=...)``."""
+    src = hit.get("_source") or {}
+    doc_id = src.get("doc_id", hit.get("_id"))
+    got = (hit.get("fields", {}).get("_sdr_vectors") or [None])[0]
+    if not isinstance(got, Mapping) or "centroid_rows" not in got:
+        raise StoreError(f"the node returned no centroid rows for document {doc_id!r}")
+    if int(got.get("sentences", 0)) == 0 or got["centroid_rows"] is None:
+        raise StoreError(f"stored vectors of document {doc_id!r} are missing: the index holds no sentence vector for it")
+    rows = decode_vectors_b64(str(got["centroid_rows"]), 1)[:, 0]
+    if rows.shape[0] != n:
+        raise StoreError(f"the node returned {rows.shape[0]} centroid rows for document {doc_id!r}, {n} asked for")
+    return rows
 
 
 def parse_mean_hit(hit: Mapping[str, Any], dim: int) -> tuple[int, np.ndarray]:

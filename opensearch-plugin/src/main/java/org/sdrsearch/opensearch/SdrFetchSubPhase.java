@@ -6,6 +6,7 @@ package org.sdrsearch.opensearch;
 import org.apache.lucene.index.FieldInfo;
 import org.apache.lucene.index.LeafReaderContext;
 import org.apache.lucene.search.join.BitSetProducer;
+import org.apache.lucene.util.VectorUtil;
 import org.opensearch.common.document.DocumentField;
 import org.opensearch.common.lucene.search.Queries;
 import org.opensearch.index.mapper.MappedFieldType;
@@ -140,12 +141,28 @@ final class SdrFetchSubPhase implements FetchSubPhase {
             private LeafReaderContext leaf;
             private int dim;
             private int last = -1;
+            private float[][] rows;  // the source's centroids, split once at this dimension
+
+            private float[][] sourceRows() {
+                if (rows == null || (rows.length > 0 && rows[0].length != dim)) {
+                    float[] flat = ext.centroids();
+                    rows = new float[flat.length / dim][];
+                    for (int i = 0; i < rows.length; i++) {
+                        rows[i] = Arrays.copyOfRange(flat, i * dim, (i + 1) * dim);
+                    }
+                }
+                return rows;
+            }
 
             @Override
             public void setNextReader(LeafReaderContext readerContext) throws IOException {
                 leaf = readerContext;
                 FieldInfo info = readerContext.reader().getFieldInfos().fieldInfo(ext.field());
                 dim = info == null ? 0 : info.getVectorDimension();
+                if (dim > 0 && ext.centroids() != null && ext.centroids().length % dim != 0) {
+                    throw new IllegalArgumentException("[" + SdrVectorsExt.NAME + "] [centroids] has " + ext.centroids().length
+                        + " values, not a whole number of rows of the " + dim + " dimensions of field [" + ext.field() + "]");
+                }
                 reader = dim == 0 ? null : open();
                 last = -1;
             }
@@ -162,18 +179,67 @@ final class SdrFetchSubPhase implements FetchSubPhase {
                 int doc = hitContext.docId();
                 Map<String, Object> out;
                 if (reader == null) {
-                    out = ext.mean() ? encodeMean(null, 0) : encode(null, 0);
+                    out = ext.centroids() != null ? centroidRows(null, 0, new float[0][]) : ext.mean() ? encodeMean(null, 0) : encode(null, 0);
                 } else {
                     if (doc <= last) {
                         reader = open();
                     }
                     last = doc;
                     reader.read(doc, candidate);
-                    out = ext.mean() ? encodeMean(candidate, dim) : encode(candidate, dim);
+                    out = ext.centroids() != null ? centroidRows(candidate, dim, sourceRows())
+                        : ext.mean() ? encodeMean(candidate, dim) : encode(candidate, dim);
                 }
                 hitContext.hit().setDocumentField(VECTORS_FIELD, new DocumentField(VECTORS_FIELD, Collections.singletonList(out)));
             }
         };
+    }
+
+    /**
+     * For each of the source's paragraph centroids ({@code centroids}, rows of {@code dim}) its best cosine with
+     * the paragraph centroids of {@code c} (each paragraph's normalised mean sentence vector, sums in double), as
+     * base64 float32, with the sentence and paragraph counts; {@code "centroid_rows": null} for no sentence.
+     */
+    static Map<String, Object> centroidRows(CandidateSentences c, int dim, float[][] rows) {
+        int m = c == null ? 0 : c.size();
+        Map<Long, double[]> sums = new java.util.HashMap<>();
+        for (int r = 0; r < m; r++) {
+            double[] sum = sums.computeIfAbsent(c.paragraph(r), k -> new double[dim]);
+            float[] v = c.vector(r);
+            for (int x = 0; x < dim; x++) {
+                sum[x] += v[x];
+            }
+        }
+        float[][] own = new float[sums.size()][];
+        int p = 0;
+        for (double[] sum : sums.values()) {
+            double norm = 0;
+            for (double v : sum) {
+                norm += v * v;
+            }
+            norm = Math.max(Math.sqrt(norm), 1e-12);
+            float[] unit = new float[dim];
+            for (int x = 0; x < dim; x++) {
+                unit[x] = (float) (sum[x] / norm);
+            }
+            own[p++] = unit;
+        }
+        Map<String, Object> out = new LinkedHashMap<>();
+        out.put("sentences", m);
+        out.put("paragraphs", own.length);
+        if (m == 0) {
+            out.put("centroid_rows", null);
+            return out;
+        }
+        ByteBuffer buffer = ByteBuffer.allocate(rows.length * Float.BYTES).order(ByteOrder.LITTLE_ENDIAN);
+        for (float[] row : rows) {
+            float best = Float.NEGATIVE_INFINITY;
+            for (float[] unit : own) {
+                best = Math.max(best, VectorUtil.dotProduct(row, unit));
+            }
+            buffer.putFloat(best);
+        }
+        out.put("centroid_rows", Base64.getEncoder().encodeToString(buffer.array()));
+        return out;
     }
 
     /**

@@ -11,6 +11,10 @@ import org.opensearch.core.xcontent.XContentParser;
 import org.opensearch.search.SearchExtBuilder;
 
 import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.util.Arrays;
+import java.util.Base64;
 import java.util.Objects;
 
 /**
@@ -20,20 +24,43 @@ import java.util.Objects;
  * row-major, "dim": d, "paragraph_sizes": [...]}}, sentences ordered by (paragraph, position).
  * With {@code "mean": true}, instead of the vectors, {@code "mean"}: the normalised mean sentence
  * vector (base64 float32), what hybrid ranking needs of a candidate besides its SDR score.
- * Optional key {@code field} (default {@code sentences.vector}). README.md, "Vectors".
+ * With {@code "centroids": "<base64 float32>"} (a source's paragraph centroids, n rows of the field's
+ * dimension), instead of the vectors, {@code "centroid_rows"}: for each source centroid i the best
+ * cosine max_j cos(centroid_i, c_j) over the hit's paragraph centroids c_j (normalised means of its
+ * paragraphs' sentences), base64 float32, n values: the engine's centroid pre-rank computed next to
+ * the data. Optional key {@code field} (default {@code sentences.vector}). README.md, "Vectors".
  */
 public class SdrVectorsExt extends SearchExtBuilder {
     public static final String NAME = "sdr_vectors";
 
     private final String field;
     private final boolean mean;
+    private final float[] centroids;  // null: no centroid rows asked for
 
     public SdrVectorsExt(String field) {
         this(field, false);
     }
 
     public SdrVectorsExt(String field, boolean mean) {
+        this(field, mean, null);
+    }
+
+    public SdrVectorsExt(String field, boolean mean, float[] centroids) {
+        if (mean && centroids != null) {
+            throw new IllegalArgumentException("[" + NAME + "] [mean] and [centroids] do not go together");
+        }
+        if (centroids != null) {
+            if (centroids.length == 0) {
+                throw new IllegalArgumentException("[" + NAME + "] [centroids] is empty");
+            }
+            for (float v : centroids) {
+                if (Float.isFinite(v) == false) {
+                    throw new IllegalArgumentException("[" + NAME + "] [centroids] must be finite, got " + v);
+                }
+            }
+        }
         this.mean = mean;
+        this.centroids = centroids;
         this.field = field == null ? SdrRescorerBuilder.DEFAULT_FIELD : field;
         int dot = this.field.lastIndexOf('.');
         if (dot <= 0 || dot == this.field.length() - 1) {
@@ -45,17 +72,27 @@ public class SdrVectorsExt extends SearchExtBuilder {
     public SdrVectorsExt(StreamInput in) throws IOException {
         this.field = in.readString();
         this.mean = in.readBoolean();
+        this.centroids = in.readBoolean() ? in.readFloatArray() : null;
     }
 
     @Override
     public void writeTo(StreamOutput out) throws IOException {
         out.writeString(field);
         out.writeBoolean(mean);
+        out.writeBoolean(centroids != null);
+        if (centroids != null) {
+            out.writeFloatArray(centroids);
+        }
     }
 
     /** Whether each hit gets its normalised mean vector instead of its vectors. */
     boolean mean() {
         return mean;
+    }
+
+    /** The source's paragraph centroids, row-major (null: no centroid rows asked for). */
+    float[] centroids() {
+        return centroids;
     }
 
     String field() {
@@ -81,6 +118,7 @@ public class SdrVectorsExt extends SearchExtBuilder {
         }
         String field = null;
         boolean mean = false;
+        float[] centroids = null;
         XContentParser.Token token;
         String name = null;
         while ((token = parser.nextToken()) != XContentParser.Token.END_OBJECT) {
@@ -90,15 +128,33 @@ public class SdrVectorsExt extends SearchExtBuilder {
                 field = parser.text();
             } else if ("mean".equals(name) && token == XContentParser.Token.VALUE_BOOLEAN) {
                 mean = parser.booleanValue();
+            } else if ("centroids".equals(name) && token == XContentParser.Token.VALUE_STRING) {
+                centroids = decode(parser, parser.text());
             } else {
                 throw new ParsingException(parser.getTokenLocation(), "[" + NAME + "] does not support [" + name + "]");
             }
         }
         try {
-            return new SdrVectorsExt(field, mean);
+            return new SdrVectorsExt(field, mean, centroids);
         } catch (IllegalArgumentException e) {
             throw new ParsingException(parser.getTokenLocation(), e.getMessage());
         }
+    }
+
+    private static float[] decode(XContentParser parser, String text) {
+        byte[] bytes;
+        try {
+            bytes = Base64.getDecoder().decode(text);
+        } catch (IllegalArgumentException e) {
+            throw new ParsingException(parser.getTokenLocation(), "[" + NAME + "] [centroids] is not base64: " + e.getMessage());
+        }
+        if (bytes.length % Float.BYTES != 0) {
+            throw new ParsingException(parser.getTokenLocation(), "[" + NAME + "] [centroids] has " + bytes.length
+                + " bytes, not a whole number of float32 values");
+        }
+        float[] out = new float[bytes.length / Float.BYTES];
+        ByteBuffer.wrap(bytes).order(ByteOrder.LITTLE_ENDIAN).asFloatBuffer().get(out);
+        return out;
     }
 
     @Override
@@ -108,16 +164,22 @@ public class SdrVectorsExt extends SearchExtBuilder {
         if (mean) {
             builder.field("mean", true);
         }
+        if (centroids != null) {
+            ByteBuffer buffer = ByteBuffer.allocate(centroids.length * Float.BYTES).order(ByteOrder.LITTLE_ENDIAN);
+            buffer.asFloatBuffer().put(centroids);
+            builder.field("centroids", Base64.getEncoder().encodeToString(buffer.array()));
+        }
         return builder.endObject();
     }
 
     @Override
     public boolean equals(Object o) {
-        return o instanceof SdrVectorsExt && ((SdrVectorsExt) o).field.equals(field) && ((SdrVectorsExt) o).mean == mean;
+        return o instanceof SdrVectorsExt && ((SdrVectorsExt) o).field.equals(field) && ((SdrVectorsExt) o).mean == mean
+            && Arrays.equals(((SdrVectorsExt) o).centroids, centroids);
     }
 
     @Override
     public int hashCode() {
-        return Objects.hash(NAME, field, mean);
+        return Objects.hash(NAME, field, mean, Arrays.hashCode(centroids));
     }
 }

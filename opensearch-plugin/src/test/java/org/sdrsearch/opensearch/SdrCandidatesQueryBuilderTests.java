@@ -117,4 +117,38 @@ public class SdrCandidatesQueryBuilderTests extends LuceneTestCase {
             assertTrue(e.getMessage(), e.getMessage().contains("does not support [size]"));
         }
     }
+
+    public void testVectorsExtCentroidsParseRoundTripAndRefuseBadInput() throws IOException {
+        // two rows of 2 floats, little-endian float32: (1, 0), (0.6, 0.8)
+        String b64 = java.util.Base64.getEncoder().encodeToString(java.nio.ByteBuffer.allocate(16)
+            .order(java.nio.ByteOrder.LITTLE_ENDIAN).putFloat(1f).putFloat(0f).putFloat(0.6f).putFloat(0.8f).array());
+        try (XContentParser p = JsonXContent.jsonXContent.createParser(REGISTRY, DeprecationHandler.THROW_UNSUPPORTED_OPERATION,
+            "{\"centroids\": \"" + b64 + "\"}")) {
+            p.nextToken();
+            SdrVectorsExt ext = SdrVectorsExt.fromXContent(p);
+            assertArrayEquals(new float[] { 1f, 0f, 0.6f, 0.8f }, ext.centroids(), 0f);
+            BytesStreamOutput out = new BytesStreamOutput();
+            ext.writeTo(out);
+            assertEquals(ext, new SdrVectorsExt(out.bytes().streamInput()));
+            XContentBuilder x = XContentFactory.jsonBuilder().startObject();
+            ext.toXContent(x, ToXContent.EMPTY_PARAMS);
+            assertEquals("{\"sdr_vectors\":{\"field\":\"sentences.vector\",\"centroids\":\"" + b64 + "\"}}", x.endObject().toString());
+        }
+        String nan = java.util.Base64.getEncoder().encodeToString(java.nio.ByteBuffer.allocate(4)
+            .order(java.nio.ByteOrder.LITTLE_ENDIAN).putFloat(Float.NaN).array());
+        String[][] bad = {
+            { "{\"centroids\": \"" + b64 + "\", \"mean\": true}", "[mean] and [centroids] do not go together" },
+            { "{\"centroids\": \"" + nan + "\"}", "[centroids] must be finite" },
+            { "{\"centroids\": \"AAA=\"}", "not a whole number of float32 values" },
+            { "{\"centroids\": \"\"}", "[centroids] is empty" },
+            { "{\"centroids\": \"%%\"}", "[centroids] is not base64" },
+        };
+        for (String[] b : bad) {
+            try (XContentParser p = JsonXContent.jsonXContent.createParser(REGISTRY, DeprecationHandler.THROW_UNSUPPORTED_OPERATION, b[0])) {
+                p.nextToken();
+                ParsingException e = expectThrows(ParsingException.class, () -> SdrVectorsExt.fromXContent(p));
+                assertTrue(b[0] + ": " + e.getMessage(), e.getMessage().contains(b[1]));
+            }
+        }
+    }
 }
