@@ -125,6 +125,7 @@ from .requests import (
     build_terms_query,
     bulk_lines,
     decode_vectors_b64,
+    document_os_id,
     error_from_response,
     index_meta_from_meta,
     bm25_k1,
@@ -686,8 +687,11 @@ class OpenSearchStore(DocumentStore):
                             parse: Callable[[Mapping[str, Any], int], Any], **search: Any) -> dict[str, Any]:
         """``id -> parse(hit, dim)`` for those of the (distinct) ``ids`` that exist, through the sdr
         plugin's ``sdr_vectors`` fetch: one ``_msearch`` of searches of ``chunk`` documents
-        (``search``: the options of :func:`build_vectors_search`)."""
+        (``search``: the options of :func:`build_vectors_search`). With ``fields=()`` no ``_source``
+        is read (the hits are known by ``_id``): parsing each hit's whole source to filter it cost
+        more than the plugin's own work on long documents."""
         dim = int(target.recorded.dim)
+        by_os_id = {document_os_id(i): i for i in ids}
         body: list[dict[str, Any]] = []
         for part in _chunks(list(ids), chunk):
             body += [{"index": target.name}, build_vectors_search(part, **search)]
@@ -697,7 +701,8 @@ class OpenSearchStore(DocumentStore):
             if "error" in item:
                 raise error_from_response(item.get("status", 500), item, what=what, index=target.name)
             for hit in item["hits"]["hits"]:
-                found[str(hit["_source"]["doc_id"])] = parse(hit, dim)
+                doc_id = hit["_source"]["doc_id"] if hit.get("_source") else by_os_id[hit["_id"]]
+                found[str(doc_id)] = parse(hit, dim)
         return found
 
     def _unreadable(self, target: _Target) -> StoreError:
@@ -1045,8 +1050,7 @@ class OpenSearchStore(DocumentStore):
             return np.zeros((cs.shape[0], 0), dtype=np.float32)
         n = cs.shape[0]
         found = self._plugin_vector_hits(target, list(dict.fromkeys(ids)), "computing centroid rows", _VECTOR_CHUNK,
-                                         lambda hit, dim: parse_centroid_rows_hit(hit, n), fields=["doc_id"],
-                                         centroids=cs)
+                                         lambda hit, dim: parse_centroid_rows_hit(hit, n), fields=(), centroids=cs)
         for doc_id in ids:
             if doc_id not in found:
                 raise DocumentNotFoundError(doc_id)
@@ -1064,7 +1068,7 @@ class OpenSearchStore(DocumentStore):
         if not ids:
             return CandidateFeatures(np.zeros(0, dtype=np.int64), np.zeros((0, dim), dtype=np.float32))
         found = self._plugin_vector_hits(target, list(dict.fromkeys(ids)), "reading mean vectors", _MGET_CHUNK,
-                                         parse_mean_hit, fields=["doc_id"], mean=True)
+                                         parse_mean_hit, fields=(), mean=True)
         for doc_id in ids:
             if doc_id not in found:
                 raise DocumentNotFoundError(doc_id)

@@ -110,7 +110,8 @@ def parse_sdr_hits(item: Mapping[str, Any], *, index: str | None = None, what: s
 def build_vectors_search(ids: Sequence[str], *, fields: Sequence[str] = ("doc_id", "par_sizes"),
                          mean: bool = False, centroids: np.ndarray | None = None) -> dict[str, Any]:
     """A search for the documents ``ids`` (by ``_id``) that returns each one's sentence vectors from
-    the index's vector data (the plugin's ``sdr_vectors`` fetch), with ``fields`` of ``_source``;
+    the index's vector data (the plugin's ``sdr_vectors`` fetch), with ``fields`` of ``_source`` (none:
+    no ``_source`` read at all, the hits known by ``_id``);
     with ``mean``, each one's normalised mean sentence vector and paragraph count instead; with
     ``centroids`` (a source's paragraph centroids, ``(n, dim)``), each one's n centroid rows instead
     (:func:`parse_centroid_rows_hit`)."""
@@ -118,7 +119,7 @@ def build_vectors_search(ids: Sequence[str], *, fields: Sequence[str] = ("doc_id
     ext: dict[str, Any] = {"mean": True} if mean else {}
     if centroids is not None:
         ext["centroids"] = encode_vectors_b64(centroids)
-    return {"size": len(unique), "_source": list(fields), "track_total_hits": False,
+    return {"size": len(unique), "_source": list(fields) if fields else False, "track_total_hits": False,
             "query": {"ids": {"values": [document_os_id(i) for i in unique]}},
             "ext": {"sdr_vectors": ext}}
 
