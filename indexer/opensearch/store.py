@@ -687,11 +687,11 @@ class OpenSearchStore(DocumentStore):
                             parse: Callable[[Mapping[str, Any], int], Any], **search: Any) -> dict[str, Any]:
         """``id -> parse(hit, dim)`` for those of the (distinct) ``ids`` that exist, through the sdr
         plugin's ``sdr_vectors`` fetch: one ``_msearch`` of searches of ``chunk`` documents
-        (``search``: the options of :func:`build_vectors_search`). With ``fields=()`` no ``_source``
-        is read (the hits are known by ``_id``): parsing each hit's whole source to filter it cost
-        more than the plugin's own work on long documents."""
+        (``search``: the options of :func:`build_vectors_search`). Hits are known by ``_id``
+        (:func:`document_os_id`), so ``fields=()`` reads no ``_source``: parsing each hit's whole
+        source to filter it cost more than the plugin's own work on long documents."""
         dim = int(target.recorded.dim)
-        by_os_id = {document_os_id(i): i for i in ids}
+        by_os_id = {document_os_id(str(i)): str(i) for i in ids}
         body: list[dict[str, Any]] = []
         for part in _chunks(list(ids), chunk):
             body += [{"index": target.name}, build_vectors_search(part, **search)]
@@ -701,8 +701,7 @@ class OpenSearchStore(DocumentStore):
             if "error" in item:
                 raise error_from_response(item.get("status", 500), item, what=what, index=target.name)
             for hit in item["hits"]["hits"]:
-                doc_id = hit["_source"]["doc_id"] if hit.get("_source") else by_os_id[hit["_id"]]
-                found[str(doc_id)] = parse(hit, dim)
+                found[by_os_id[hit["_id"]]] = parse(hit, dim)
         return found
 
     def _unreadable(self, target: _Target) -> StoreError:
@@ -950,14 +949,16 @@ class OpenSearchStore(DocumentStore):
                              f"{self._plugin_state()})")
         return target
 
-    def _source_rows(self, target: _Target, source: DocVectors) -> np.ndarray:
-        q = np.atleast_2d(np.asarray(source.vectors, dtype=np.float32))
+    def _source_rows(self, target: _Target, rows: np.ndarray, what: str = "query vectors") -> np.ndarray:
+        """``rows`` (a source's sentence vectors or paragraph centroids) as float32, refused by name when of
+        another dimension than the index's, empty or not finite."""
+        q = np.atleast_2d(np.asarray(rows, dtype=np.float32))
         if q.shape[1] != int(target.recorded.dim):
             raise ModelMismatchError(
-                f"query vectors have dimension {q.shape[1]}, OpenSearch index {target.name!r} holds dimension "
+                f"{what} have dimension {q.shape[1]}, OpenSearch index {target.name!r} holds dimension "
                 f"{target.recorded.dim} (model {target.recorded.model_id})")
         if q.shape[0] == 0 or not np.all(np.isfinite(q)):
-            raise InvalidInputError("query vectors must be finite and at least one")
+            raise InvalidInputError(f"{what} must be finite and at least one")
         return q
 
     def sdr_candidates(
@@ -977,7 +978,7 @@ class OpenSearchStore(DocumentStore):
         if size < 0:
             raise InvalidInputError(f"size must be >= 0, got {size}")
         target = self._plugin_target("sdr_candidates")
-        q = self._source_rows(target, source)
+        q = self._source_rows(target, source.vectors)
         restriction = self._candidate_filter(target, filter, None)
         if restriction == MATCH_NONE or size == 0:
             return [], np.zeros(0, dtype=np.float64)
@@ -1008,7 +1009,7 @@ class OpenSearchStore(DocumentStore):
         target = self._plugin_target("sdr_scores")
         rows = []
         for vectors, stats in sources:
-            q = self._source_rows(target, vectors)
+            q = self._source_rows(target, vectors.vectors)
             if len(stats) != vectors.n_paragraphs:
                 raise InvalidInputError(f"statistics for {len(stats)} paragraphs, the source has {vectors.n_paragraphs}")
             rows.append((q, np.diff(vectors.par_offsets), stats.mu, stats.sigma))
@@ -1039,12 +1040,7 @@ class OpenSearchStore(DocumentStore):
         plugin's ``sdr_vectors`` with the source's paragraph centroids, one ``_msearch`` of searches of
         :data:`_VECTOR_CHUNK` documents, a few bytes per document back. ``capabilities.exact_sdr``."""
         target = self._plugin_target("centroid_rows")
-        cs = np.atleast_2d(np.asarray(source_centroids, dtype=np.float32))
-        if cs.shape[1] != int(target.recorded.dim):
-            raise ModelMismatchError(f"source centroids have dimension {cs.shape[1]}, OpenSearch index {target.name!r} "
-                                     f"holds dimension {target.recorded.dim} (model {target.recorded.model_id})")
-        if cs.shape[0] == 0 or not np.all(np.isfinite(cs)):
-            raise InvalidInputError("source centroids must be finite and at least one")
+        cs = self._source_rows(target, source_centroids, "source centroids")
         ids = [str(i) for i in ids]
         if not ids:
             return np.zeros((cs.shape[0], 0), dtype=np.float32)

@@ -212,16 +212,7 @@ final class SdrFetchSubPhase implements FetchSubPhase {
         float[][] own = new float[sums.size()][];
         int p = 0;
         for (double[] sum : sums.values()) {
-            double norm = 0;
-            for (double v : sum) {
-                norm += v * v;
-            }
-            norm = Math.max(Math.sqrt(norm), 1e-12);
-            float[] unit = new float[dim];
-            for (int x = 0; x < dim; x++) {
-                unit[x] = (float) (sum[x] / norm);
-            }
-            own[p++] = unit;
+            own[p++] = normalised(sum);
         }
         Map<String, Object> out = new LinkedHashMap<>();
         out.put("sentences", m);
@@ -257,14 +248,9 @@ final class SdrFetchSubPhase implements FetchSubPhase {
             }
             paragraphs.add(c.paragraph(r));
         }
-        double norm = 0;
-        for (double v : sum) {
-            norm += v * v;
-        }
-        norm = Math.max(Math.sqrt(norm), 1e-12);
         ByteBuffer buffer = ByteBuffer.allocate(dim * Float.BYTES).order(ByteOrder.LITTLE_ENDIAN);
-        for (double v : sum) {
-            buffer.putFloat((float) (v / norm));
+        for (float v : normalised(sum)) {
+            buffer.putFloat(v);
         }
         Map<String, Object> out = new LinkedHashMap<>();
         out.put("sentences", m);
@@ -272,6 +258,20 @@ final class SdrFetchSubPhase implements FetchSubPhase {
         out.put("paragraphs", paragraphs.size());
         out.put("mean", Base64.getEncoder().encodeToString(buffer.array()));
         return out;
+    }
+
+    /** {@code sum / max(|sum|, 1e-12)} in float32 (a zero vector stays zero): a mean sentence vector, normalised. */
+    static float[] normalised(double[] sum) {
+        double norm = 0;
+        for (double v : sum) {
+            norm += v * v;
+        }
+        norm = Math.max(Math.sqrt(norm), 1e-12);
+        float[] unit = new float[sum.length];
+        for (int x = 0; x < sum.length; x++) {
+            unit[x] = (float) (sum[x] / norm);
+        }
+        return unit;
     }
 
     /** The sentences of {@code c} in (paragraph, position, read) order: base64 float32 rows and paragraph sizes. */
