@@ -113,6 +113,7 @@ from .requests import (
     build_sdr_scores_msearch,
     build_state_index_body,
     build_vectors_search,
+    hit_doc_id,
     parse_sdr_hits,
     parse_centroid_rows_hit,
     parse_mean_hit,
@@ -125,7 +126,6 @@ from .requests import (
     build_terms_query,
     bulk_lines,
     decode_vectors_b64,
-    document_os_id,
     error_from_response,
     index_meta_from_meta,
     bm25_k1,
@@ -687,11 +687,12 @@ class OpenSearchStore(DocumentStore):
                             parse: Callable[[Mapping[str, Any], int], Any], **search: Any) -> dict[str, Any]:
         """``id -> parse(hit, dim)`` for those of the (distinct) ``ids`` that exist, through the sdr
         plugin's ``sdr_vectors`` fetch: one ``_msearch`` of searches of ``chunk`` documents
-        (``search``: the options of :func:`build_vectors_search`). Hits are known by ``_id``
-        (:func:`document_os_id`), so ``fields=()`` reads no ``_source``: parsing each hit's whole
-        source to filter it cost more than the plugin's own work on long documents."""
+        (``search``: the options of :func:`build_vectors_search`). Hits are known by their ``doc_id``
+        doc values (:func:`hit_doc_id`), so ``fields=()`` reads no stored field at all: parsing each
+        hit's whole source, or even decompressing it for its ``_id``, cost more than the plugin's own
+        work on long documents."""
         dim = int(target.recorded.dim)
-        by_os_id = {document_os_id(str(i)): str(i) for i in ids}
+        asked = {str(i) for i in ids}
         body: list[dict[str, Any]] = []
         for part in _chunks(list(ids), chunk):
             body += [{"index": target.name}, build_vectors_search(part, **search)]
@@ -701,7 +702,10 @@ class OpenSearchStore(DocumentStore):
             if "error" in item:
                 raise error_from_response(item.get("status", 500), item, what=what, index=target.name)
             for hit in item["hits"]["hits"]:
-                found[by_os_id[hit["_id"]]] = parse(hit, dim)
+                doc_id = hit_doc_id(hit)
+                if doc_id not in asked:
+                    raise StoreError(f"{what}: the node returned a hit without a doc_id asked for ({doc_id!r})")
+                found[doc_id] = parse(hit, dim)
         return found
 
     def _unreadable(self, target: _Target) -> StoreError:

@@ -116,7 +116,8 @@ def test_the_filter_is_the_knn_querys_own_and_holds_the_excluded_ids():
     flt = build_metadata_filter({"year": 2019}, FIELDS)
     body = build_nested_knn_query([0.6, 0.8], 5, exclude_ids=["x", "y"], ef_search=50, filter=flt)
     assert body == {
-        "size": 5, "_source": False, "docvalue_fields": ["doc_id"], "track_total_hits": False,
+        "size": 5, "_source": False, "stored_fields": "_none_", "docvalue_fields": ["doc_id"],
+        "track_total_hits": False,
         "query": {"nested": {"path": "sentences", "score_mode": "max", "query": {"knn": {"sentences.vector": {
             "vector": [pytest.approx(0.6), pytest.approx(0.8)], "k": 5,  # excluded inside the filter: k not raised
             "method_parameters": {"ef_search": 50},

@@ -62,6 +62,7 @@ from sdr_search.indexer.opensearch.requests import (
     build_sdr_candidates_query,
     build_sdr_scores_msearch,
     build_vectors_search,
+    hit_doc_id,
     parse_sdr_hits,
     parse_vector_hit,
 )
@@ -377,7 +378,8 @@ def test_chunk_by_size():
 # -- k-NN --------------------------------------------------------------------------------------------------
 def test_nested_knn_query_golden():
     assert build_nested_knn_query(np.array([0.5, -0.25], np.float32), 5) == {
-        "size": 5, "_source": False, "docvalue_fields": ["doc_id"], "track_total_hits": False,
+        "size": 5, "_source": False, "stored_fields": "_none_", "docvalue_fields": ["doc_id"],
+        "track_total_hits": False,
         "query": {"nested": {"path": "sentences", "score_mode": "max", "query": {
             "knn": {"sentences.vector": {"vector": [0.5, -0.25], "k": 5}}}}},
     }
@@ -385,7 +387,8 @@ def test_nested_knn_query_golden():
 
 def test_nested_knn_query_with_exclusions_golden():
     assert build_nested_knn_query([1.0, 0.0], 3, exclude_ids=["x", "y", "x"]) == {
-        "size": 3, "_source": False, "docvalue_fields": ["doc_id"], "track_total_hits": False,
+        "size": 3, "_source": False, "stored_fields": "_none_", "docvalue_fields": ["doc_id"],
+        "track_total_hits": False,
         "query": {"bool": {
             "must": [{"nested": {"path": "sentences", "score_mode": "max", "query": {
                 "knn": {"sentences.vector": {"vector": [1.0, 0.0], "k": 5}}}}}],
@@ -714,7 +717,8 @@ def test_analyzer_pattern_is_the_embedded_tokenizer():
 def test_terms_query_golden():
     body = build_terms_query({"murder": 3, "knife": 1}, 5, exclude_ids=["q1"])
     assert body == {
-        "size": 5, "_source": False, "docvalue_fields": ["doc_id"], "track_total_hits": False,
+        "size": 5, "_source": False, "stored_fields": "_none_", "docvalue_fields": ["doc_id"],
+        "track_total_hits": False,
         "query": {"bool": {
             "must": [{"bool": {"should": [
                 {"term": {"text": {"value": "murder", "boost": 3.0}}},
@@ -746,7 +750,8 @@ def test_terms_query_from_a_long_source_fits_the_clause_limit():
 def test_more_like_this_query_golden():
     body = build_more_like_this_query(10, like_text="The accused was convicted.", exclude_ids=["q"])
     assert body == {
-        "size": 10, "_source": False, "docvalue_fields": ["doc_id"], "track_total_hits": False,
+        "size": 10, "_source": False, "stored_fields": "_none_", "docvalue_fields": ["doc_id"],
+        "track_total_hits": False,
         "query": {"bool": {
             "must": [{"more_like_this": {
                 "fields": ["text"], "like": "The accused was convicted.", "max_query_terms": 1000,
@@ -919,8 +924,8 @@ def test_sdr_candidates_query():
     v = np.array([[1, 0], [0, 1], [0.6, 0.8]], np.float32)
     body = build_sdr_candidates_query(v, [2, 1], k=30, size=200, ef_search=100, mu=[0.1, 0.2], sigma=[0.5, 1.0],
                                       exclude_ids=["a", "a", "b"], filter={"term": {"metadata.x": 1}})
-    assert body == {"size": 200, "_source": False, "docvalue_fields": ["doc_id"], "track_total_hits": False,
-                    "query": {"sdr_candidates": {
+    assert body == {"size": 200, "_source": False, "stored_fields": "_none_", "docvalue_fields": ["doc_id"],
+                    "track_total_hits": False, "query": {"sdr_candidates": {
                         "vectors": encode_vectors_b64(v), "paragraph_sizes": [2, 1], "mu": [0.1, 0.2], "sigma": [0.5, 1.0],
                         "k": 30, "ef_search": 100, "aggregation": "weighted-sum", "exclude": ["a", "b"],
                         "filter": {"term": {"metadata.x": 1}}}}}
@@ -941,6 +946,8 @@ def test_sdr_scores_msearch_and_hits():
     assert [h for h in body[::2]] == [{"index": "idx"}, {"index": "idx"}]
     first, second = body[1], body[3]
     assert first["query"] == {"ids": {"values": ["a", document_os_id(long_id)]}} and first["size"] == 2
+    # the hits known by their doc_id doc values: no stored field read (each would decompress the whole source)
+    assert (first["_source"], first["stored_fields"], first["docvalue_fields"]) == (False, "_none_", ["doc_id"])
     assert first["rescore"]["window_size"] == 2 and first["rescore"]["sdr"]["explain"] is True
     assert first["rescore"]["sdr"]["mu"] == [0.0, 0.1] and first["rescore"]["sdr"]["paragraph_sizes"] == [1, 1]
     assert "explain" not in second["rescore"]["sdr"] and second["rescore"]["sdr"]["vectors"] == encode_vectors_b64(v[:1])
@@ -954,8 +961,14 @@ def test_sdr_scores_msearch_and_hits():
 
 def test_vectors_search_and_hit():
     assert build_vectors_search(["a", "b", "a"]) == {
-        "size": 2, "_source": ["doc_id", "par_sizes"], "track_total_hits": False,
+        "size": 2, "_source": ["doc_id", "par_sizes"], "docvalue_fields": ["doc_id"], "track_total_hits": False,
         "query": {"ids": {"values": ["a", "b"]}}, "ext": {"sdr_vectors": {}}}
+    assert build_vectors_search(["a"], fields=()) == {
+        "size": 1, "_source": False, "stored_fields": "_none_", "docvalue_fields": ["doc_id"], "track_total_hits": False,
+        "query": {"ids": {"values": ["a"]}}, "ext": {"sdr_vectors": {}}}
+    assert hit_doc_id({"_id": "sha256-00", "fields": {"doc_id": ["L" * 600]}}) == "L" * 600
+    assert hit_doc_id({"_id": "a", "_source": {"doc_id": "a"}}) == "a"
+    assert hit_doc_id({"_id": "a"}) is None  # never the _id: it is a hash for long ids
     v = np.array([[1, 0], [0, 1], [0.5, -0.25]], np.float32)
     hit = {"_source": {"doc_id": "a", "par_sizes": [2, 1]}, "fields": {"_sdr_vectors": [
         {"sentences": 3, "dim": 2, "paragraph_sizes": [2, 1], "vectors": encode_vectors_b64(v)}]}}

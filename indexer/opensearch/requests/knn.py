@@ -11,7 +11,7 @@ import numpy as np
 
 
 
-from .layout import KNN_FIELD, MAX_KNN_K, MIN_EF_SEARCH
+from .layout import HITS_BY_DOC_ID, KNN_FIELD, MAX_KNN_K, MIN_EF_SEARCH
 from .writes import error_from_response
 
 
@@ -53,7 +53,7 @@ def build_nested_knn_query(
     query: dict[str, Any] = {"nested": {"path": "sentences", "score_mode": "max", "query": {"knn": {KNN_FIELD: knn}}}}
     if excluded and filter is None:
         query = {"bool": {"must": [query], "must_not": [{"terms": {"doc_id": excluded}}]}}
-    return {"size": int(k), "_source": False, "docvalue_fields": ["doc_id"], "track_total_hits": False, "query": query}
+    return {"size": int(k), **HITS_BY_DOC_ID, "track_total_hits": False, "query": query}
 
 
 def build_msearch_body(

@@ -11,7 +11,7 @@ import numpy as np
 
 
 
-from .layout import LEXICAL_FIELD, document_os_id
+from .layout import HITS_BY_DOC_ID, LEXICAL_FIELD, document_os_id
 from .writes import error_from_response
 
 
@@ -37,7 +37,7 @@ def _lexical_body(query: dict[str, Any], size: int, *, exclude_ids: Sequence[str
         if filters:
             wrapped["filter"] = filters
         query = {"bool": wrapped}
-    return {"size": int(size), "_source": False, "docvalue_fields": ["doc_id"], "track_total_hits": False,
+    return {"size": int(size), **HITS_BY_DOC_ID, "track_total_hits": False,
             "query": query}
 
 

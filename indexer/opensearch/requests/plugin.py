@@ -15,7 +15,8 @@ from sdr_search.core.errors import (
 from sdr_search.core.vectors import DocVectors
 
 
-from .layout import AGGREGATIONS, MAX_KNN_K, decode_vectors_b64, document_os_id, encode_vectors_b64
+from .layout import (AGGREGATIONS, HITS_BY_DOC_ID, MAX_KNN_K, decode_vectors_b64, document_os_id, encode_vectors_b64,
+                     hit_doc_id)
 from .writes import error_from_response
 
 
@@ -64,8 +65,7 @@ def build_sdr_candidates_query(
         clause["exclude"] = excluded
     if filter is not None:
         clause["filter"] = copy.deepcopy(dict(filter))
-    return {"size": int(size), "_source": False, "docvalue_fields": ["doc_id"], "track_total_hits": False,
-            "query": {"sdr_candidates": clause}}
+    return {"size": int(size), **HITS_BY_DOC_ID, "track_total_hits": False, "query": {"sdr_candidates": clause}}
 
 
 def build_sdr_scores_msearch(
@@ -82,7 +82,7 @@ def build_sdr_scores_msearch(
         if explain and n == 0:
             clause["explain"] = True
         body.append({"index": index})
-        body.append({"size": len(unique), "_source": False, "docvalue_fields": ["doc_id"], "track_total_hits": False,
+        body.append({"size": len(unique), **HITS_BY_DOC_ID, "track_total_hits": False,
                      "query": {"ids": {"values": [document_os_id(i) for i in unique]}},
                      "rescore": {"window_size": max(1, len(unique)), "sdr": clause}})
     return body
@@ -100,7 +100,7 @@ def parse_sdr_hits(item: Mapping[str, Any], *, index: str | None = None, what: s
     if "error" in item:
         raise error_from_response(item.get("status", 500), item, what=what, index=index)
     hits = item.get("hits", {}).get("hits", [])
-    ids = [str(h["fields"]["doc_id"][0]) for h in hits]
+    ids = [str(hit_doc_id(h)) for h in hits]
     scores = np.asarray([float(h["_score"]) for h in hits], dtype=np.float64)
     scores[scores <= NO_SENTENCES_SCORE * 0.999] = -np.inf
     explained = [(h.get("fields", {}).get("_sdr") or [None])[0] for h in hits]
@@ -111,7 +111,7 @@ def build_vectors_search(ids: Sequence[str], *, fields: Sequence[str] = ("doc_id
                          mean: bool = False, centroids: np.ndarray | None = None) -> dict[str, Any]:
     """A search for the documents ``ids`` (by ``_id``) that returns each one's sentence vectors from
     the index's vector data (the plugin's ``sdr_vectors`` fetch), with ``fields`` of ``_source`` (none:
-    no ``_source`` read at all, the hits known by ``_id``);
+    no stored field read at all); every hit is known by its ``doc_id`` (:func:`hit_doc_id`);
     with ``mean``, each one's normalised mean sentence vector and paragraph count instead; with
     ``centroids`` (a source's paragraph centroids, ``(n, dim)``), each one's n centroid rows instead
     (:func:`parse_centroid_rows_hit`)."""
@@ -119,7 +119,8 @@ def build_vectors_search(ids: Sequence[str], *, fields: Sequence[str] = ("doc_id
     ext: dict[str, Any] = {"mean": True} if mean else {}
     if centroids is not None:
         ext["centroids"] = encode_vectors_b64(centroids)
-    return {"size": len(unique), "_source": list(fields) if fields else False, "track_total_hits": False,
+    hits: dict[str, Any] = {"_source": list(fields), "docvalue_fields": ["doc_id"]} if fields else dict(HITS_BY_DOC_ID)
+    return {"size": len(unique), **hits, "track_total_hits": False,
             "query": {"ids": {"values": [document_os_id(i) for i in unique]}},
             "ext": {"sdr_vectors": ext}}
 
@@ -127,8 +128,7 @@ def build_vectors_search(ids: Sequence[str], *, fields: Sequence[str] = ("doc_id
 def parse_centroid_rows_hit(hit: Mapping[str, Any], n: int) -> np.ndarray:
     """The ``n`` centroid rows (float32: each source paragraph centroid's best cosine with the
     document's paragraph centroids) of one hit of ``build_vectors_search(..., centroids=...)``."""
-    src = hit.get("_source") or {}
-    doc_id = src.get("doc_id", hit.get("_id"))
+    doc_id = hit_doc_id(hit)
     got = (hit.get("fields", {}).get("_sdr_vectors") or [None])[0]
     if not isinstance(got, Mapping) or "centroid_rows" not in got:
         raise StoreError(f"the node returned no centroid rows for document {doc_id!r}")
@@ -142,12 +142,12 @@ def parse_centroid_rows_hit(hit: Mapping[str, Any], n: int) -> np.ndarray:
 
 def parse_mean_hit(hit: Mapping[str, Any], dim: int) -> tuple[int, np.ndarray]:
     """``(paragraphs, normalised mean vector)`` of one hit of ``build_vectors_search(..., mean=True)``."""
-    src = hit.get("_source") or {}
+    doc_id = hit_doc_id(hit)
     got = (hit.get("fields", {}).get("_sdr_vectors") or [None])[0]
     if not isinstance(got, Mapping) or "mean" not in got:
-        raise StoreError(f"the node returned no mean vector for document {src.get('doc_id', hit.get('_id'))!r}")
+        raise StoreError(f"the node returned no mean vector for document {doc_id!r}")
     if int(got.get("sentences", 0)) == 0:
-        raise StoreError(f"stored vectors of document {src.get('doc_id', hit.get('_id'))!r} are missing")
+        raise StoreError(f"stored vectors of document {doc_id!r} are missing")
     return int(got["paragraphs"]), decode_vectors_b64(str(got["mean"]), dim)[0]
 
 
@@ -156,7 +156,7 @@ def parse_vector_hit(hit: Mapping[str, Any], dim: int) -> DocVectors:
     ``ext``). Raises :class:`StoreError` when the plugin's vectors are missing, of another dimension,
     or do not match the document's recorded paragraph sizes (``_source.par_sizes``)."""
     src = hit.get("_source") or {}
-    doc_id = src.get("doc_id", hit.get("_id"))
+    doc_id = hit_doc_id(hit)
     got = (hit.get("fields", {}).get("_sdr_vectors") or [None])[0]
     if not isinstance(got, Mapping):
         raise StoreError(f"the node returned no vectors for document {doc_id!r} (is the sdr plugin installed?)")

@@ -17,7 +17,6 @@ import org.apache.lucene.search.QueryVisitor;
 import org.apache.lucene.search.ScoreDoc;
 import org.apache.lucene.search.ScoreMode;
 import org.apache.lucene.search.Scorer;
-import org.apache.lucene.search.TopDocs;
 import org.apache.lucene.search.Weight;
 import org.apache.lucene.search.join.BitSetProducer;
 import org.apache.lucene.search.join.DiversifyingChildrenFloatKnnVectorQuery;
@@ -119,15 +118,23 @@ final class SdrCandidatesQuery extends Query {
         for (int l = 0; l < leaves.size(); l++) {
             parentBits[l] = parents.getBitSet(leaves.get(l));
         }
+        // the plain k-NN without a filter can walk the graphs with the plugin's SIMD dot product (GraphProbe)
+        boolean graphSearch = oversample > 0 && childFilter == null && GraphProbe.wanted(similarity);
         ProbeRange probes = (from, to) -> {
+            GraphProbe graph = graphSearch ? GraphProbe.open(leaves, field, function) : null;
             for (int row = from; row < to; row++) {
-                Query knn = oversample > 0 ? new KnnFloatVectorQuery(field, source.vector(row), luceneK, childFilter)
-                    : new DiversifyingChildrenFloatKnnVectorQuery(field, source.vector(row), childFilter, luceneK, parents);
-                TopDocs top = probe.search(knn, luceneK);
+                ScoreDoc[] hits;
+                if (graph != null) {
+                    hits = graph.search(source.vector(row), luceneK);
+                } else {
+                    Query knn = oversample > 0 ? new KnnFloatVectorQuery(field, source.vector(row), luceneK, childFilter)
+                        : new DiversifyingChildrenFloatKnnVectorQuery(field, source.vector(row), childFilter, luceneK, parents);
+                    hits = probe.search(knn, luceneK).scoreDocs;
+                }
                 int[] docs = new int[k];
                 float[] cos = new float[k];
                 int n = 0;
-                for (ScoreDoc hit : top.scoreDocs) {
+                for (ScoreDoc hit : hits) {
                     if (n == k) {
                         break;
                     }

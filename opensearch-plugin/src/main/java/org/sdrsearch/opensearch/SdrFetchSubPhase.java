@@ -222,10 +222,11 @@ final class SdrFetchSubPhase implements FetchSubPhase {
             return out;
         }
         ByteBuffer buffer = ByteBuffer.allocate(rows.length * Float.BYTES).order(ByteOrder.LITTLE_ENDIAN);
+        VectorDot simd = VectorDot.simd();  // Lucene 9's own dot product is scalar on Java 17
         for (float[] row : rows) {
             float best = Float.NEGATIVE_INFINITY;
             for (float[] unit : own) {
-                best = Math.max(best, VectorUtil.dotProduct(row, unit));
+                best = Math.max(best, simd != null ? simd.dot(row, unit) : VectorUtil.dotProduct(row, unit));
             }
             buffer.putFloat(best);
         }

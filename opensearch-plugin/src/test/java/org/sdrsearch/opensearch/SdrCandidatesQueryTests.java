@@ -150,7 +150,7 @@ public class SdrCandidatesQueryTests extends LuceneTestCase {
         return out;
     }
 
-    private static Map<String, Double> run(IndexSearcher searcher, SdrCandidatesQuery query) throws IOException {
+    static Map<String, Double> run(IndexSearcher searcher, SdrCandidatesQuery query) throws IOException {
         TopDocs top = searcher.search(query, 10_000);
         Map<String, Double> got = new HashMap<>();
         for (ScoreDoc hit : top.scoreDocs) {
@@ -159,7 +159,7 @@ public class SdrCandidatesQueryTests extends LuceneTestCase {
         return got;
     }
 
-    private static void assertSameScores(String what, Map<String, Double> expected, Map<String, Double> got) {
+    static void assertSameScores(String what, Map<String, Double> expected, Map<String, Double> got) {
         assertEquals(what + ": the documents seen", new HashSet<>(expected.keySet()), got.keySet());
         for (Map.Entry<String, Double> e : expected.entrySet()) {
             assertEquals(what + ": " + e.getKey(), e.getValue(), got.get(e.getKey()), 1e-4 * Math.max(1, Math.abs(e.getValue())));

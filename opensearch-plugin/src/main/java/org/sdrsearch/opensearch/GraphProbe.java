@@ -1,0 +1,174 @@
+/*
+ * SPDX-License-Identifier: Apache-2.0
+ */
+package org.sdrsearch.opensearch;
+
+import org.apache.logging.log4j.LogManager;
+import org.apache.logging.log4j.Logger;
+import org.apache.lucene.index.FieldInfo;
+import org.apache.lucene.index.LeafReaderContext;
+import org.apache.lucene.index.VectorSimilarityFunction;
+import org.apache.lucene.search.KnnFloatVectorQuery;
+import org.apache.lucene.search.ScoreDoc;
+import org.apache.lucene.search.TopKnnCollector;
+import org.apache.lucene.util.Bits;
+import org.apache.lucene.util.VectorUtil;
+import org.apache.lucene.util.hnsw.HnswGraphSearcher;
+import org.apache.lucene.util.hnsw.RandomVectorScorer;
+
+import java.io.IOException;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Locale;
+
+/**
+ * The plain k-NN of one query vector over a shard's sentences, as {@link KnnFloatVectorQuery} without
+ * a filter runs it (per segment Lucene's own {@link HnswGraphSearcher} over the segment's graph,
+ * live documents only, then the segments' hits merged; see {@link #search}), but with the vectors compared by
+ * {@link VectorDot}: Lucene 9 compares them with scalar Java on Java 17, the 2.x line's JVM, where
+ * this SIMD dot product makes the candidate stage's probes about twice as fast (measured: see
+ * {@code docs/design.md}). The graph walk is Lucene's; only the arithmetic differs, so the hits are
+ * the same up to float rounding of near-ties.
+ *
+ * <p>Which one runs: node property {@code sdr.graph_search} = {@code auto} (default: this class
+ * where Lucene does not vectorise on this JVM and the vector module is present), {@code plugin}
+ * (this class whenever it can) or {@code lucene}. Not thread-safe: one per probing thread.
+ */
+final class GraphProbe {
+    private static final Logger LOGGER = LogManager.getLogger(GraphProbe.class);
+    private static volatile Boolean logged;
+
+    private final SegmentGraph[] graphs;  // per leaf; null: the leaf has no vector of the field
+    private final int[] docBases;
+    private final Bits[] acceptOrds;
+    private final VectorDot dot;
+    private final VectorSimilarityFunction function;
+
+    private GraphProbe(SegmentGraph[] graphs, int[] docBases, Bits[] acceptOrds, VectorDot dot, VectorSimilarityFunction function) {
+        this.graphs = graphs;
+        this.docBases = docBases;
+        this.acceptOrds = acceptOrds;
+        this.dot = dot;
+        this.function = function;
+    }
+
+    /** Whether the probes of this node go through this class (see the class comment), for a field of {@code function}. */
+    static boolean wanted(VectorSimilarityFunction function) {
+        if (function != VectorSimilarityFunction.DOT_PRODUCT && function != VectorSimilarityFunction.MAXIMUM_INNER_PRODUCT) {
+            return false;
+        }
+        String mode = System.getProperty("sdr.graph_search", "auto").toLowerCase(Locale.ROOT);
+        boolean wanted;
+        switch (mode) {
+            case "lucene":
+                wanted = false;
+                break;
+            case "plugin":
+                wanted = VectorDot.simd() != null;
+                break;
+            default:
+                wanted = VectorDot.simd() != null && SegmentGraph.luceneVectorises() == false;
+        }
+        if (logged == null) {
+            logged = wanted;
+            LOGGER.info("sdr: candidate probes search the HNSW graphs {} (sdr.graph_search={})",
+                wanted ? "with the plugin's vector-API dot product" : "through Lucene's k-NN query", mode);
+        }
+        return wanted;
+    }
+
+    /**
+     * The probe over {@code leaves}, or null when some segment's graph cannot be read this way (then every
+     * probe goes through Lucene's query). Live documents only, as Lucene's query without a filter.
+     */
+    static GraphProbe open(List<LeafReaderContext> leaves, String field, VectorSimilarityFunction function) throws IOException {
+        VectorDot dot = VectorDot.simd();
+        if (dot == null) {
+            return null;
+        }
+        SegmentGraph[] graphs = new SegmentGraph[leaves.size()];
+        int[] docBases = new int[leaves.size()];
+        Bits[] accept = new Bits[leaves.size()];
+        for (int l = 0; l < leaves.size(); l++) {
+            LeafReaderContext leaf = leaves.get(l);
+            docBases[l] = leaf.docBase;
+            FieldInfo info = leaf.reader().getFieldInfos().fieldInfo(field);
+            if (info == null || info.getVectorDimension() == 0) {
+                continue;
+            }
+            if (info.getVectorSimilarityFunction() != function) {
+                return null;
+            }
+            SegmentGraph graph = SegmentGraph.open(leaf.reader(), field);
+            if (graph == null) {
+                return null;
+            }
+            graphs[l] = graph;
+            accept[l] = graph.acceptOrds(leaf.reader().getLiveDocs());
+        }
+        return new GraphProbe(graphs, docBases, accept, dot, function);
+    }
+
+    /**
+     * The top {@code k} sentences (shard doc ids) by the field's similarity score, best first, ties by doc id.
+     * Each segment's graph is searched for k (a segment of no more than k vectors read whole, as Lucene's
+     * reader does), then the segments' hits merged. Lucene's query shares the best scores between the
+     * segments' searches (and Lucene 10 re-runs some): on an index of many segments the two find about as many
+     * of the exact top hits (within 2 % in the Java tests). Merged to one segment, as the bench's index is, the
+     * two walk the same graph the same way.
+     */
+    ScoreDoc[] search(float[] query, int k) throws IOException {
+        List<ScoreDoc> all = new ArrayList<>();
+        for (int l = 0; l < graphs.length; l++) {
+            SegmentGraph graph = graphs[l];
+            if (graph == null || graph.size() == 0) {
+                continue;
+            }
+            RandomVectorScorer scorer = scorer(graph, query);
+            Bits accept = acceptOrds[l];
+            TopKnnCollector collector = new TopKnnCollector(k, Integer.MAX_VALUE);
+            if (k < graph.size()) {
+                HnswGraphSearcher.search(scorer, collector, graph.graph(), accept);
+            } else {
+                for (int ord = 0; ord < graph.size(); ord++) {
+                    if (accept == null || accept.get(ord)) {
+                        collector.incVisitedCount(1);
+                        collector.collect(ord, scorer.score(ord));
+                    }
+                }
+            }
+            for (ScoreDoc hit : collector.topDocs().scoreDocs) {
+                all.add(new ScoreDoc(docBases[l] + graph.ordToDoc(hit.doc), hit.score));
+            }
+        }
+        all.sort((a, b) -> a.score != b.score ? Float.compare(b.score, a.score) : Integer.compare(a.doc, b.doc));
+        return all.subList(0, Math.min(k, all.size())).toArray(new ScoreDoc[0]);
+    }
+
+    /** Scores as the field's similarity scales them (Lucene's {@code VectorSimilarityFunction#compare}), from {@link #dot}. */
+    private RandomVectorScorer scorer(SegmentGraph graph, float[] query) {
+        boolean mip = function == VectorSimilarityFunction.MAXIMUM_INNER_PRODUCT;
+        return new RandomVectorScorer() {
+            @Override
+            public float score(int node) throws IOException {
+                float d = dot.dot(query, graph.vector(node));
+                return mip ? VectorUtil.scaleMaxInnerProductScore(d) : Math.max((1 + d) / 2, 0);
+            }
+
+            @Override
+            public int maxOrd() {
+                return graph.size();
+            }
+
+            @Override
+            public int ordToDoc(int ord) {
+                return graph.ordToDoc(ord);
+            }
+
+            @Override
+            public Bits getAcceptOrds(Bits acceptDocs) {
+                return graph.acceptOrds(acceptDocs);
+            }
+        };
+    }
+}

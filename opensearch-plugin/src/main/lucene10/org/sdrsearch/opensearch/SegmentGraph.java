@@ -1,0 +1,84 @@
+/*
+ * SPDX-License-Identifier: Apache-2.0
+ */
+package org.sdrsearch.opensearch;
+
+import org.apache.lucene.codecs.KnnVectorsReader;
+import org.apache.lucene.codecs.hnsw.HnswGraphProvider;
+import org.apache.lucene.codecs.perfield.PerFieldKnnVectorsFormat;
+import org.apache.lucene.index.CodecReader;
+import org.apache.lucene.index.FilterLeafReader;
+import org.apache.lucene.index.FloatVectorValues;
+import org.apache.lucene.index.LeafReader;
+import org.apache.lucene.util.Bits;
+import org.apache.lucene.util.hnsw.HnswGraph;
+
+import java.io.IOException;
+
+/**
+ * One segment's HNSW graph of a vector field and random access to its vectors by ordinal, read from
+ * the codec (Lucene 10: {@link FloatVectorValues} are themselves random access). The 2.x line's copy
+ * (Lucene 9) is in {@code src/main/lucene9}.
+ * Not thread-safe: one per thread.
+ */
+final class SegmentGraph {
+    private final HnswGraph graph;
+    private final FloatVectorValues vectors;
+
+    private SegmentGraph(HnswGraph graph, FloatVectorValues vectors) {
+        this.graph = graph;
+        this.vectors = vectors;
+    }
+
+    /** Whether Lucene compares vectors with SIMD on this JVM (Lucene 10: on Java 21+, with the vector module). */
+    static boolean luceneVectorises() {
+        return ModuleLayer.boot().findModule("jdk.incubator.vector").isPresent();
+    }
+
+    /**
+     * The graph and vectors of {@code field} in {@code reader}, or null when the segment's format does not
+     * expose them (not an HNSW format, a wrapped reader): the caller then searches through Lucene's query.
+     */
+    static SegmentGraph open(LeafReader reader, String field) throws IOException {
+        LeafReader inner = FilterLeafReader.unwrap(reader);
+        if ((inner instanceof CodecReader) == false) {
+            return null;
+        }
+        KnnVectorsReader vectorsReader = ((CodecReader) inner).getVectorReader();
+        if (vectorsReader instanceof PerFieldKnnVectorsFormat.FieldsReader) {
+            vectorsReader = ((PerFieldKnnVectorsFormat.FieldsReader) vectorsReader).getFieldReader(field);
+        }
+        if ((vectorsReader instanceof HnswGraphProvider) == false) {
+            return null;
+        }
+        FloatVectorValues values = vectorsReader.getFloatVectorValues(field);
+        HnswGraph graph = ((HnswGraphProvider) vectorsReader).getGraph(field);
+        if (values == null || graph == null) {
+            return null;
+        }
+        return new SegmentGraph(graph, values);
+    }
+
+    HnswGraph graph() {
+        return graph;
+    }
+
+    /** How many vectors (ordinals 0..size-1). */
+    int size() {
+        return vectors.size();
+    }
+
+    /** The vector of ordinal {@code ord}, valid until the next call. */
+    float[] vector(int ord) throws IOException {
+        return vectors.vectorValue(ord);
+    }
+
+    int ordToDoc(int ord) {
+        return vectors.ordToDoc(ord);
+    }
+
+    /** The ordinals whose documents {@code acceptDocs} accepts (null: all). */
+    Bits acceptOrds(Bits acceptDocs) {
+        return vectors.getAcceptOrds(acceptDocs);
+    }
+}
