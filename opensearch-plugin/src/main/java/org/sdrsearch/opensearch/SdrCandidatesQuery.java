@@ -42,7 +42,9 @@ import java.util.concurrent.atomic.AtomicReference;
  * them exactly in the same request.
  *
  * <p>The probes run on this thread and the plugin's pool ({@link SdrThreads}); the aggregation adds
- * the rows in source order, so the result does not depend on the threads.
+ * the rows in source order, so the result does not depend on the threads. A plain probe (search
+ * {@code sentences}, no filter) walks Lucene's graphs with the plugin's SIMD dot product where Lucene
+ * has none ({@link GraphProbe}).
  */
 final class SdrCandidatesQuery extends Query {
     private final String field;
