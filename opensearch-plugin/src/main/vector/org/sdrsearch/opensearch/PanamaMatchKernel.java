@@ -4,29 +4,38 @@
 package org.sdrsearch.opensearch;
 
 import jdk.incubator.vector.FloatVector;
+import jdk.incubator.vector.IntVector;
+import jdk.incubator.vector.VectorMask;
+import jdk.incubator.vector.VectorOperators;
 import jdk.incubator.vector.VectorSpecies;
 
 import java.util.Arrays;
 
 /**
- * {@link MatchKernel} on the JDK's vector API: the candidate's sentences are copied into blocks of
- * L lanes (L = the preferred vector's float count: 16 with AVX-512, 8 with AVX2), transposed, so that
- * {@code block[b][x]} holds dimension x of sentences bL..bL+L-1. One pass over the dimension then
- * computes the dot products of 4 source sentences with 2 blocks (8 accumulator vectors, one
- * broadcast source value and one loaded block row reused 2 and 4 times: a matrix-product
- * micro-kernel), and the L-wide results are folded into the per-paragraph maxima. Compiled apart
- * ({@code src/main/vector}, {@code --add-modules jdk.incubator.vector}) and loaded by reflection only
- * when the module is present.
+ * {@link MatchKernel} on the JDK's vector API, with the <em>source</em> sentences as the lanes: the
+ * source is transposed once per request into blocks of L lanes (L = the preferred vector's float
+ * count: 16 with AVX-512, 8 with AVX2), so that {@code block[b][x]} holds dimension x of source
+ * sentences bL..bL+L-1. One pass over the dimension computes the dot products of 4 candidate
+ * sentences (broadcast) with 2 source blocks in 8 accumulator vectors (a matrix-product micro-kernel:
+ * each loaded block row is used 4 times, each broadcast value twice), and each result vector, whose
+ * lanes are L source sentences against one candidate sentence of one candidate paragraph, is folded
+ * into that paragraph's maxima with one vector compare and blend: the per-paragraph maximum is taken
+ * across candidate sentences, lane by lane, with no horizontal step. (The first version had the
+ * candidate sentences as lanes: each L-wide result then spanned several candidate paragraphs and was
+ * folded one lane at a time, a third of the kernel's time on IRLeD; it also transposed every
+ * candidate.) Compiled apart ({@code src/main/vector}, {@code --add-modules jdk.incubator.vector}) and
+ * loaded by reflection only when the module is present.
  */
 final class PanamaMatchKernel extends MatchKernel {
     private static final VectorSpecies<Float> SPECIES = FloatVector.SPECIES_PREFERRED;
+    private static final VectorSpecies<Integer> INTS = VectorSpecies.of(int.class, SPECIES.vectorShape());
     private static final int L = SPECIES.length();
-    private static final int ROWS = 4;
 
-    private float[] blocks = new float[0];    // transposed candidate, zero-padded to whole blocks
-    private float[] flat = new float[0];      // the source rows, row-major
-    private SdrSource flattened;
-    private final float[] dots = new float[ROWS * 2 * L];
+    private float[] blocks = new float[0];   // the transposed source, zero-padded to whole blocks
+    private SdrSource transposed;
+    private int nBlocks;
+    private float[] bestLanes = new float[0];  // per (group, block): the L source sentences' best dot product
+    private int[] bestAtLanes = new int[0];    // ... and the first candidate sentence t reaching it
 
     /** Null when this JVM can run the kernel well, else why not. */
     static String unusable() {
@@ -45,87 +54,84 @@ final class PanamaMatchKernel extends MatchKernel {
     void match(SdrSource source, float[][] rows, int[] sorted, int[] groupOf, int m, int groups, float[] best, int[] bestAt) {
         int dim = source.dim();
         int sentences = source.sentences();
-        if (flattened != source) {
-            if (flat.length < sentences * dim) {
-                flat = new float[sentences * dim];
+        if (transposed != source) {
+            nBlocks = (sentences + L - 1) / L;
+            int size = nBlocks * dim * L;
+            if (blocks.length < size) {
+                blocks = new float[size];
             }
-            for (int k = 0; k < sentences; k++) {
-                System.arraycopy(source.vector(k), 0, flat, k * dim, dim);
-            }
-            flattened = source;
-        }
-        int nBlocks = (m + L - 1) / L;
-        int size = nBlocks * dim * L;
-        if (blocks.length < size) {
-            blocks = new float[Math.max(size, blocks.length * 2)];
-        }
-        for (int b = 0; b < nBlocks; b++) {
-            int base = b * dim * L;
-            for (int l = 0; l < L; l++) {
-                int t = b * L + l;
-                if (t < m) {
-                    float[] v = rows[sorted[t]];
+            for (int b = 0; b < nBlocks; b++) {
+                int base = b * dim * L;
+                for (int l = 0; l < L; l++) {
+                    int k = b * L + l;
+                    float[] v = k < sentences ? source.vector(k) : null;
                     for (int x = 0; x < dim; x++) {
-                        blocks[base + x * L + l] = v[x];
-                    }
-                } else {
-                    for (int x = 0; x < dim; x++) {
-                        blocks[base + x * L + l] = 0f;
+                        blocks[base + x * L + l] = v == null ? 0f : v[x];
                     }
                 }
             }
+            transposed = source;
         }
-        Arrays.fill(best, 0, sentences * groups, Float.NEGATIVE_INFINITY);
-        float[] s = flat;
-        int b = 0;
-        for (; b + 1 < nBlocks; b += 2) {
-            int k = 0;
-            for (; k + ROWS <= sentences; k += ROWS) {
-                fourByTwo(s, k * dim, blocks, b * dim * L, dim);
-                fold(ROWS, 2, k, b, m, groupOf, groups, best, bestAt);
-            }
-            for (; k < sentences; k++) {
-                oneByTwo(s, k * dim, blocks, b * dim * L, dim);
-                fold(1, 2, k, b, m, groupOf, groups, best, bestAt);
-            }
+        int cells = groups * nBlocks * L;
+        if (bestLanes.length < cells) {
+            bestLanes = new float[Math.max(cells, bestLanes.length * 2)];
+            bestAtLanes = new int[bestLanes.length];
         }
-        if (b < nBlocks) {
-            int k = 0;
-            for (; k + ROWS <= sentences; k += ROWS) {
-                fourByOne(s, k * dim, blocks, b * dim * L, dim);
-                fold(ROWS, 1, k, b, m, groupOf, groups, best, bestAt);
+        Arrays.fill(bestLanes, 0, cells, Float.NEGATIVE_INFINITY);
+        Arrays.fill(bestAtLanes, 0, cells, 0);
+        int t = 0;
+        for (; t + 4 <= m; t += 4) {
+            float[] c0 = rows[sorted[t]];
+            float[] c1 = rows[sorted[t + 1]];
+            float[] c2 = rows[sorted[t + 2]];
+            float[] c3 = rows[sorted[t + 3]];
+            int b = 0;
+            for (; b + 2 <= nBlocks; b += 2) {
+                fourByTwo(c0, c1, c2, c3, b, t, groupOf, dim);
             }
-            for (; k < sentences; k++) {
-                oneByOne(s, k * dim, blocks, b * dim * L, dim);
-                fold(1, 1, k, b, m, groupOf, groups, best, bestAt);
+            if (b < nBlocks) {
+                fourByOne(c0, c1, c2, c3, b, t, groupOf, dim);
             }
         }
-    }
-
-    /** Folds the dots of {@code rows} source sentences from k against {@code nb} blocks from b into the maxima, in t order. */
-    private void fold(int rows, int nb, int k, int b, int m, int[] groupOf, int groups, float[] best, int[] bestAt) {
-        int width = nb * L;
-        int first = b * L;
-        int count = Math.min(width, m - first);
-        for (int i = 0; i < rows; i++) {
-            int row = (k + i) * groups;
-            int at = i * width;
-            for (int q = 0; q < count; q++) {
-                float d = dots[at + q];
-                int t = first + q;
-                int cell = row + groupOf[t];
-                if (d > best[cell]) {
-                    best[cell] = d;
-                    bestAt[cell] = t;
+        for (; t < m; t++) {
+            float[] c = rows[sorted[t]];
+            int g = groupOf[t];
+            int b = 0;
+            for (; b + 2 <= nBlocks; b += 2) {
+                oneByTwo(c, b, t, g, dim);
+            }
+            if (b < nBlocks) {
+                oneByOne(c, b, t, g, dim);
+            }
+        }
+        for (int g = 0; g < groups; g++) {
+            for (int b = 0; b < nBlocks; b++) {
+                int at = (g * nBlocks + b) * L;
+                for (int l = 0; l < L; l++) {
+                    int k = b * L + l;
+                    if (k < sentences) {
+                        best[k * groups + g] = bestLanes[at + l];
+                        bestAt[k * groups + g] = bestAtLanes[at + l];
+                    }
                 }
             }
         }
     }
 
-    private void fourByTwo(float[] s, int s0, float[] c, int o0, int dim) {
-        int s1 = s0 + dim;
-        int s2 = s1 + dim;
-        int s3 = s2 + dim;
+    /** Folds the dot products of candidate sentence t (group g) with source block b into the group's maxima. */
+    private void fold(FloatVector dots, int t, int g, int b) {
+        int at = (g * nBlocks + b) * L;
+        FloatVector current = FloatVector.fromArray(SPECIES, bestLanes, at);
+        VectorMask<Float> better = dots.compare(VectorOperators.GT, current);
+        if (better.anyTrue()) {  // strictly greater: the first t reaching the maximum keeps it
+            current.blend(dots, better).intoArray(bestLanes, at);
+            IntVector.fromArray(INTS, bestAtLanes, at).blend(IntVector.broadcast(INTS, t), better.cast(INTS))
+                .intoArray(bestAtLanes, at);
+        }
+    }
+
+    private void fourByTwo(float[] c0, float[] c1, float[] c2, float[] c3, int b, int t, int[] groupOf, int dim) {
+        int o0 = b * dim * L;
         int o1 = o0 + dim * L;
         FloatVector a00 = FloatVector.zero(SPECIES);
         FloatVector a01 = a00;
@@ -136,70 +142,71 @@ final class PanamaMatchKernel extends MatchKernel {
         FloatVector a30 = a00;
         FloatVector a31 = a00;
         for (int x = 0; x < dim; x++) {
-            FloatVector c0 = FloatVector.fromArray(SPECIES, c, o0 + x * L);
-            FloatVector c1 = FloatVector.fromArray(SPECIES, c, o1 + x * L);
-            FloatVector v = FloatVector.broadcast(SPECIES, s[s0 + x]);
-            a00 = v.fma(c0, a00);
-            a01 = v.fma(c1, a01);
-            v = FloatVector.broadcast(SPECIES, s[s1 + x]);
-            a10 = v.fma(c0, a10);
-            a11 = v.fma(c1, a11);
-            v = FloatVector.broadcast(SPECIES, s[s2 + x]);
-            a20 = v.fma(c0, a20);
-            a21 = v.fma(c1, a21);
-            v = FloatVector.broadcast(SPECIES, s[s3 + x]);
-            a30 = v.fma(c0, a30);
-            a31 = v.fma(c1, a31);
+            FloatVector s0 = FloatVector.fromArray(SPECIES, blocks, o0 + x * L);
+            FloatVector s1 = FloatVector.fromArray(SPECIES, blocks, o1 + x * L);
+            FloatVector v = FloatVector.broadcast(SPECIES, c0[x]);
+            a00 = v.fma(s0, a00);
+            a01 = v.fma(s1, a01);
+            v = FloatVector.broadcast(SPECIES, c1[x]);
+            a10 = v.fma(s0, a10);
+            a11 = v.fma(s1, a11);
+            v = FloatVector.broadcast(SPECIES, c2[x]);
+            a20 = v.fma(s0, a20);
+            a21 = v.fma(s1, a21);
+            v = FloatVector.broadcast(SPECIES, c3[x]);
+            a30 = v.fma(s0, a30);
+            a31 = v.fma(s1, a31);
         }
-        a00.intoArray(dots, 0);
-        a01.intoArray(dots, L);
-        a10.intoArray(dots, 2 * L);
-        a11.intoArray(dots, 3 * L);
-        a20.intoArray(dots, 4 * L);
-        a21.intoArray(dots, 5 * L);
-        a30.intoArray(dots, 6 * L);
-        a31.intoArray(dots, 7 * L);
+        // in t order within each block
+        fold(a00, t, groupOf[t], b);
+        fold(a10, t + 1, groupOf[t + 1], b);
+        fold(a20, t + 2, groupOf[t + 2], b);
+        fold(a30, t + 3, groupOf[t + 3], b);
+        fold(a01, t, groupOf[t], b + 1);
+        fold(a11, t + 1, groupOf[t + 1], b + 1);
+        fold(a21, t + 2, groupOf[t + 2], b + 1);
+        fold(a31, t + 3, groupOf[t + 3], b + 1);
     }
 
-    private void oneByTwo(float[] s, int s0, float[] c, int o0, int dim) {
-        int o1 = o0 + dim * L;
-        FloatVector a0 = FloatVector.zero(SPECIES);
-        FloatVector a1 = a0;
-        for (int x = 0; x < dim; x++) {
-            FloatVector v = FloatVector.broadcast(SPECIES, s[s0 + x]);
-            a0 = v.fma(FloatVector.fromArray(SPECIES, c, o0 + x * L), a0);
-            a1 = v.fma(FloatVector.fromArray(SPECIES, c, o1 + x * L), a1);
-        }
-        a0.intoArray(dots, 0);
-        a1.intoArray(dots, L);
-    }
-
-    private void fourByOne(float[] s, int s0, float[] c, int o0, int dim) {
-        int s1 = s0 + dim;
-        int s2 = s1 + dim;
-        int s3 = s2 + dim;
+    private void fourByOne(float[] c0, float[] c1, float[] c2, float[] c3, int b, int t, int[] groupOf, int dim) {
+        int o0 = b * dim * L;
         FloatVector a0 = FloatVector.zero(SPECIES);
         FloatVector a1 = a0;
         FloatVector a2 = a0;
         FloatVector a3 = a0;
         for (int x = 0; x < dim; x++) {
-            FloatVector c0 = FloatVector.fromArray(SPECIES, c, o0 + x * L);
-            a0 = FloatVector.broadcast(SPECIES, s[s0 + x]).fma(c0, a0);
-            a1 = FloatVector.broadcast(SPECIES, s[s1 + x]).fma(c0, a1);
-            a2 = FloatVector.broadcast(SPECIES, s[s2 + x]).fma(c0, a2);
-            a3 = FloatVector.broadcast(SPECIES, s[s3 + x]).fma(c0, a3);
+            FloatVector s0 = FloatVector.fromArray(SPECIES, blocks, o0 + x * L);
+            a0 = FloatVector.broadcast(SPECIES, c0[x]).fma(s0, a0);
+            a1 = FloatVector.broadcast(SPECIES, c1[x]).fma(s0, a1);
+            a2 = FloatVector.broadcast(SPECIES, c2[x]).fma(s0, a2);
+            a3 = FloatVector.broadcast(SPECIES, c3[x]).fma(s0, a3);
         }
-        a0.intoArray(dots, 0);
-        a1.intoArray(dots, L);
-        a2.intoArray(dots, 2 * L);
-        a3.intoArray(dots, 3 * L);
+        fold(a0, t, groupOf[t], b);
+        fold(a1, t + 1, groupOf[t + 1], b);
+        fold(a2, t + 2, groupOf[t + 2], b);
+        fold(a3, t + 3, groupOf[t + 3], b);
     }
 
-    private void oneByOne(float[] s, int s0, float[] c, int o0, int dim) {
+    private void oneByTwo(float[] c, int b, int t, int g, int dim) {
+        int o0 = b * dim * L;
+        int o1 = o0 + dim * L;
+        FloatVector a0 = FloatVector.zero(SPECIES);
+        FloatVector a1 = a0;
+        for (int x = 0; x < dim; x++) {
+            FloatVector v = FloatVector.broadcast(SPECIES, c[x]);
+            a0 = v.fma(FloatVector.fromArray(SPECIES, blocks, o0 + x * L), a0);
+            a1 = v.fma(FloatVector.fromArray(SPECIES, blocks, o1 + x * L), a1);
+        }
+        fold(a0, t, g, b);
+        fold(a1, t, g, b + 1);
+    }
+
+    private void oneByOne(float[] c, int b, int t, int g, int dim) {
+        int o0 = b * dim * L;
         FloatVector a0 = FloatVector.zero(SPECIES);
         for (int x = 0; x < dim; x++) {
-            a0 = FloatVector.broadcast(SPECIES, s[s0 + x]).fma(FloatVector.fromArray(SPECIES, c, o0 + x * L), a0);
+            a0 = FloatVector.broadcast(SPECIES, c[x]).fma(FloatVector.fromArray(SPECIES, blocks, o0 + x * L), a0);
         }
-        a0.intoArray(dots, 0);
+        fold(a0, t, g, b);
     }
 }
