@@ -26,8 +26,8 @@ import java.util.Locale;
  * a filter runs it (per segment Lucene's own {@link HnswGraphSearcher} over the segment's graph,
  * live documents only, then the segments' hits merged; see {@link #search}), but with the vectors compared by
  * {@link VectorDot}: Lucene 9 compares them with scalar Java on Java 17, the 2.x line's JVM, where
- * this SIMD dot product makes the candidate stage's probes about twice as fast (measured: see
- * {@code docs/design.md}). The graph walk is Lucene's; only the arithmetic differs, so the hits are
+ * this SIMD dot product took the candidate stage from 172 to 133 ms at p50 on IRLeD (the rest of
+ * the stage is the request, the aggregation and the fetch; {@code docs/design.md}). The graph walk is Lucene's; only the arithmetic differs, so the hits are
  * the same up to float rounding of near-ties.
  *
  * <p>Which one runs: node property {@code sdr.graph_search} = {@code auto} (default: this class
