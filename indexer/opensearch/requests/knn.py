@@ -11,7 +11,7 @@ import numpy as np
 
 
 
-from .layout import HITS_BY_DOC_ID, KNN_FIELD, MAX_KNN_K, MIN_EF_SEARCH
+from .layout import HITS_BY_DOC_ID, KNN_FIELD, MAX_KNN_K, MIN_EF_SEARCH, hit_doc_id
 from .writes import error_from_response
 
 
@@ -134,7 +134,7 @@ def parse_knn_responses(
         if "error" in item:
             raise error_from_response(item.get("status", 500), item, what="a nested k-NN search", index=index)
         hits = item.get("hits", {}).get("hits", [])[:k]
-        ids.append([str(h["fields"]["doc_id"][0]) for h in hits])
+        ids.append([str(hit_doc_id(h)) for h in hits])
         raw = np.asarray([h["_score"] for h in hits], dtype=np.float64)
         scores.append(np.asarray(knn_score_to_cosine(raw, space_type) if raw.size else raw, dtype=np.float32))
     return ids, scores

@@ -11,7 +11,7 @@ import numpy as np
 
 
 
-from .layout import HITS_BY_DOC_ID, LEXICAL_FIELD, document_os_id
+from .layout import HITS_BY_DOC_ID, LEXICAL_FIELD, document_os_id, hit_doc_id
 from .writes import error_from_response
 
 
@@ -108,5 +108,5 @@ def parse_lexical_response(item: Mapping[str, Any], *, index: str | None = None)
     if "error" in item:
         raise error_from_response(item.get("status", 500), item, what="a lexical search", index=index)
     hits = item.get("hits", {}).get("hits", [])
-    return ([str(h["fields"]["doc_id"][0]) for h in hits],
+    return ([str(hit_doc_id(h)) for h in hits],
             np.asarray([float(h["_score"]) for h in hits], dtype=np.float32))

@@ -5,7 +5,13 @@ package org.sdrsearch.opensearch;
 
 import org.apache.logging.log4j.LogManager;
 import org.apache.logging.log4j.Logger;
+import org.apache.lucene.codecs.KnnVectorsReader;
+import org.apache.lucene.codecs.hnsw.HnswGraphProvider;
+import org.apache.lucene.codecs.perfield.PerFieldKnnVectorsFormat;
+import org.apache.lucene.index.CodecReader;
 import org.apache.lucene.index.FieldInfo;
+import org.apache.lucene.index.FilterLeafReader;
+import org.apache.lucene.index.LeafReader;
 import org.apache.lucene.index.LeafReaderContext;
 import org.apache.lucene.index.VectorSimilarityFunction;
 import org.apache.lucene.search.KnnFloatVectorQuery;
@@ -107,6 +113,22 @@ final class GraphProbe {
             accept[l] = graph.acceptOrds(leaf.reader().getLiveDocs());
         }
         return new GraphProbe(graphs, docBases, accept, dot, function);
+    }
+
+    /**
+     * The per-field vectors reader of {@code field} in {@code reader} when it exposes an HNSW graph
+     * ({@link HnswGraphProvider}), else null: the part of {@link SegmentGraph#open} both Lucene lines share.
+     */
+    static KnnVectorsReader hnswReader(LeafReader reader, String field) {
+        LeafReader inner = FilterLeafReader.unwrap(reader);
+        if ((inner instanceof CodecReader) == false) {
+            return null;
+        }
+        KnnVectorsReader vectorsReader = ((CodecReader) inner).getVectorReader();
+        if (vectorsReader instanceof PerFieldKnnVectorsFormat.FieldsReader) {
+            vectorsReader = ((PerFieldKnnVectorsFormat.FieldsReader) vectorsReader).getFieldReader(field);
+        }
+        return vectorsReader instanceof HnswGraphProvider ? vectorsReader : null;
     }
 
     /**

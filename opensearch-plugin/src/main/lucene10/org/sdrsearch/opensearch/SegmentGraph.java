@@ -5,9 +5,6 @@ package org.sdrsearch.opensearch;
 
 import org.apache.lucene.codecs.KnnVectorsReader;
 import org.apache.lucene.codecs.hnsw.HnswGraphProvider;
-import org.apache.lucene.codecs.perfield.PerFieldKnnVectorsFormat;
-import org.apache.lucene.index.CodecReader;
-import org.apache.lucene.index.FilterLeafReader;
 import org.apache.lucene.index.FloatVectorValues;
 import org.apache.lucene.index.LeafReader;
 import org.apache.lucene.util.Bits;
@@ -40,15 +37,8 @@ final class SegmentGraph {
      * expose them (not an HNSW format, a wrapped reader): the caller then searches through Lucene's query.
      */
     static SegmentGraph open(LeafReader reader, String field) throws IOException {
-        LeafReader inner = FilterLeafReader.unwrap(reader);
-        if ((inner instanceof CodecReader) == false) {
-            return null;
-        }
-        KnnVectorsReader vectorsReader = ((CodecReader) inner).getVectorReader();
-        if (vectorsReader instanceof PerFieldKnnVectorsFormat.FieldsReader) {
-            vectorsReader = ((PerFieldKnnVectorsFormat.FieldsReader) vectorsReader).getFieldReader(field);
-        }
-        if ((vectorsReader instanceof HnswGraphProvider) == false) {
+        KnnVectorsReader vectorsReader = GraphProbe.hnswReader(reader, field);
+        if (vectorsReader == null) {
             return null;
         }
         FloatVectorValues values = vectorsReader.getFloatVectorValues(field);
