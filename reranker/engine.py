@@ -104,7 +104,9 @@ class MoreLikeThis:
         exclude = list(every.indexed_ids)
         timings = {"source": _ms(time.perf_counter() - t0)}
 
-        found = self.stage.find(source, against=against, exclude=exclude, query=query, spec=spec, K=K, timings=timings)
+        presented = query.offset + query.size if (query.details or query.explain) else 0
+        found = self.stage.find(source, against=against, exclude=exclude, query=query, spec=spec, K=K, timings=timings,
+                                explain_top=presented)
         t_rank = time.perf_counter()
         ranking = dict(unlike_weight=unlike_weight, spec=spec, offset=query.offset, size=query.size)
         feedback = self._feedback(source, every, found, spec, unlike_weight, state, timings)
@@ -119,7 +121,8 @@ class MoreLikeThis:
         timings["rerank"] = _ms(t_present - t_rank)
 
         if hits and (query.details or query.explain):
-            hits = present(self.store, source, hits, found.vectors_of([h.id for h in hits]), spec, query.explain)
+            hits = present(self.store, source, hits, found.vectors_of([h.id for h in hits]), spec, query.explain,
+                           explained=found.breakdowns_for(source))
             timings["explain" if query.explain else "snippets"] = _ms(time.perf_counter() - t_present)
         used = {"feedback": {"ids": [f.indexed_id for f in feedback],
                              "share": feedback_share(SourceShape.of(source.document), spec.adaptive)}} if feedback else {}

@@ -152,18 +152,19 @@ def best_sentence_pair(
 
 def present(
     store: DocumentStore, source: Source, hits: list[Hit], vectors: list[DocVectors] | None, spec: HybridSpec | None,
-    explain: bool,
+    explain: bool, explained: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[Hit]:
     """The returned hits with title, metadata and snippet (and the explanation when asked): the
     documents read in one call without vectors; the snippet from the vectors the rerank fetched, or,
     when nothing was fetched (``vectors`` None: a store that scores exactly, ``capabilities.exact_sdr``),
-    from the breakdown the store computes next to its data in one request (no vector travels). A
-    document replaced since it was scored is read again whole, vectors included."""
+    from the breakdown the store computed next to its data: with the exact scores (``explained``, by
+    id) where it did, else in one request for the others (no vector travels). A document replaced
+    since it was scored is read again whole, vectors included."""
     documents = store.documents_of([h.id for h in hits])
     source_spans = source.spans()
     top = (3, 3) if explain else (1, 1)
     bests = (_pairs_from_vectors(source, hits, vectors, documents, top) if vectors is not None
-             else _pairs_from_store(store, source, hits, documents, top))
+             else _pairs_from_store(store, source, hits, documents, top, explained or {}))
     out = []
     for h, best in zip(hits, bests):
         doc = documents.get(h.id)
@@ -209,15 +210,17 @@ def _pairs_from_vectors(source: Source, hits: list[Hit], vectors: list[DocVector
 
 
 def _pairs_from_store(store: DocumentStore, source: Source, hits: list[Hit], documents: Mapping[str, Document],
-                      top: tuple[int, int]) -> list[Pairs | None]:
-    """Each hit's :data:`Pairs` from the store's exact SDR with its breakdown (one request for the
-    hits still there; None where the breakdown does not match the document read: replaced since, or
-    deleted between the two reads)."""
-    ids = [h.id for h in hits if h.id in documents]
-    try:
-        breakdowns = dict(zip(ids, store.sdr_scores([(source.vectors, source.stats)], ids, explain=True).explanations))
-    except DocumentNotFoundError:  # deleted since it was read: each hit read again on its own
-        return [None] * len(hits)
+                      top: tuple[int, int], explained: Mapping[str, Mapping[str, Any]]) -> list[Pairs | None]:
+    """Each hit's :data:`Pairs` from the store's exact SDR with its breakdown: those in ``explained``
+    (returned with the scores), the other hits still there in one request; None where the breakdown
+    does not match the document read (replaced since, or deleted between the two reads)."""
+    breakdowns = {h.id: explained[h.id] for h in hits if h.id in explained}
+    ids = [h.id for h in hits if h.id in documents and h.id not in breakdowns]
+    if ids:
+        try:
+            breakdowns.update(zip(ids, store.sdr_scores([(source.vectors, source.stats)], ids, explain=True).explanations))
+        except DocumentNotFoundError:  # deleted since it was read: each of them read again on its own
+            pass
     out: list[Pairs | None] = []
     for h in hits:
         breakdown, doc = breakdowns.get(h.id), documents.get(h.id)

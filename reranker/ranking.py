@@ -34,6 +34,13 @@ class Candidates:
     exact: Mapping[str, float] | None = None
     """Exact SDR scores the store computed already (the in-store pre-rank of the pool), of source ``exact_for``."""
     exact_for: Any = None
+    explained: Mapping[str, Mapping[str, Any]] | None = None
+    """Breakdowns of source ``exact_for`` the store returned with those scores (its best hits, those to
+    present: ``DocumentStore.sdr_scores`` with ``explain_top``), by id."""
+
+    def breakdowns_for(self, source: Any) -> Mapping[str, Mapping[str, Any]]:
+        """The breakdowns of ``source`` the store computed already (empty for another source)."""
+        return (self.explained or {}) if source is self.exact_for else {}
 
     def vectors_of(self, ids: Sequence[str]) -> list[DocVectors] | None:
         """The fetched vectors of some of the candidates (the hits to present); None when nothing

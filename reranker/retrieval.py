@@ -43,11 +43,13 @@ class CandidateStage:
 
     def find(
         self, source: Source, *, against: Source | None, exclude: list[str], query: Query, spec: HybridSpec | None,
-        K: int, timings: dict[str, float], known: Mapping[str, DocVectors] | None = None,
+        K: int, timings: dict[str, float], known: Mapping[str, DocVectors] | None = None, explain_top: int = 0,
     ) -> Candidates:
         """Steps 4-6 for ``source``: the candidate ids (the vector ones, then the lexical-only
         ones), their vectors (those in ``known`` are not fetched again), and the BM25 hits of the
-        source's text (None when each source is searched on its own, by the ranking)."""
+        source's text (None when each source is searched on its own, by the ranking). ``explain_top``:
+        where the store scores the K exactly itself, it also returns the breakdown of its best
+        ``explain_top`` (the hits to present) in the same request (``Candidates.explained``)."""
         t1 = time.perf_counter()
         lexical: LexicalHits | None = None
         everything: list[str] | None = None  # rank exactly these: no candidate generation, no pre-rank
@@ -89,9 +91,10 @@ class CandidateStage:
                 pool, pool_scores = [pool[k] for k in positions], pool_scores[positions]
                 lexical_ranked = filter_candidates(self.store, lexical_ranked, query.filter, limit=2 * K)
                 timings["filter"] = _ms(time.perf_counter() - t3)
-        vector_ids, lexical_ids, docs, exact = self._prerank_and_fetch(source, pool, pool_scores, lexical_ranked, K,
-                                                                       timings, known)
-        return Candidates(vector_ids + lexical_ids, docs, lexical, exact=exact, exact_for=source if exact else None)
+        vector_ids, lexical_ids, docs, exact, explained = self._prerank_and_fetch(
+            source, pool, pool_scores, lexical_ranked, K, timings, known, explain_top)
+        return Candidates(vector_ids + lexical_ids, docs, lexical, exact=exact, exact_for=source if exact else None,
+                          explained=explained)
 
     def _all_matching(self, flt: Mapping[str, Any], k: int, exclude: Sequence[str]) -> list[str] | None:
         """The documents ``flt`` matches (but ``exclude``) when they are at most ``k``, else None.
@@ -124,8 +127,8 @@ class CandidateStage:
 
     def _prerank_and_fetch(
         self, source: Source, pool: list[str], scores: np.ndarray | None, lexical_ranked: list[str], K: int,
-        timings: dict[str, float], known: Mapping[str, DocVectors] | None = None,
-    ) -> tuple[list[str], list[str], list[DocVectors] | None, dict[str, float] | None]:
+        timings: dict[str, float], known: Mapping[str, DocVectors] | None = None, explain_top: int = 0,
+    ) -> tuple[list[str], list[str], list[DocVectors] | None, dict[str, float] | None, dict[str, Mapping[str, Any]] | None]:
         """The K vector candidates (the pool narrowed by the centroid pre-rank when it is larger),
         the lexical candidates that are not among them (at most K, in lexical order), and the vectors
         of both, each document fetched once. A store whose centroids are not cheap
@@ -134,22 +137,25 @@ class CandidateStage:
         feedback's second search), not fetched again. A store that scores exactly itself
         (:attr:`in_store`) runs the same pre-rank next to its data (the centroid rows of the pool,
         :meth:`DocumentStore.centroid_rows`) and scores the K kept exactly there, and nothing is fetched
-        (None); the fourth value is then those exact scores, which the ranking reuses (None otherwise)."""
+        (None); the fourth value is then those exact scores, which the ranking reuses, and the fifth the
+        breakdowns of the best ``explain_top`` of them, which the presentation reuses (None otherwise)."""
         t0 = time.perf_counter()
         prerank = scores is not None and len(pool) > K
         if self.in_store:  # the centroid pre-rank and the exact SDR of the K kept, next to the data; nothing fetched
             keep = range(len(pool) if scores is None else min(len(pool), K))
             exact_of: dict[str, float] | None = None
+            explained: dict[str, Mapping[str, Any]] | None = None
             if prerank:
                 M = self.store.centroid_rows(paragraph_centroids(source.vectors), pool)
                 keep = prerank_order_of_rows(pool, scores, M)[:K]
                 kept = [pool[i] for i in keep]
-                exact = self.store.sdr_scores([(source.vectors, source.stats)], kept).scores[0]
-                exact_of = dict(zip(kept, map(float, exact)))  # the ranking reuses them
+                scored = self.store.sdr_scores([(source.vectors, source.stats)], kept, explain_top=explain_top)
+                exact_of = dict(zip(kept, map(float, scored.scores[0])))  # the ranking reuses them
+                explained = {i: why for i, why in zip(scored.ids, scored.explanations) if why is not None}
                 timings["prerank"] = _ms(time.perf_counter() - t0)
             vector_ids = [pool[i] for i in keep]
             chosen = set(vector_ids)
-            return vector_ids, [i for i in lexical_ranked if i not in chosen][:K], None, exact_of
+            return vector_ids, [i for i in lexical_ranked if i not in chosen][:K], None, exact_of, explained
         fetched: dict[str, DocVectors] | None = None
         if prerank and not self.store.capabilities.cheap_centroids:
             in_pool = set(pool)
@@ -170,7 +176,7 @@ class CandidateStage:
             t1 = time.perf_counter()
             fetched = self._fetch(ids, known)
             timings.update(prerank=_ms(t1 - t0), fetch=_ms(time.perf_counter() - t1))
-        return vector_ids, lexical_ids, [fetched[i] for i in ids], None
+        return vector_ids, lexical_ids, [fetched[i] for i in ids], None, None
 
     def _fetch(self, ids: list[str], known: Mapping[str, DocVectors] | None) -> dict[str, DocVectors]:
         """The vectors of ``ids``: those in ``known`` as they are, the others in one store read."""

@@ -309,6 +309,7 @@ class OpenSearchStore(DocumentStore):
         self._owns_client = client is None
         self._lock = threading.RLock()
         self._target: _Target | None = None
+        self._many_shards: set[str] = set()  # indices whose searches span several shards (no explain_top there)
         self._state_checked = False
         self._metadata_fields: tuple[str, dict[str, MetadataField]] | None = None  # (index, fields) as last read
         self._plugin: bool | None = None  # the node has the sdr plugin (None: not asked yet)
@@ -355,6 +356,7 @@ class OpenSearchStore(DocumentStore):
             err = error_from_response(e.status_code, e.info, what=what, index=index or self.index)
             if isinstance(err, IndexNotFoundError):
                 self._target = None
+                self._many_shards.clear()
             raise err from e
         except ox.OpenSearchException as e:
             raise StoreError(f"OpenSearch client error during {what}: {e}") from e
@@ -999,9 +1001,13 @@ class OpenSearchStore(DocumentStore):
 
     def sdr_scores(
         self, sources: Sequence[tuple[DocVectors, NormStats]], ids: Sequence[str], *, explain: bool = False,
+        explain_top: int = 0,
     ) -> SdrScores:
         """Exact SDR on the node (the sdr plugin's rescorer): one ``_msearch`` with one search per
         source over the documents ``ids`` (:meth:`DocumentStore.sdr_scores`). ``capabilities.exact_sdr``.
+        ``explain_top`` comes back from an index of one shard (the plugin keeps the breakdowns for a
+        fetch phase run in the same pass); once a search shows several shards the store stops asking
+        for it, and the hits come back unexplained (the engine then asks with ``explain``).
         A document without any sentence vector in the index raises :class:`StoreError` naming it, as
         :meth:`fetch` does (so the engine fails the same way through either path)."""
         unique = list(dict.fromkeys(str(i) for i in ids))
@@ -1019,16 +1025,23 @@ class OpenSearchStore(DocumentStore):
             rows.append((q, np.diff(vectors.par_offsets), stats.mu, stats.sigma))
         if not unique:
             return SdrScores([], np.zeros((len(sources), 0), dtype=np.float64), [])
-        body = build_sdr_scores_msearch(target.name, rows, unique, explain=explain)
+        if explain_top < 0:
+            raise InvalidInputError(f"explain_top must be >= 0, got {explain_top}")
+        if target.name in self._many_shards:
+            explain_top = 0  # the plugin keeps a breakdown for the fetch phase only in a one-shard search
+        explained_any = explain or explain_top > 0
+        body = build_sdr_scores_msearch(target.name, rows, unique, explain=explain, explain_top=explain_top)
         r = self._call("an exact SDR search", lambda: self._os().msearch(body=body), index=target.name)
+        if explain_top and any(int(item.get("_shards", {}).get("total", 1)) > 1 for item in r["responses"]):
+            self._many_shards.add(target.name)
         scores = np.full((len(sources), len(unique)), np.nan, dtype=np.float64)
         column = {d: c for c, d in enumerate(unique)}
-        explanations: list[Mapping[str, Any] | None] = [None] * len(unique) if explain else []
+        explanations: list[Mapping[str, Any] | None] = [None] * len(unique) if explained_any else []
         for row, item in enumerate(r["responses"]):
             got, values, explained = parse_sdr_hits(item, index=target.name, what="an exact SDR search")
             for doc_id, value, why in zip(got, values, explained):
                 scores[row, column[doc_id]] = value
-                if explain and row == 0:
+                if explained_any and row == 0:
                     explanations[column[doc_id]] = why
         missing = [d for d, c in column.items() if np.isnan(scores[0, c])]
         if missing:
@@ -1373,6 +1386,7 @@ class OpenSearchStore(DocumentStore):
 
         existing = self._call("deleting the index", delete, index=name)
         self._target = None
+        self._many_shards.clear()
         self._state_checked = False
         self._metadata_fields = None
         return bool(existing)
@@ -1384,6 +1398,7 @@ class OpenSearchStore(DocumentStore):
                 self._client.close()
                 self._client = None
             self._target = None
+            self._many_shards.clear()
             self._state_checked = False
             self._metadata_fields = None
             self._plugin = None

@@ -23,6 +23,7 @@ from opensearchpy import exceptions as ox
 
 from factories import AS_GIVEN, WORDS
 from sdr_search.core.reference import reference_paragraph_score, reference_paragraph_stats
+from sdr_search.core.scoring import NormStats
 from sdr_search.core.documents import parse_record
 from sdr_search.core.vectors import DocVectors
 from sdr_search.indexer.opensearch import OpenSearchSettings, OpenSearchStore
@@ -226,6 +227,16 @@ def test_two_shards_merge_sdr_scores(plugin_url, os_index):
         assert [h["_source"]["doc_id"] for h in res["hits"]["hits"]] == top
         for hit in res["hits"]["hits"]:
             assert hit["_score"] == pytest.approx(expected[hit["_source"]["doc_id"]], abs=TOL)
+        # explain_top needs the fetch phase in the rescore's pass: over two shards it runs apart, so no hit
+        # carries a breakdown (never a wrong one); the store then stops asking and the engine asks with explain
+        topped = search(client, store.index, sdr_clause(source, mu, sigma, explain_top=3), size=5)
+        assert [h["_score"] for h in topped["hits"]["hits"]] == [h["_score"] for h in res["hits"]["hits"]]
+        assert all("_sdr" not in h.get("fields", {}) for h in topped["hits"]["hits"])
+        src = DocVectors(np.concatenate(source), np.cumsum([0, 17, 5]))
+        stats = NormStats(np.asarray(mu), np.asarray(sigma))
+        ids = [d.id for d, _ in items]
+        assert store.sdr_scores([(src, stats)], ids, explain_top=3).explanations == [None] * len(ids)
+        assert store._many_shards == {store._read_target().name}
     finally:
         store.close()
         client.close()

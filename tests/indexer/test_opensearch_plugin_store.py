@@ -19,7 +19,7 @@ import pytest
 from opensearchpy import OpenSearch
 
 from sdr_search.core.documents import Document
-from sdr_search.core.errors import DocumentNotFoundError, StoreError
+from sdr_search.core.errors import DocumentNotFoundError, InvalidInputError, StoreError
 from sdr_search.core.reference import reference_paragraph_score
 from sdr_search.core.scoring import NormStats, top_of
 from sdr_search.core.vectors import DocVectors
@@ -215,6 +215,30 @@ def test_exact_scores_equal_the_reference(filled):
     assert store.sdr_scores([(one, s1)], ids).explanations == []
     with pytest.raises(DocumentNotFoundError):
         store.sdr_scores([(one, s1)], ["d05", "missing"])
+
+
+@pytest.mark.parametrize("top", [1, 3, 40])
+def test_explain_top_explains_the_best_hits_in_the_same_request(filled, top):
+    """``explain_top``: the scores of every document, as without it, and the breakdown of the best ``top``
+    only (the hits the engine presents), each equal to the one ``explain`` gives; the second source unexplained."""
+    store, vectors = filled
+    rng = np.random.default_rng(9)
+    one = DocVectors(unit(rng, 5), np.array([0, 3, 5]))
+    s1 = NormStats(np.array([0.1, 0.2]), np.array([0.3, 0.25]))
+    two = DocVectors(unit(rng, 2), np.array([0, 2]))
+    ids = sorted(vectors)[:12]
+    sources = [(one, s1), (two, NormStats(np.zeros(1), np.ones(1)))]
+    plain = store.sdr_scores(sources, ids)
+    res = store.sdr_scores(sources, ids, explain_top=top)
+    np.testing.assert_array_equal(res.scores, plain.scores)
+    best = [ids[c] for c in np.argsort(-res.scores[0], kind="stable")[:top]]
+    full = dict(zip(ids, store.sdr_scores([(one, s1)], ids, explain=True).explanations))
+    explained = {i for i, why in zip(res.ids, res.explanations) if why is not None}
+    assert explained == set(best)
+    for doc_id in best:
+        assert res.explanations[ids.index(doc_id)] == full[doc_id]
+    with pytest.raises(InvalidInputError):
+        store.sdr_scores([(one, s1)], ids, explain_top=-1)
 
 
 def test_candidate_features_from_the_node(filled):

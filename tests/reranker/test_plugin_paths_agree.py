@@ -228,16 +228,23 @@ def test_the_pool_scored_on_the_node_is_not_scored_again(stores, monkeypatch, me
     """With a pool larger than K the plugin path runs the centroid pre-rank on the node (the pool's centroid
     rows), keeps K and scores them exactly there; the ranking reuses those scores (one request for the K; for
     hybrid a second one only for the lexical candidates outside them), and every SDR score still equals the
-    embedded store's exact SDR of that document. The presented hits are explained by the node too (one request
-    with ``explain`` for exactly them), and no document's vectors are read."""
+    embedded store's exact SDR of that document. The presented hits are explained by the node too: in the same
+    request as the K's scores (``explain_top``: their best ``size``), and a second request with ``explain`` only
+    for presented hits outside those (hybrid's lexical ones); no document's vectors are read."""
     plugin, emb = stores["plugin"], stores["embedded"]
     asked: list[list[str]] = []
+    tops: list[int] = []
+    with_scores: list[set[str]] = []  # the ids explained with the K's scores
     explained: list[list[str]] = []
     real = plugin.sdr_scores
 
-    def spy(sources, ids, explain=False):
+    def spy(sources, ids, explain=False, explain_top=0):
         (explained if explain else asked).append(list(ids))
-        return real(sources, ids, explain=explain)
+        got = real(sources, ids, explain=explain, explain_top=explain_top)
+        if not explain:
+            tops.append(explain_top)
+            with_scores.append({i for i, why in zip(got.ids, got.explanations) if why is not None})
+        return got
 
     read: list[str] = []
     real_get = plugin.get
@@ -271,7 +278,14 @@ def test_the_pool_scored_on_the_node_is_not_scored_again(stores, monkeypatch, me
     if len(asked) == 2:
         assert not set(asked[1]) & set(asked[0]), "a document was scored twice"
     ids = [h.id for h in got.hits]
-    assert explained == [ids]  # the snippets: one breakdown request for the presented hits
+    # the K scored with the breakdown of their best K (offset + size) where the index has one shard (the plugin
+    # keeps it for a fetch phase in the same pass); over two shards none comes back and the store stops asking
+    one_shard = plugin.settings.shards == 1
+    assert tops[0] == K and len(with_scores[0]) == (K if one_shard else 0)
+    if method == "sdr" and one_shard:
+        assert set(ids) == with_scores[0]  # the presented hits are the K's best
+    rest = [i for i in ids if i not in with_scores[0]]
+    assert explained == ([rest] if rest else [])  # one request for the presented hits not explained yet, if any
     assert read == [source["id"]] if "id" in source else not read  # no document read whole but the source
     assert all(h.snippet is not None for h in got.hits)
     exact = MoreLikeThis(store=emb, encoder=FakeEncoder(), settings=MLTSettings()).run(
@@ -282,26 +296,37 @@ def test_the_pool_scored_on_the_node_is_not_scored_again(stores, monkeypatch, me
         assert sdr == pytest.approx(want[h.id], abs=TOL), h.id
 
 
-def test_a_hit_rewritten_before_the_node_explains_it_is_read_again(stores, monkeypatch):
-    """A presented hit rewritten (other paragraphs) between the read of its text and the node's breakdown
-    of it: the breakdown no longer fits the text read, so the hit is read again whole (``get``), and its
-    title, snippet and explanation come from the document as it is now, as on the fetched path. Runs last
-    in the module: it restores the document it rewrote."""
+@pytest.mark.parametrize("candidates", [N_DOCS, 4], ids=["explained-apart", "explained-with-scores"])
+def test_a_hit_rewritten_before_the_node_explains_it_is_read_again(stores, monkeypatch, candidates):
+    """A presented hit rewritten (other paragraphs) so that the node's breakdown of it and the read of its
+    text disagree: rewritten after the text was read and before the breakdown request (no pre-rank: the
+    hits explained in a request of their own), or after the breakdown came with the exact scores
+    (``explain_top``) and before the text was read. The breakdown no longer fits the text read, so the hit
+    is read again whole (``get``), and its title, snippet and explanation come from the document as it is
+    now, as on the fetched path. Runs last in the module: it restores the document it rewrote."""
     plugin = stores["plugin"]
     real = plugin.sdr_scores
     rewritten: list[str] = []
     new_text = [f"The rewritten {t} paragraph stands here. It talks of the {t} and nothing else." for t in TOPICS[:5]]
 
-    def spy(sources, ids, explain=False):
-        if explain and not rewritten:
-            rewritten.append(ids[0])
-            new = parse_record({"id": ids[0], "title": "Rewritten", "paragraphs": new_text}, settings=AS_GIVEN)
-            index_documents(plugin, [new], FakeEncoder())
-        return real(sources, ids, explain=explain)
+    def rewrite(doc_id):
+        rewritten.append(doc_id)
+        new = parse_record({"id": doc_id, "title": "Rewritten", "paragraphs": new_text}, settings=AS_GIVEN)
+        index_documents(plugin, [new], FakeEncoder())
 
+    def spy(sources, ids, explain=False, explain_top=0):
+        if explain and not rewritten:
+            rewrite(ids[0])
+        got = real(sources, ids, explain=explain, explain_top=explain_top)
+        explained = [i for i, why in zip(got.ids, got.explanations) if why is not None]
+        if explain_top and explained and not rewritten:
+            rewrite(explained[0])
+        return got
+
+    engine = MoreLikeThis(store=plugin, encoder=FakeEncoder(), settings=MLTSettings())
     monkeypatch.setattr(plugin, "sdr_scores", spy)
     try:
-        got = _run(plugin, method="sdr", text=TEXT)
+        got = engine.run(Query(candidates=candidates, size=4, explain=True, method="sdr", text=TEXT))
         assert rewritten
         hit = next(h for h in got.hits if h.id == rewritten[0])
         assert hit.title == "Rewritten"

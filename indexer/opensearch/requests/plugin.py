@@ -70,17 +70,22 @@ def build_sdr_candidates_query(
 
 def build_sdr_scores_msearch(
     index: str, sources: Sequence[tuple[np.ndarray, Sequence[int], Sequence[float], Sequence[float]]],
-    ids: Sequence[str], *, explain: bool = False,
+    ids: Sequence[str], *, explain: bool = False, explain_top: int = 0,
 ) -> list[dict[str, Any]]:
     """``_msearch`` body with one search per source (``(vectors, par_sizes, mu, sigma)``): the
     documents ``ids`` (by ``_id``) rescored by the plugin's exact SDR (``sdr`` rescorer, window =
-    all of them). ``explain`` asks for the ``_sdr`` breakdown of each hit (first source only)."""
+    all of them). ``explain`` asks for the ``_sdr`` breakdown of each hit, ``explain_top`` for that of
+    the best ``explain_top`` hits only (first source only)."""
+    if explain_top < 0:
+        raise ValueError(f"explain_top must be >= 0, got {explain_top}")
     unique = list(dict.fromkeys(str(i) for i in ids))
     body: list[dict[str, Any]] = []
     for n, (vectors, par_sizes, mu, sigma) in enumerate(sources):
         clause = _source_clause(vectors, par_sizes, mu, sigma)
         if explain and n == 0:
             clause["explain"] = True
+        elif explain_top and n == 0:
+            clause["explain_top"] = int(explain_top)
         body.append({"index": index})
         body.append({"size": len(unique), **HITS_BY_DOC_ID, "track_total_hits": False,
                      "query": {"ids": {"values": [document_os_id(i) for i in unique]}},

@@ -33,7 +33,8 @@ import java.util.Map;
  * <ul>
  *   <li>{@code _sdr}, with {@code "explain": true} in the {@code sdr} rescore clause: the hit's SDR score
  *       and, per source paragraph, the best candidate paragraph with P_ij, N_ij and the best sentence
- *       pairs (README.md, "Response");</li>
+ *       pairs (README.md, "Response"); with {@code "explain_top": n} instead, only on the hits the rescore
+ *       explained (each shard's best n);</li>
  *   <li>{@code _sdr_vectors}, with {@code "ext": {"sdr_vectors": {}}}: the hit's sentence vectors
  *       ({@link SdrVectorsExt}).</li>
  * </ul>
@@ -47,7 +48,7 @@ final class SdrFetchSubPhase implements FetchSubPhase {
         SdrRescoreContext found = null;
         if (fetchContext.rescore() != null) {
             for (RescoreContext rescore : fetchContext.rescore()) {
-                if (rescore instanceof SdrRescoreContext && ((SdrRescoreContext) rescore).request().explain()) {
+                if (rescore instanceof SdrRescoreContext && ((SdrRescoreContext) rescore).request().explainsAny()) {
                     found = (SdrRescoreContext) rescore;  // the last sdr clause that asks for it
                 }
             }
@@ -121,6 +122,9 @@ final class SdrFetchSubPhase implements FetchSubPhase {
             public void process(HitContext hitContext) throws IOException {
                 int doc = hitContext.docId();
                 Map<String, Object> breakdown = context.takeExplained(leaf.docBase + doc);  // computed by the rescore
+                if (breakdown == null && context.request().explain() == false) {
+                    return;  // explain_top: a hit below this shard's best (or one the rescore window did not reach)
+                }
                 if (breakdown == null) {
                     if (doc <= last) {  // not in doc-id order: start this segment's iterators again
                         reader = context.reader(leaf);

@@ -62,25 +62,51 @@ final class SdrRescorer implements Rescorer {
         Arrays.sort(byDoc, Comparator.comparingInt(d -> d.doc));
         List<LeafReaderContext> leaves = searcher.getIndexReader().leaves();
         // an explained window (the hits to present) is small and each hit costs more: one hit per chunk
-        int chunks = Math.max(1, Math.min(context.threads(), size / (context.request().explain() ? 1 : MIN_CHUNK)));
-        Executor executor = context.executor();
-        if (chunks == 1 || executor == null) {
-            score(byDoc, 0, size, leaves, context);
-        } else {
-            scoreInParallel(byDoc, chunks, leaves, context, executor);
-        }
+        boolean explainAll = context.request().explain();
+        runInChunks(size, explainAll ? 1 : MIN_CHUNK, context,
+            (from, to) -> score(byDoc, from, to, leaves, context, explainAll, true));
         Set<Integer> rescored = new HashSet<>();
         for (ScoreDoc hit : byDoc) {
             rescored.add(hit.doc);
         }
         Arrays.sort(window, BY_SCORE);
+        int top = explainAll ? 0 : Math.min(context.request().explainTop(), size);
+        if (top > 0) {  // the breakdown of this shard's best hits, scored above: read and explained again, one hit per chunk
+            ScoreDoc[] best = Arrays.copyOf(window, top);
+            Arrays.sort(best, Comparator.comparingInt(d -> d.doc));
+            runInChunks(top, 1, context, (from, to) -> score(best, from, to, leaves, context, true, false));
+        }
         context.setRescoredDocs(rescored);
         return new TopDocs(topDocs.totalHits, window);
     }
 
-    /** Scores byDoc[from, to) (doc-id order) in this thread, with its own scorer and segment readers. */
-    private static void score(ScoreDoc[] byDoc, int from, int to, List<LeafReaderContext> leaves, SdrRescoreContext context)
-        throws IOException {
+    /** Work on the hits [from, to) of a doc-id ordered array. */
+    @FunctionalInterface
+    private interface Chunk {
+        void run(int from, int to) throws IOException;
+    }
+
+    /**
+     * Runs {@code work} over [0, size) in this thread, or split into up to {@code threads()} runs of at least
+     * {@code minChunk} hits when the plugin has a pool ({@link #scoreInParallel}).
+     */
+    private static void runInChunks(int size, int minChunk, SdrRescoreContext context, Chunk work) throws IOException {
+        int chunks = Math.max(1, Math.min(context.threads(), size / minChunk));
+        Executor executor = context.executor();
+        if (chunks == 1 || executor == null) {
+            work.run(0, size);
+        } else {
+            scoreInParallel(size, chunks, executor, work);
+        }
+    }
+
+    /**
+     * Scores byDoc[from, to) (doc-id order) in this thread, with its own scorer and segment readers.
+     * {@code explain}: computes each hit's breakdown and keeps it for the fetch phase; {@code rescore}: sets
+     * each hit's score (from the breakdown when explaining: the breakdown computes it).
+     */
+    private static void score(ScoreDoc[] byDoc, int from, int to, List<LeafReaderContext> leaves, SdrRescoreContext context,
+                              boolean explain, boolean rescore) throws IOException {
         SdrScorer scorer = new SdrScorer(context.request().source());
         CandidateSentences candidate = new CandidateSentences(context.request().source().dim());
         int leafEnd = 0;
@@ -94,11 +120,13 @@ final class SdrRescorer implements Rescorer {
                 reader = context.reader(leaf);
             }
             reader.read(hit.doc - leaf.docBase, candidate);
-            if (context.request().explain()) {  // the breakdown computes the score: once, here, for the fetch phase too
+            if (explain) {
                 Map<String, Object> breakdown = scorer.explain(candidate);
                 context.explained(hit.doc, breakdown);
-                hit.score = candidate.size() == 0 ? NO_SENTENCES : (float) (double) (Double) breakdown.get("score");
-            } else {
+                if (rescore) {
+                    hit.score = candidate.size() == 0 ? NO_SENTENCES : (float) (double) (Double) breakdown.get("score");
+                }
+            } else if (rescore) {
                 double score = scorer.score(candidate);
                 hit.score = candidate.size() == 0 ? NO_SENTENCES : (float) score;
             }
@@ -106,14 +134,12 @@ final class SdrRescorer implements Rescorer {
     }
 
     /**
-     * Splits the window into {@code chunks} runs of consecutive doc ids; this thread and up to
+     * Splits [0, size) into {@code chunks} runs of consecutive doc ids; this thread and up to
      * {@code chunks - 1} tasks on the plugin's pool take runs until none is left, then this thread
      * waits for the runs taken by others. A task that starts late finds nothing to do, so a busy pool
      * only slows the rescore down to this thread's pace: it never blocks it.
      */
-    private static void scoreInParallel(ScoreDoc[] byDoc, int chunks, List<LeafReaderContext> leaves, SdrRescoreContext context,
-                                        Executor executor) throws IOException {
-        int size = byDoc.length;
+    private static void scoreInParallel(int size, int chunks, Executor executor, Chunk work) throws IOException {
         AtomicInteger next = new AtomicInteger();
         CountDownLatch done = new CountDownLatch(chunks);
         AtomicReference<Throwable> failure = new AtomicReference<>();
@@ -122,7 +148,7 @@ final class SdrRescorer implements Rescorer {
             while ((c = next.getAndIncrement()) < chunks) {
                 try {
                     if (failure.get() == null) {
-                        score(byDoc, (int) ((long) c * size / chunks), (int) ((long) (c + 1) * size / chunks), leaves, context);
+                        work.run((int) ((long) c * size / chunks), (int) ((long) (c + 1) * size / chunks));
                     }
                 } catch (Throwable t) {
                     failure.compareAndSet(null, t);

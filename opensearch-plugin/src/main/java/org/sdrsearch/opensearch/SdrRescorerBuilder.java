@@ -44,6 +44,7 @@ public class SdrRescorerBuilder extends RescorerBuilder<SdrRescorerBuilder> {
     static final String SIGMA = "sigma";
     static final String PARTS = "parts";
     static final String EXPLAIN = "explain";
+    static final String EXPLAIN_TOP = "explain_top";
     static final String FIELD = "field";
     static final String PARAGRAPH_FIELD = "paragraph_field";
     static final String POSITION_FIELD = "position_field";
@@ -53,6 +54,7 @@ public class SdrRescorerBuilder extends RescorerBuilder<SdrRescorerBuilder> {
     private final String paragraphField;
     private final String positionField;
     private final boolean explain;
+    private final int explainTop;
 
     /**
      * @param field          the nested knn_vector field (default {@code sentences.vector})
@@ -60,6 +62,20 @@ public class SdrRescorerBuilder extends RescorerBuilder<SdrRescorerBuilder> {
      * @param positionField  its sibling integer field with the sentence position (default {@code <path>.position})
      */
     public SdrRescorerBuilder(SdrSource source, String field, String paragraphField, String positionField, boolean explain) {
+        this(source, field, paragraphField, positionField, explain, 0);
+    }
+
+    /**
+     * @param explainTop with {@code explain} false: the breakdown of only the best {@code explainTop} hits of
+     *                   the window (each shard's best; the coordinator's top {@code explainTop} are among them),
+     *                   the hits a caller presents, in the same request as the scores of the whole window
+     */
+    public SdrRescorerBuilder(SdrSource source, String field, String paragraphField, String positionField, boolean explain,
+                              int explainTop) {
+        if (explainTop < 0) {
+            throw new IllegalArgumentException("[" + EXPLAIN_TOP + "] must be 0 or more, got " + explainTop);
+        }
+        this.explainTop = explainTop;
         this.source = Objects.requireNonNull(source, "source");
         this.field = field == null ? DEFAULT_FIELD : field;
         int dot = this.field.lastIndexOf('.');
@@ -80,6 +96,7 @@ public class SdrRescorerBuilder extends RescorerBuilder<SdrRescorerBuilder> {
         this.paragraphField = in.readString();
         this.positionField = in.readString();
         this.explain = in.readBoolean();
+        this.explainTop = in.readVInt();
     }
 
     @Override
@@ -89,6 +106,7 @@ public class SdrRescorerBuilder extends RescorerBuilder<SdrRescorerBuilder> {
         out.writeString(paragraphField);
         out.writeString(positionField);
         out.writeBoolean(explain);
+        out.writeVInt(explainTop);
     }
 
     @Override
@@ -116,6 +134,16 @@ public class SdrRescorerBuilder extends RescorerBuilder<SdrRescorerBuilder> {
         return explain;
     }
 
+    /** How many of the best hits get their breakdown without {@code explain} (0: none). */
+    public int explainTop() {
+        return explainTop;
+    }
+
+    /** Whether some hit gets its breakdown ({@code _sdr}): every hit with explain, else the best explain_top. */
+    boolean explainsAny() {
+        return explain || explainTop > 0;
+    }
+
     /** The nested object path of the vector field ({@code sentences}). */
     String nestedPath() {
         return field.substring(0, field.lastIndexOf('.'));
@@ -140,6 +168,7 @@ public class SdrRescorerBuilder extends RescorerBuilder<SdrRescorerBuilder> {
         builder.field(PARAGRAPH_FIELD, paragraphField);
         builder.field(POSITION_FIELD, positionField);
         builder.field(EXPLAIN, explain);
+        builder.field(EXPLAIN_TOP, explainTop);
         builder.endObject();
     }
 
@@ -160,6 +189,7 @@ public class SdrRescorerBuilder extends RescorerBuilder<SdrRescorerBuilder> {
         double[] sigma = null;
         int[] parts = null;
         boolean explain = false;
+        int explainTop = 0;
         String field = null;
         String paragraphField = null;
         String positionField = null;
@@ -201,6 +231,14 @@ public class SdrRescorerBuilder extends RescorerBuilder<SdrRescorerBuilder> {
                     }
                     explain = parser.booleanValue();
                     break;
+                case EXPLAIN_TOP:
+                    if (token != XContentParser.Token.VALUE_NUMBER || parser.doubleValue() != Math.rint(parser.doubleValue())
+                        || parser.doubleValue() < 0 || parser.doubleValue() > Integer.MAX_VALUE) {
+                        throw error(parser, "[" + EXPLAIN_TOP + "] must be an integer of 0 or more, got "
+                            + (token == XContentParser.Token.VALUE_NUMBER ? parser.text() : token));
+                    }
+                    explainTop = parser.intValue();
+                    break;
                 case FIELD:
                     field = parseString(parser, FIELD);
                     break;
@@ -233,7 +271,7 @@ public class SdrRescorerBuilder extends RescorerBuilder<SdrRescorerBuilder> {
                 vectorRows = SdrSource.decodeBase64(vectorsB64, (int) total);
             }
             SdrSource source = SdrSource.of(vectorRows, sizes, mu, sigma, parts);
-            return new SdrRescorerBuilder(source, field, paragraphField, positionField, explain);
+            return new SdrRescorerBuilder(source, field, paragraphField, positionField, explain, explainTop);
         } catch (IllegalArgumentException e) {
             throw error(parser, e.getMessage());
         }
@@ -426,11 +464,12 @@ public class SdrRescorerBuilder extends RescorerBuilder<SdrRescorerBuilder> {
             && field.equals(other.field)
             && paragraphField.equals(other.paragraphField)
             && positionField.equals(other.positionField)
-            && explain == other.explain;
+            && explain == other.explain
+            && explainTop == other.explainTop;
     }
 
     @Override
     public int hashCode() {
-        return Objects.hash(super.hashCode(), source, field, paragraphField, positionField, explain);
+        return Objects.hash(super.hashCode(), source, field, paragraphField, positionField, explain, explainTop);
     }
 }

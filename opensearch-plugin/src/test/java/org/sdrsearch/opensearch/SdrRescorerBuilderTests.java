@@ -100,16 +100,18 @@ public class SdrRescorerBuilderTests extends LuceneTestCase {
         assertEquals("sentences.paragraph", fromBase64.paragraphField());
         assertEquals("sentences.position", fromBase64.positionField());
         assertFalse(fromBase64.explain());
+        assertEquals(0, fromBase64.explainTop());
     }
 
     public void testWholeRescoreElementAndOptions() throws IOException {
         String json = "{\"window_size\": 50, \"sdr\": " + body("\"" + b64(1, 0, 0, 1, 1, 0) + "\"",
-            STATS_2 + ", \"explain\": true, \"field\": \"s.v\", \"parts\": [1, 1]") + "}";
+            STATS_2 + ", \"explain\": true, \"explain_top\": 7, \"field\": \"s.v\", \"parts\": [1, 1]") + "}";
         RescorerBuilder<?> rescore = parseRescore(json);
         assertTrue(rescore instanceof SdrRescorerBuilder);
         SdrRescorerBuilder sdr = (SdrRescorerBuilder) rescore;
         assertEquals(Integer.valueOf(50), sdr.windowSize());
         assertTrue(sdr.explain());
+        assertEquals(7, sdr.explainTop());
         assertEquals("s.v", sdr.field());
         assertEquals("s.paragraph", sdr.paragraphField());
         assertEquals("s.position", sdr.positionField());
@@ -120,7 +122,7 @@ public class SdrRescorerBuilderTests extends LuceneTestCase {
         Random random = new Random(random().nextLong());
         float[][][] doc = BruteForceSdr.document(random, 5, 1, 5, 17);
         SdrRescorerBuilder original = new SdrRescorerBuilder(SdrSource.of(BruteForceSdr.rows(doc), BruteForceSdr.sizes(doc),
-            new double[] { 0.1, 0.2, 0.3 }, new double[] { 0.4, 1e-9, 2 }, new int[] { 2, 1 }), null, null, null, true);
+            new double[] { 0.1, 0.2, 0.3 }, new double[] { 0.4, 1e-9, 2 }, new int[] { 2, 1 }), null, null, null, random.nextBoolean(), random.nextInt(50));
         original.windowSize(77);
         XContentBuilder builder = XContentFactory.jsonBuilder();
         original.toXContent(builder, ToXContent.EMPTY_PARAMS);
@@ -134,7 +136,8 @@ public class SdrRescorerBuilderTests extends LuceneTestCase {
         float[][][] doc = BruteForceSdr.document(random, 3, 17);
         for (int[] parts : new int[][] { null, { 1 } }) {
             SdrRescorerBuilder original = new SdrRescorerBuilder(SdrSource.of(BruteForceSdr.rows(doc), BruteForceSdr.sizes(doc),
-                new double[] { 0.5 }, new double[] { 0.25 }, parts), "a.b", "a.p", "a.q", random.nextBoolean());
+                new double[] { 0.5 }, new double[] { 0.25 }, parts), "a.b", "a.p", "a.q", random.nextBoolean(),
+                random.nextInt(3) == 0 ? 0 : random.nextInt(1000));
             original.windowSize(random.nextInt(1000) + 1);
             try (BytesStreamOutput out = new BytesStreamOutput()) {
                 original.writeTo(out);
@@ -174,6 +177,10 @@ public class SdrRescorerBuilderTests extends LuceneTestCase {
         assertBadRequest(body("\"AAAAAAA=\"", STATS_2), "[vectors] holds 5 bytes, not a whole number of float32 values");
         assertBadRequest(body(v3, STATS_2 + ", \"parts\": [1, 2]"), "[parts] add up to 3 paragraphs but the source has 2");
         assertBadRequest(body(v3, STATS_2 + ", \"explain\": \"yes\""), "[explain] must be true or false");
+        assertBadRequest(body(v3, STATS_2 + ", \"explain_top\": -1"), "[explain_top] must be an integer of 0 or more, got -1");
+        assertBadRequest(body(v3, STATS_2 + ", \"explain_top\": 2.5"), "[explain_top] must be an integer of 0 or more, got 2.5");
+        assertBadRequest(body(v3, STATS_2 + ", \"explain_top\": \"3\""), "[explain_top] must be an integer of 0 or more, got VALUE_STRING");
+        assertBadRequest(body(v3, STATS_2 + ", \"explain_top\": 1e12"), "[explain_top] must be an integer of 0 or more");
         assertBadRequest(body(v3, STATS_2 + ", \"k\": 3"), "[sdr] does not support [k]");
         assertBadRequest(body(v3, "\"paragraph_sizes\": [1, 2], \"mu\": [0, \"x\"], \"sigma\": [1, 1]"), "[mu] value 1 must be a number");
         assertBadRequest(body(v3, "\"paragraph_sizes\": [1.5, 1.5], \"mu\": [0, 0], \"sigma\": [1, 1]"), "must be an integer");

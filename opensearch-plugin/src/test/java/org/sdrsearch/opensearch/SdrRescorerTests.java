@@ -100,8 +100,12 @@ public class SdrRescorerTests extends LuceneTestCase {
     }
 
     private static SdrRescorerBuilder request(float[][][] source, double[] mu, double[] sigma, boolean explain) {
+        return request(source, mu, sigma, explain, 0);
+    }
+
+    private static SdrRescorerBuilder request(float[][][] source, double[] mu, double[] sigma, boolean explain, int explainTop) {
         return new SdrRescorerBuilder(SdrSource.of(BruteForceSdr.rows(source), BruteForceSdr.sizes(source), mu, sigma, null),
-            null, null, null, explain);
+            null, null, null, explain, explainTop);
     }
 
     private static SdrRescoreContext context(SdrRescorerBuilder request, int window) {
@@ -369,6 +373,54 @@ public class SdrRescorerTests extends LuceneTestCase {
                 float[][][] cand = candidates.get(Integer.parseInt(id.substring(1))).paragraphs;
                 assertEquals(id, BruteForceSdr.score(source, cand, mu, sigma), hit.score, TOLERANCE);
                 assertEquals(id, (Double) kept.get("score"), hit.score, 1e-6);
+            }
+        } finally {
+            SdrThreads.set(null, 1);
+            pool.shutdown();
+            assertTrue(pool.awaitTermination(10, TimeUnit.SECONDS));
+        }
+    }
+
+    public void testExplainTopKeepsTheBreakdownOfTheBestHitsOnly() throws Exception {
+        // explain_top n: every hit of the window scored as without it, and the breakdown kept for the n best only
+        // (the hits the caller presents), each the map the fetch phase would compute; on one thread and on a pool
+        Random random = new Random(random().nextLong());
+        int dim = TestUtil.nextInt(random(), 3, 24);
+        float[][][] source = BruteForceSdr.document(random, dim, 3, 1, 6);
+        List<Candidate> candidates = new ArrayList<>();
+        int n = TestUtil.nextInt(random(), 5, 30);
+        for (int i = 0; i < n; i++) {
+            candidates.add(new Candidate("c" + i, BruteForceSdr.document(random, dim, TestUtil.nextInt(random(), 1, 9),
+                TestUtil.nextInt(random(), 1, 4))));
+        }
+        double[] mu = { 0.1, 0.05, 0.2 };
+        double[] sigma = { 0.3, 0.2, 1e-7 };
+        ExecutorService pool = Executors.newFixedThreadPool(2);
+        try (Directory dir = index(candidates, random, List.of()); DirectoryReader reader = DirectoryReader.open(dir)) {
+            IndexSearcher searcher = new IndexSearcher(reader);
+            for (int threads : new int[] { 1, 3 }) {
+                SdrThreads.set(threads == 1 ? null : pool, threads);
+                TopDocs plain = SdrRescorer.INSTANCE.rescore(searcher.search(Queries.newNonNestedFilter(), 100), searcher,
+                    context(request(source, mu, sigma, false), 100));
+                for (int top : new int[] { 1, 4, n, n + 3 }) {
+                    SdrRescoreContext context = context(request(source, mu, sigma, false, top), 100);
+                    TopDocs rescored = SdrRescorer.INSTANCE.rescore(searcher.search(Queries.newNonNestedFilter(), 100), searcher,
+                        context);
+                    assertEquals(n, rescored.scoreDocs.length);
+                    for (int r = 0; r < n; r++) {
+                        ScoreDoc hit = rescored.scoreDocs[r];
+                        assertEquals("same order and scores as without explain_top", plain.scoreDocs[r].doc, hit.doc);
+                        assertEquals(plain.scoreDocs[r].score, hit.score, 0f);
+                        Map<String, Object> kept = context.takeExplained(hit.doc);
+                        if (r < top) {
+                            assertNotNull("rank " + r + " of top " + top, kept);
+                            assertEquals(SdrRescorer.explainMap(hit.doc, searcher, context), kept);
+                            assertEquals((Double) kept.get("score"), hit.score, 1e-6);
+                        } else {
+                            assertNull("rank " + r + " is below the top " + top, kept);
+                        }
+                    }
+                }
             }
         } finally {
             SdrThreads.set(null, 1);
