@@ -26,11 +26,6 @@ import org.apache.lucene.util.FixedBitSet;
 import java.io.IOException;
 import java.util.List;
 import java.util.Objects;
-import java.util.concurrent.CountDownLatch;
-import java.util.concurrent.Executor;
-import java.util.concurrent.RejectedExecutionException;
-import java.util.concurrent.atomic.AtomicInteger;
-import java.util.concurrent.atomic.AtomicReference;
 
 /**
  * The candidate stage of SDR on one shard, as one query: for every source sentence a nested k-NN
@@ -122,7 +117,7 @@ final class SdrCandidatesQuery extends Query {
         }
         // the plain k-NN without a filter can walk the graphs with the plugin's SIMD dot product (GraphProbe)
         boolean graphSearch = oversample > 0 && childFilter == null && GraphProbe.wanted(similarity);
-        ProbeRange probes = (from, to) -> {
+        SdrThreads.Range probes = (from, to) -> {
             GraphProbe graph = graphSearch ? GraphProbe.open(leaves, field, function) : null;
             for (int row = from; row < to; row++) {
                 ScoreDoc[] hits;
@@ -161,7 +156,7 @@ final class SdrCandidatesQuery extends Query {
                 hitCos[row] = n == k ? cos : java.util.Arrays.copyOf(cos, n);
             }
         };
-        run(probes, rows);
+        SdrThreads.run(rows, 4, SdrThreads.executor(), SdrThreads.threads(), "searching SDR candidates", probes);
         CandidateAggregator aggregator = new CandidateAggregator(aggregation, source, statistics);
         for (int row = 0; row < rows; row++) {
             aggregator.add(row, hitDocs[row], hitCos[row], hitDocs[row].length);
@@ -212,53 +207,6 @@ final class SdrCandidatesQuery extends Query {
             }
         }
         return bits;
-    }
-
-    @FunctionalInterface
-    private interface ProbeRange {
-        void run(int from, int to) throws IOException;
-    }
-
-    /** Runs the probes [0, rows) in chunks on this thread and the plugin's pool (as the rescorer splits a window). */
-    private static void run(ProbeRange probes, int rows) throws IOException {
-        Executor executor = SdrThreads.executor();
-        int chunks = Math.max(1, Math.min(SdrThreads.threads(), rows / 4));
-        if (executor == null || chunks == 1) {
-            probes.run(0, rows);
-            return;
-        }
-        AtomicInteger next = new AtomicInteger();
-        CountDownLatch done = new CountDownLatch(chunks);
-        AtomicReference<Throwable> failure = new AtomicReference<>();
-        Runnable drain = () -> {
-            int c;
-            while ((c = next.getAndIncrement()) < chunks) {
-                try {
-                    if (failure.get() == null) {
-                        probes.run((int) ((long) c * rows / chunks), (int) ((long) (c + 1) * rows / chunks));
-                    }
-                } catch (Throwable t) {
-                    failure.compareAndSet(null, t);
-                } finally {
-                    done.countDown();
-                }
-            }
-        };
-        for (int h = 1; h < chunks; h++) {
-            try {
-                executor.execute(drain);
-            } catch (RejectedExecutionException e) {
-                break;
-            }
-        }
-        drain.run();
-        try {
-            done.await();
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-            throw new IOException("interrupted while searching SDR candidates", e);
-        }
-        SdrThreads.rethrow(failure.get());
     }
 
     @Override

@@ -20,11 +20,6 @@ import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
-import java.util.concurrent.CountDownLatch;
-import java.util.concurrent.Executor;
-import java.util.concurrent.RejectedExecutionException;
-import java.util.concurrent.atomic.AtomicInteger;
-import java.util.concurrent.atomic.AtomicReference;
 
 /**
  * Replaces the score of each hit of the rescore window with its exact SDR score against the
@@ -47,7 +42,7 @@ final class SdrRescorer implements Rescorer {
 
     private SdrRescorer() {}
 
-    /** Fewest candidates one thread scores: below this a window is not split. */
+    /** Fewest candidates in one run of a window split over threads (SdrThreads#run). */
     static final int MIN_CHUNK = 8;
 
     @Override
@@ -80,24 +75,9 @@ final class SdrRescorer implements Rescorer {
         return new TopDocs(topDocs.totalHits, window);
     }
 
-    /** Work on the hits [from, to) of a doc-id ordered array. */
-    @FunctionalInterface
-    private interface Chunk {
-        void run(int from, int to) throws IOException;
-    }
-
-    /**
-     * Runs {@code work} over [0, size) in this thread, or split into up to {@code threads()} runs of at least
-     * {@code minChunk} hits when the plugin has a pool ({@link #scoreInParallel}).
-     */
-    private static void runInChunks(int size, int minChunk, SdrRescoreContext context, Chunk work) throws IOException {
-        int chunks = Math.max(1, Math.min(context.threads(), size / minChunk));
-        Executor executor = context.executor();
-        if (chunks == 1 || executor == null) {
-            work.run(0, size);
-        } else {
-            scoreInParallel(size, chunks, executor, work);
-        }
+    /** Runs {@code work} over [0, size) on this thread and the plugin's pool ({@link SdrThreads#run}). */
+    private static void runInChunks(int size, int minChunk, SdrRescoreContext context, SdrThreads.Range work) throws IOException {
+        SdrThreads.run(size, minChunk, context.executor(), context.threads(), "scoring SDR", work);
     }
 
     /**
@@ -131,47 +111,6 @@ final class SdrRescorer implements Rescorer {
                 hit.score = candidate.size() == 0 ? NO_SENTENCES : (float) score;
             }
         }
-    }
-
-    /**
-     * Splits [0, size) into {@code chunks} runs of consecutive doc ids; this thread and up to
-     * {@code chunks - 1} tasks on the plugin's pool take runs until none is left, then this thread
-     * waits for the runs taken by others. A task that starts late finds nothing to do, so a busy pool
-     * only slows the rescore down to this thread's pace: it never blocks it.
-     */
-    private static void scoreInParallel(int size, int chunks, Executor executor, Chunk work) throws IOException {
-        AtomicInteger next = new AtomicInteger();
-        CountDownLatch done = new CountDownLatch(chunks);
-        AtomicReference<Throwable> failure = new AtomicReference<>();
-        Runnable drain = () -> {
-            int c;
-            while ((c = next.getAndIncrement()) < chunks) {
-                try {
-                    if (failure.get() == null) {
-                        work.run((int) ((long) c * size / chunks), (int) ((long) (c + 1) * size / chunks));
-                    }
-                } catch (Throwable t) {
-                    failure.compareAndSet(null, t);
-                } finally {
-                    done.countDown();
-                }
-            }
-        };
-        for (int h = 1; h < chunks; h++) {
-            try {
-                executor.execute(drain);
-            } catch (RejectedExecutionException e) {
-                break;  // the pool is full: this thread does the rest
-            }
-        }
-        drain.run();
-        try {
-            done.await();
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-            throw new IOException("interrupted while scoring SDR", e);
-        }
-        SdrThreads.rethrow(failure.get());
     }
 
     @Override

@@ -10,7 +10,12 @@ import org.opensearch.threadpool.ExecutorBuilder;
 import org.opensearch.threadpool.FixedExecutorBuilder;
 import org.opensearch.threadpool.ThreadPool;
 
+import java.io.IOException;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.Executor;
+import java.util.concurrent.RejectedExecutionException;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicReference;
 
 /**
  * The node's pool that scores a rescore window (or runs the candidate probes of a query) on several
@@ -50,6 +55,61 @@ final class SdrThreads {
 
     static Executor executor() {
         return executor;
+    }
+
+    /** Work on the items [from, to) of a request (sentences to probe, hits to score). */
+    @FunctionalInterface
+    interface Range {
+        void run(int from, int to) throws IOException;
+    }
+
+    /**
+     * Runs {@code work} over [0, size): in this thread alone when there is no pool, one thread, or too few items;
+     * else split into one run of consecutive items per thread (at least {@code minRun} items each), taken by this
+     * thread and up to {@code threads - 1} tasks on {@code executor} until none is left; then this thread waits for
+     * the runs taken by others. (Four runs per thread, for windows of long-tailed candidate sizes, measured the same
+     * on IRLeD: 95-98 against 94-108 ms for the exact search of 100, 123-125 against 124-136 for the candidates.) A task that starts late finds
+     * nothing to do, so a busy pool only slows a request down to this thread's pace: it never blocks it. The first
+     * failure of any run is thrown here ({@link #rethrow}); runs not started after it are skipped.
+     */
+    static void run(int size, int minRun, Executor executor, int threads, String what, Range work) throws IOException {
+        int runs = Math.max(1, Math.min(size / Math.max(1, minRun), threads));
+        if (executor == null || threads <= 1 || runs == 1) {
+            work.run(0, size);
+            return;
+        }
+        AtomicInteger next = new AtomicInteger();
+        CountDownLatch done = new CountDownLatch(runs);
+        AtomicReference<Throwable> failure = new AtomicReference<>();
+        Runnable drain = () -> {
+            int r;
+            while ((r = next.getAndIncrement()) < runs) {
+                try {
+                    if (failure.get() == null) {
+                        work.run((int) ((long) r * size / runs), (int) ((long) (r + 1) * size / runs));
+                    }
+                } catch (Throwable t) {
+                    failure.compareAndSet(null, t);
+                } finally {
+                    done.countDown();
+                }
+            }
+        };
+        for (int h = 1; h < runs; h++) {
+            try {
+                executor.execute(drain);
+            } catch (RejectedExecutionException e) {
+                break;  // the pool is full: this thread does the rest
+            }
+        }
+        drain.run();
+        try {
+            done.await();
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new IOException("interrupted while " + what, e);
+        }
+        rethrow(failure.get());
     }
 
     /** Throws {@code t} as it is (IOException, RuntimeException, Error), else wrapped; nothing for null. */
