@@ -1013,6 +1013,8 @@ class OpenSearchStore(DocumentStore):
         unique = list(dict.fromkeys(str(i) for i in ids))
         if not sources:
             raise InvalidInputError("sdr_scores needs at least one source")
+        if explain_top < 0:
+            raise InvalidInputError(f"explain_top must be >= 0, got {explain_top}")
         if len(unique) > MAX_KNN_K:
             raise InvalidInputError(f"at most {MAX_KNN_K} documents per sdr_scores call (the rescore window), got "
                                     f"{len(unique)}")
@@ -1025,8 +1027,6 @@ class OpenSearchStore(DocumentStore):
             rows.append((q, np.diff(vectors.par_offsets), stats.mu, stats.sigma))
         if not unique:
             return SdrScores([], np.zeros((len(sources), 0), dtype=np.float64), [])
-        if explain_top < 0:
-            raise InvalidInputError(f"explain_top must be >= 0, got {explain_top}")
         if target.name in self._many_shards:
             explain_top = 0  # the plugin keeps a breakdown for the fetch phase only in a one-shard search
         explained_any = explain or explain_top > 0

@@ -76,8 +76,6 @@ def build_sdr_scores_msearch(
     documents ``ids`` (by ``_id``) rescored by the plugin's exact SDR (``sdr`` rescorer, window =
     all of them). ``explain`` asks for the ``_sdr`` breakdown of each hit, ``explain_top`` for that of
     the best ``explain_top`` hits only (first source only)."""
-    if explain_top < 0:
-        raise ValueError(f"explain_top must be >= 0, got {explain_top}")
     unique = list(dict.fromkeys(str(i) for i in ids))
     body: list[dict[str, Any]] = []
     for n, (vectors, par_sizes, mu, sigma) in enumerate(sources):
