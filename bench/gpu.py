@@ -512,10 +512,16 @@ class Run:
             outf.seek(0)
             summary = last_json(outf.read())
         wall = time.monotonic() - t
-        if proc.returncode != 0 or summary is None or not summary.get("swapped"):
+        # `sdr reindex` exits 1 when any document failed, also when the new store was completed and
+        # swapped in without the documents it rejected as input (the IRLeD corpus has 6 empty ones):
+        # that store is what the later stages need, so it counts, with the rejected documents listed
+        rejected = input_rejections(summary)
+        usable = summary is not None and summary.get("swapped") and summary.get("complete", True)
+        if summary is None or not usable or (proc.returncode != 0 and rejected is None):
             return {"status": "failed", "rc": proc.returncode, "summary": summary, "error": tail(log), "wall_s": round(wall, 1)}
         sentences = summary.get("sentences") or 0
-        out = {"status": "ok", "summary": summary, "wall_s": round(wall, 1),
+        out = {"status": "ok", "summary": summary, "wall_s": round(wall, 1), "rc": proc.returncode,
+               "rejected_documents": [f["id"] for f in rejected or []],
                "index_phase_detected_s": None if index_phase is None else round(index_phase, 1),
                "sentences": sentences,
                "index_sentences_per_s": round(sentences / summary["index_seconds"], 1) if summary.get("index_seconds") else None,
@@ -557,11 +563,13 @@ class Run:
             bare = best.get("pipeline_sentences_per_s")
             st["bare_encoder_sentences_per_s"] = bare
             st["bare_encoder_note"] = (f"stage 2, one process, {self.precision_used()}, max_batch_tokens "
-                                       f"{best.get('max_batch_tokens')}: encode() over the corpus's first sentences")
+                                       f"{best.get('max_batch_tokens')}: encode() over the corpus's first sentences"
+                                       if best else "stage 2 did not run in this call")
             if bare and got.get("index_sentences_per_s"):
                 st["index_vs_bare"] = round(got["index_sentences_per_s"] / bare, 3)
+            vs_bare = f"{st['index_vs_bare']:.0%} of the bare encoder" if st.get("index_vs_bare") else "no bare encoder figure"
             self.event(f"reindex: {got['sentences']:,} sentences, indexing {got.get('index_sentences_per_s') or 0:,.0f} "
-                       f"sentences/s ({st.get('index_vs_bare', 0):.0%} of the bare encoder), statistics {got.get('stats_s')} s, "
+                       f"sentences/s ({vs_bare}), statistics {got.get('stats_s')} s, "
                        f"FAISS {got.get('ann_s')} s, wall {got['wall_s']} s")
         else:
             self.event(f"reindex: {got['status']}")
@@ -911,6 +919,17 @@ class Run:
 # =============================================================================================
 # helpers of the orchestrator
 # =============================================================================================
+def input_rejections(summary: dict | None) -> list[dict] | None:
+    """The failures of a reindex summary when every one is a document rejected as input (no
+    sentence, say), else None: a worker or store failure is not an input's fault."""
+    failures = (summary or {}).get("failures") or []
+    if len(failures) != (summary or {}).get("failed", len(failures)):
+        return None  # more failed than are listed: cannot tell what they were
+    if all("empty document" in str(f.get("error", "")) for f in failures):
+        return failures
+    return None
+
+
 def kill_group(proc: subprocess.Popen) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
@@ -1093,6 +1112,9 @@ def render_markdown(r: dict) -> str:
                 f"{_f(rx.get('index_sentences_per_s'))} | {_f(rx.get('index_vs_bare'), '{:.0%}')} | {_f(rx.get('stats_s'), '{:.1f}')} | "
                 f"{_f(rx.get('ann_s'), '{:.1f}')} | {_f(rx.get('wall_s'), '{:.1f}')} | {_f(rx.get('end_to_end_sentences_per_s'))} |", "",
                 f"Bare encoder: {_f(rx.get('bare_encoder_sentences_per_s'))} sentences/s ({rx.get('bare_encoder_note', '-')}).", ""]
+        if rx.get("rejected_documents"):
+            out += [f"`sdr reindex` exited {rx.get('rc')}: it rejected {len(rx['rejected_documents'])} documents of the corpus "
+                    f"as input (no sentence: {', '.join(rx['rejected_documents'])}) and swapped in the store without them.", ""]
     tr = st.get("train") or {}
     if tr.get("runs"):
         out += ["## Training (`sdr train`, corpus only)", "",

@@ -211,3 +211,15 @@ def test_paired_differences():
     assert p["queries"] == 3 and p["up"] == 1 and p["down"] == 1
     assert p["mean_diff"] == pytest.approx(0.0, abs=1e-9)
     assert gpu.average_precision(["x", "r1", "y", "r2"], {"r1", "r2", "r3"}) == pytest.approx((1 / 2 + 2 / 4) / 3)
+
+
+@pytest.mark.unit
+def test_a_reindex_that_rejected_empty_documents_still_counts():
+    """`sdr reindex` exits 1 when it rejected input documents (the IRLeD corpus has 6 empty ones) even
+    though it swapped in a complete store: the device run of 2026-11-27 lost its evaluation to that.
+    Only input rejections pass; a failure of any other kind, or one not listed, does not."""
+    empty = {"id": "a", "error": "document 'a': no sentence (empty document)"}
+    assert gpu.input_rejections({"failed": 1, "failures": [empty]}) == [empty]
+    assert gpu.input_rejections({"failed": 0, "failures": []}) == []
+    assert gpu.input_rejections({"failed": 2, "failures": [empty, {"id": "b", "error": "worker lost"}]}) is None
+    assert gpu.input_rejections({"failed": 3, "failures": [empty]}) is None
