@@ -15,7 +15,7 @@ from sdr_search.core.cache import EmbeddingCache, document_key
 from sdr_search.core.documents import Document
 from sdr_search.core.embed import embed_documents
 from sdr_search.core.encoder import SentenceEncoder, TruncationCount, truncation_of
-from sdr_search.core.errors import BulkWriteError, SDRError
+from sdr_search.core.errors import BulkWriteError, IndexLayoutError, SDRError
 from sdr_search.core.vectors import DocVectors
 
 from .provenance import index_meta
@@ -59,8 +59,9 @@ def error_text(exc: BaseException) -> str:
 
 def isolate_sdr_errors(exc: Exception) -> None:
     """The error policy of ``sdr index`` for :func:`write_documents`: an :class:`SDRError` is
-    the documents' own (isolate it); anything else stops the run."""
-    if not isinstance(exc, SDRError):
+    the documents' own (isolate it), except an :class:`IndexLayoutError` (the store takes no
+    document until it is rebuilt); anything else stops the run."""
+    if not isinstance(exc, SDRError) or isinstance(exc, IndexLayoutError):
         raise exc
 
 

@@ -4,18 +4,19 @@ Both stores call :func:`check_put_items`, so a document one store refuses the ot
 with the same error: a pair that is not ``(Document, DocVectors)``, vectors of another dimension
 than the store's model (:class:`ModelMismatchError`), vectors grouped otherwise than the
 document's paragraphs, NaN or infinite vectors, more sentences than the store's limit (OpenSearch:
-the nested field's limit), metadata that is not strict JSON (:class:`InvalidDocumentError`), and
+the nested field's limit), metadata outside the metadata contract (strict JSON within the limits of
+:mod:`sdr_search.core.metadata`; :class:`InvalidDocumentError` naming the key), and
 an id twice in one ``put()`` (:class:`DuplicateIdError`). The first invalid item, in order, raises.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Sequence
 
 import numpy as np
 
 from sdr_search.core.documents import Document, check_id
+from sdr_search.core.metadata import check_metadata
 from sdr_search.core.errors import DuplicateIdError, InvalidDocumentError, InvalidInputError, ModelMismatchError
 from sdr_search.core.vectors import DocVectors
 
@@ -47,10 +48,7 @@ def check_put_item(doc: Document, vectors: DocVectors, meta: IndexMeta, *, where
         raise InvalidDocumentError(doc.id, "vectors contain NaN or infinity")
     if max_sentences is not None and vectors.n_sentences > max_sentences:
         raise InvalidDocumentError(doc.id, f"{vectors.n_sentences} sentences, over the index limit of {max_sentences}")
-    try:
-        json.dumps(dict(doc.metadata), allow_nan=False)
-    except (TypeError, ValueError) as e:
-        raise InvalidDocumentError(doc.id, f"metadata is not JSON-serialisable: {e}") from e
+    check_metadata(doc.metadata, doc.id)
 
 
 def check_put_items(items: Sequence[tuple[Document, DocVectors]], meta: IndexMeta, *, where: str,

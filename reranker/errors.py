@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from sdr_search.core.errors import (
     BackendUnavailableError,
     DocumentTooLargeError,
+    IndexLayoutError,
     InvalidInputError,
     ModelMismatchError,
     NotFoundError,
@@ -53,6 +54,7 @@ STATUS_BY_ERROR: dict[type[BaseException], int] = {
     BackendUnavailableError: 503,
     StoreDamagedError: 503,
     ModelMismatchError: 409,
+    IndexLayoutError: 409,
     StatsUnavailableError: 409,
     AuthenticationError: 401,
     SDRError: 500,

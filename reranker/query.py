@@ -28,12 +28,15 @@ from pydantic import (
     StrictBool,
     ValidationError,
     WithJsonSchema,
+    field_validator,
     model_validator,
 )
 from pydantic.json_schema import SkipJsonSchema
 
 from sdr_search.core.documents import ID_PATTERN, ID_RULE, MAX_ID_LENGTH, Document, check_id, source_document
 from sdr_search.core.errors import InvalidInputError
+from sdr_search.core.filters import MAX_FILTER_FIELDS, MAX_FILTER_VALUES, check_filter
+from sdr_search.core.metadata import MAX_PATH_LENGTH
 from sdr_search.core.settings import SegmentationSettings
 from sdr_search.core.vectors import DocVectors
 
@@ -55,7 +58,6 @@ MAX_FROM = 900
 MAX_CANDIDATES = 1000
 """Largest K (``candidates``): documents reranked exactly."""
 
-MAX_FILTER_FIELDS = 16
 MAX_WEIGHT = 1000.0
 MAX_RANK_CONSTANT = 10_000
 
@@ -258,8 +260,11 @@ class MoreLikeThisRequest(BaseModel):
     )
     filter: dict[Annotated[str, Field(min_length=1)], Union[Scalar, list[Scalar]]] = Field(  # type: ignore[assignment]
         None, max_length=MAX_FILTER_FIELDS,
-        description="Metadata equality filters {field: value}; every field must match. A list value matches "
-        "any of its items; a stored list matches when any of its items equals the value. The filter runs inside "
+        description="Metadata equality filters {field: value}; every field must match. A field is a metadata key "
+        "or a dotted path (`a.b` names a nested object's key and a dotted key alike). Equality is typed: 5 equals "
+        "5.0 but not \"5\", a boolean only equals a boolean. A list value matches any of its items; a stored list "
+        f"matches when any of its items equals the value. At most {MAX_FILTER_FIELDS} fields, {MAX_FILTER_VALUES:,} "
+        f"values per field, fields of at most {MAX_PATH_LENGTH:,} characters; no null. The filter runs inside "
         "the candidate searches (the nested k-NN search and BM25 visit only matching documents), so every hit "
         "matches and a filter matching few documents still returns `size` hits when that many match.",
     )
@@ -296,6 +301,13 @@ class MoreLikeThisRequest(BaseModel):
 
     def _given_sources(self) -> list[str]:
         return [k for k in SOURCE_FIELDS if getattr(self, k) is not None]
+
+    @field_validator("filter")
+    @classmethod
+    def _filter_contract(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            check_filter(value)  # the limits every store applies (sdr_search.core.filters), in the same words
+        return value
 
     @model_validator(mode="after")
     def _one_source(self) -> "MoreLikeThisRequest":

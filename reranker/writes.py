@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sdr_search.core.documents import Document, check_id, parse_record
 from sdr_search.core.errors import DocumentNotFoundError, InvalidInputError, SDRError
+from sdr_search.core.metadata import MAX_DEPTH, MAX_KEY_LENGTH, MAX_KEYS, MAX_PATH_LENGTH, MAX_VALUES
 from sdr_search.indexer.pipeline import WriteReport, write_documents
 from sdr_search.indexer.stats_job import refresh_stats
 from sdr_search.indexer.store import DocumentStore
@@ -47,7 +48,10 @@ class DocumentBody(BaseModel):
 
     title: str = Field(None, max_length=10_000)  # type: ignore[assignment]
     metadata: dict[str, Any] = Field(  # type: ignore[assignment]
-        None, description="Stored with the document; a query's `filter` matches on its top-level fields.")
+        None, description="Stored with the document as given; a query's `filter` matches its values by path (a key, or "
+        "keys joined by dots: nested objects and dotted keys alike). Any JSON value under any key; at most "
+        f"{MAX_KEYS:,} keys (nested ones included), {MAX_VALUES:,} values, {MAX_DEPTH} levels, keys of {MAX_KEY_LENGTH} "
+        f"and paths of {MAX_PATH_LENGTH:,} characters (docs/http-api.md).")
     text: NonBlank = Field(None, description="Raw text: paragraphs separated by blank lines.")  # type: ignore[assignment]
     paragraphs: list[NonBlank] = Field(None, min_length=1)  # type: ignore[assignment]
     sections: list[Section] = Field(None, min_length=1)  # type: ignore[assignment]

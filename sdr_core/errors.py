@@ -21,6 +21,7 @@ __all__ = [
     "DocumentNotFoundError",
     "IndexNotFoundError",
     "StoreError",
+    "IndexLayoutError",
     "StoreDamagedError",
     "BackendUnavailableError",
     "OverloadedError",
@@ -90,6 +91,12 @@ class IndexNotFoundError(NotFoundError):
 
 class StoreError(SDRError):
     """The store is damaged or was written by an incompatible version."""
+
+
+class IndexLayoutError(StoreError):
+    """An index was made by an older sdr-search in a layout this one reads but will not write or
+    filter (OpenSearch metadata mapped field by field): rebuild it with ``sdr reindex`` (maps to
+    HTTP 409)."""
 
 
 class StoreDamagedError(StoreError):

@@ -504,3 +504,160 @@ class StoreContract:
             assert set(got.ids) == set(ranked) and len(got.ids) == len(ranked), flt
             np.testing.assert_allclose(got.scores, [every.scored[i] for i in got.ids], rtol=1e-4)
             assert got.score_of("d001") == pytest.approx(every.scored["d001"], rel=1e-4)  # scored whatever the filter
+
+    # -- the metadata and filter contract (sdr_search.core.metadata, sdr_search.core.filters; docs/http-api.md) --
+    # One contract on every store: any JSON value under any key (no type fixed by a first writer), nested
+    # objects and dotted keys both named by their dotted path, typed equality (5 == 5.0, 5 != "5", 1 != true),
+    # a list matching any item, null matching nothing, and the limits checked before any work.
+    def _put_metadata(self, store, metadatas: list, *, seed: int = 31, first_alone: bool = True) -> list[str]:
+        import dataclasses
+
+        items = [(dataclasses.replace(d, metadata=m), v) for (d, v), m in zip(make_docs(len(metadatas), seed=seed), metadatas)]
+        if first_alone:  # the first in a put() of its own: it must not fix the type of its keys for the others
+            store.put(items[:1])
+            store.put(items[1:])
+        else:
+            store.put(items)
+        for d, _ in items:
+            assert store.get(d.id).document.metadata == d.metadata  # stored as given (dotted keys not expanded)
+        return [d.id for d, _ in items]
+
+    @staticmethod
+    def _matching_everywhere(store, flt: dict, n: int, probe: DocVectors) -> dict[str, list[str]]:
+        """The documents ``flt`` matches according to each filtered path of the store: ids_matching, the
+        filtered nested k-NN of ``probe``'s first sentence (k = every document), the filtered lexical
+        search and, where the store runs it, the candidate stage (sdr_candidates)."""
+        got = {"ids_matching": sorted(store.ids_matching(flt))}
+        hits = store.sentence_knn(probe.vectors[:1], n, filter=flt)
+        got["sentence_knn"] = sorted(hits.doc_ids[0])
+        got["lexical_search"] = sorted(store.lexical_search("Sentence says", n, filter=flt).ids)
+        if store.capabilities.sdr_candidates:
+            got["sdr_candidates"] = sorted(store.sdr_candidates(probe, n, n, filter=flt)[0])
+        return got
+
+    def test_metadata_values_of_any_type_under_one_key_and_typed_equality(self, store):
+        """Case 11 of issue 41: ``5`` then ``"five"`` under one key are both stored (OpenSearch fixed the
+        key's type at its first writer); ``5`` equals ``5.0`` but not ``"5"``, ``1`` is not ``true``,
+        a list matches any item, null and an empty list match nothing, on every filtered path."""
+        metas = [{"k": 5}, {"k": "five"}, {"k": 5.0}, {"k": "5"}, {"k": True}, {"k": 1}, {"k": None},
+                 {"k": [5, "x"]}, {"k": []}, {"k": {"n": 5}}, {"k": 0.5}, {"k": "true"}]
+        ids = self._put_metadata(store, metas)
+        d, probe = dict(enumerate(ids)), store.get(ids[0]).vectors
+        expect = {
+            '{"k": 5}': [d[0], d[2], d[7]], '{"k": 5.0}': [d[0], d[2], d[7]], '{"k": "5"}': [d[3]],
+            '{"k": "five"}': [d[1]], '{"k": 1}': [d[5]], '{"k": true}': [d[4]], '{"k": "true"}': [d[11]],
+            '{"k": [1, "x"]}': [d[5], d[7]], '{"k": []}': [], '{"k.n": 5}': [d[9]], '{"k": 0.5}': [d[10]],
+            '{"k": false}': [], '{"missing": 5}': [], '{"k": [5, 0.5, "5"]}': [d[0], d[2], d[3], d[7], d[10]],
+        }
+        import json
+
+        for text, want in expect.items():
+            flt = json.loads(text)
+            for path, got in self._matching_everywhere(store, flt, len(ids), probe).items():
+                assert got == sorted(want), (text, path)
+
+    def test_nested_objects_and_dotted_keys_are_one_path(self, store):
+        """Case 11: a nested object and a dotted key are both named by the dotted path, on every store
+        (OpenSearch matched ``{"a.b.c.d": 1}`` on a nested object and the embedded store did not; a dotted
+        key was refused by one and accepted by the other). A list of objects gives each object's values."""
+        metas = [{"a": {"b": {"c": {"d": 1}}}}, {"a.b.c.d": 1}, {"a": {"b.c": {"d": 1}}}, {"a.b": 2},
+                 {"a": {"b": 2}}, {"a": [{"b": 3}, {"b": [4, "four"]}]}, {"a": "x"}, {"a.b": {"c": "y"}, "a": {"b": 5}}]
+        ids = self._put_metadata(store, metas)
+        d, probe = dict(enumerate(ids)), store.get(ids[0]).vectors
+        expect = [({"a.b.c.d": 1}, [d[0], d[1], d[2]]), ({"a.b": 2}, [d[3], d[4]]), ({"a.b": [3, "four"]}, [d[5]]),
+                  ({"a.b": 4}, [d[5]]), ({"a": "x"}, [d[6]]), ({"a": 1}, []), ({"a.b.c": 1}, []), ({"a.b.c": "y"}, [d[7]]),
+                  ({"a.b": 5}, [d[7]]), ({"a.b": [5, 2], "a.b.c": "y"}, [d[7]])]
+        for flt, want in expect:
+            for path, got in self._matching_everywhere(store, flt, len(ids), probe).items():
+                assert got == sorted(want), (flt, path)
+
+    def test_metadata_keys_are_not_index_fields(self, store):
+        """Case 11: 940 metadata keys in one document, then 940 new keys in each of two more: every
+        write succeeds (OpenSearch answered "Limit of total fields [1000] has been exceeded" for any new
+        key once the first document had mapped 940, and for good: deleting documents did not help)."""
+        metas = [{f"{p}{i}": i for i in range(940)} for p in ("k", "j", "m")]
+        ids = self._put_metadata(store, metas[:2])
+        store.delete(ids[:2])
+        ids = self._put_metadata(store, metas, seed=32, first_alone=False)
+        assert sorted(store.ids_matching({"j939": 939})) == [ids[1]]
+        assert sorted(store.ids_matching({"m5": [5, 6], "m6": 6})) == [ids[2]]
+
+    def test_metadata_within_the_limits_is_written_and_filtered(self, store):
+        """The largest metadata the contract accepts: 1,000 keys, 8 levels of nesting, a key of 256
+        characters, a path of 1,024 characters, 10,000 values; strings of any length match exactly."""
+        deep: dict = {"leaf": "deep"}
+        for _ in range(7):
+            deep = {"n": deep}  # n.n.n.n.n.n.n.leaf: 8 levels
+        long_key = "k" * 256
+        long_path = {"p" * 255: {"q" * 255: {"r" * 255: {"s" * 255: "far"}}}}  # 1,023 characters
+        long_text = "word " * 2000
+        metas = [{f"k{i}": i for i in range(1000)}, deep, {long_key: "long"},
+                 long_path, {"many": list(range(10_000))}, {"text": long_text}]
+        ids = self._put_metadata(store, metas, first_alone=False)
+        assert store.ids_matching({"k999": 999}) == [ids[0]]
+        assert store.ids_matching({"n.n.n.n.n.n.n.leaf": "deep"}) == [ids[1]]
+        assert store.ids_matching({long_key: "long"}) == [ids[2]]
+        assert store.ids_matching({".".join(["p" * 255, "q" * 255, "r" * 255, "s" * 255]): "far"}) == [ids[3]]
+        assert store.ids_matching({"many": 9_999}) == [ids[4]]
+        assert store.ids_matching({"text": long_text}) == [ids[5]]
+        assert store.ids_matching({"text": long_text + "x"}) == []
+
+    @pytest.mark.parametrize("metadata, named", [
+        ({f"k{i}": i for i in range(1001)}, "k1000"),  # 1,001 keys
+        ({"a": {f"k{i}": i for i in range(600)}, "b": {f"k{i}": i for i in range(399)}}, "b.k398"),  # keys at any depth count
+        ({"n": {"n": {"n": {"n": {"n": {"n": {"n": {"n": {"x": 1}}}}}}}}}, "n.n.n.n.n.n.n.n.x"),  # 9 levels
+        ({"a": [[[[[[[[1]]]]]]]]}, "a"),  # lists count as levels too
+        ({"k" * 257: 1}, "k" * 40),  # a key of 257 characters
+        ({"p" * 256: {"q" * 256: {"r" * 256: {"s" * 256: 1}}}}, "p" * 40),  # a path of 1,027 characters
+        ({"": 1}, "''"),  # an empty key
+        ({1: "one"}, "1"),  # a key that is not a string
+        ({"many": list(range(10_001))}, "many"),  # 10,001 values
+        ({"s": {1, 2}}, "s"),  # not a JSON value
+    ])
+    def test_metadata_over_the_limits_is_refused_before_writing(self, store, metadata, named):
+        """Every limit is checked before anything is written, with the key (or path) named."""
+        import dataclasses
+
+        (ok, ok_vec), (doc, vec) = make_docs(2, seed=33)
+        with pytest.raises(InvalidDocumentError) as err:
+            store.put([(ok, ok_vec), (dataclasses.replace(doc, metadata=metadata), vec)])
+        assert named in str(err.value) and "metadata" in str(err.value), str(err.value)
+        assert store.counts()["documents"] == 0
+
+    @pytest.mark.parametrize("flt, named", [
+        ({"year": list(range(10_000))}, "'year'"),  # case 8 of issue 41: a 500 from OpenSearch, a 200 embedded
+        ({"year": list(range(1001))}, "'year'"),
+        ({f"f{i}": 1 for i in range(17)}, "17"),
+        ({"year": None}, "'year'"),
+        ({"year": {"gte": 3}}, "'year'"),
+        ({"year": [[1, 2]]}, "'year'"),
+        ({"year": float("nan")}, "'year'"),
+        ({"": 1}, "''"),
+        ({"x" * 1025: 1}, "x" * 40),
+    ])
+    def test_a_filter_over_the_limits_is_refused_by_every_filtered_path(self, store, flt, named):
+        """One bound on both stores, checked before any search: at most 16 fields, at most 1,000 values
+        per field, a value is a string, a number or a boolean (or a list of them), a field a path of at
+        most 1,024 characters. Each path refuses with :class:`InvalidInputError` naming the field."""
+        store.put(make_docs(2, seed=34))
+        probe = store.get("d000").vectors
+        calls = {"ids_matching": lambda: store.ids_matching(flt),
+                 "sentence_knn": lambda: store.sentence_knn(probe.vectors[:1], 2, filter=flt),
+                 "lexical_search": lambda: store.lexical_search("Sentence says", 2, filter=flt)}
+        if store.capabilities.sdr_candidates:
+            calls["sdr_candidates"] = lambda: store.sdr_candidates(probe, 2, 2, filter=flt)
+        for path, call in calls.items():
+            with pytest.raises(InvalidInputError) as err:
+                call()
+            assert named in str(err.value) and "filter" in str(err.value), (path, str(err.value))
+
+    def test_a_filter_of_a_thousand_values_answers_on_every_filtered_path(self, store):
+        """The bound itself is served: one field of 1,000 values, and 16 fields."""
+        ids = self._put_metadata(store, [{"year": 2000 + i, **{f"f{j}": j for j in range(16)}} for i in range(3)],
+                                 first_alone=False)
+        probe = store.get(ids[0]).vectors
+        years = list(range(1001, 2001))  # 1,000 values, 2000 among them
+        for flt, want in (({"year": years}, [ids[0]]), ({f"f{j}": j for j in range(16)}, ids),
+                          ({"year": years, **{f"f{j}": j for j in range(15)}}, [ids[0]])):
+            for path, got in self._matching_everywhere(store, flt, 3, probe).items():
+                assert got == sorted(want), (path, len(flt))

@@ -42,7 +42,8 @@ from sdr_search.core.errors import (
     StoreDamagedError,
     StoreError,
 )
-from sdr_search.core.filters import matches
+from sdr_search.core.filters import compile_filter
+from sdr_search.core.metadata import metadata_terms
 from sdr_search.core.fusion import check_search_defaults
 from sdr_search.core.scoring import NormStats
 from sdr_search.core.vectors import CorpusVectors, DocVectors
@@ -585,13 +586,15 @@ class EmbeddedStore(DocumentStore):
 
     def ids_matching(self, flt: Mapping[str, Any], *, limit: int | None = None) -> list[str]:
         """Every document whose metadata matches ``flt``, at most ``limit`` (the scan stops there;
-        the parsed metadata is kept per store generation, so repeated filtered queries do not
-        re-read it)."""
+        the metadata's terms, :func:`sdr_search.core.metadata.metadata_terms`, are kept per store
+        generation, so repeated filtered queries do not re-read them). Raises
+        :class:`InvalidInputError` for a filter over the limits (:func:`sdr_search.core.filters.check_filter`)."""
+        wanted = compile_filter(flt)  # checked before anything is read
         with self._snapshot() as conn:
-            if "metadata" not in self._cache:
-                self._cache["metadata"] = [(doc_id, json.loads(text) if text else {})
-                                           for doc_id, text in catalog.in_seq_order(conn, "doc_id, metadata")]
-            found = (doc_id for doc_id, meta in self._cache["metadata"] if matches(meta, flt))
+            if "metadata_terms" not in self._cache:
+                self._cache["metadata_terms"] = [(doc_id, frozenset(metadata_terms(json.loads(text))) if text else frozenset())
+                                                 for doc_id, text in catalog.in_seq_order(conn, "doc_id, metadata")]
+            found = (doc_id for doc_id, terms in self._cache["metadata_terms"] if wanted.matches_terms(terms))
             return list(itertools.islice(found, limit))
 
     def _lexical_ranker(self) -> Segments:

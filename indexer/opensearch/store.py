@@ -74,6 +74,7 @@ from sdr_search.core.errors import (
     BackendUnavailableError,
     BulkWriteError,
     DocumentNotFoundError,
+    IndexLayoutError,
     IndexNotFoundError,
     InvalidInputError,
     ModelMismatchError,
@@ -89,10 +90,10 @@ from sdr_search.core.vectors import CorpusVectors, DocVectors
 from . import plugin_version
 from .bulk import run_bulk
 from .requests import (
+    FORMAT_VERSION,
     MATCH_NONE,
     MAX_ALLOWED_IDS,
     MAX_KNN_K,
-    MetadataField,
     STATE_DOC_ID,
     build_alias_swap,
     build_bulk_actions,
@@ -131,7 +132,7 @@ from .requests import (
     bm25_k1,
     initial_state,
     knn_method,
-    metadata_fields,
+    legacy_metadata,
     parse_knn_responses,
     parse_lexical_response,
     reference_os_id,
@@ -215,6 +216,7 @@ class _Target:
     bm25_factor: float = 2.5  # what the node's BM25 multiplies bm25s's by: 1 + k1 on 2.x, 1 on 3.x
     vectors: str = VECTORS_B64  # where readers find the vectors (_meta.sdr.vectors; indices from before: b64)
     derived_source: bool = False  # k-NN derived source (vectors rebuilt into _source on read)
+    legacy_metadata: bool = False  # metadata mapped field by field (layout 1): read only, no filter (legacy_metadata)
 
     @property
     def recorded(self) -> IndexMeta:
@@ -311,7 +313,6 @@ class OpenSearchStore(DocumentStore):
         self._target: _Target | None = None
         self._many_shards: set[str] = set()  # indices whose searches span several shards (no explain_top there)
         self._state_checked = False
-        self._metadata_fields: tuple[str, dict[str, MetadataField]] | None = None  # (index, fields) as last read
         self._plugin: bool | None = None  # the node has the sdr plugin (None: not asked yet)
         self._plugin_check: plugin_version.PluginCheck | None = None  # what its plugin list said
 
@@ -417,7 +418,7 @@ class OpenSearchStore(DocumentStore):
         target = _Target(name, state_index_name(name), index_meta_from_meta(meta),
                          str(recorded.get("engine", "faiss")), str(recorded.get("space_type", "innerproduct")),
                          _bm25_factor(recorded), str(recorded.get("vectors", VECTORS_B64)),
-                         bool(recorded.get("derived_source", False)))
+                         bool(recorded.get("derived_source", False)), legacy_metadata(body.get("mappings", {})))
         if target.meta is not None:
             self._target = target
         return target
@@ -638,6 +639,8 @@ class OpenSearchStore(DocumentStore):
         meta = target.recorded
         check_put_items(items, meta, where=f"OpenSearch index {target.name!r}",
                         max_sentences=self.settings.max_sentences)
+        if target.legacy_metadata:
+            raise self._legacy(target, "written to")
         ids = [doc.id for doc, _ in items]
         actions = build_bulk_actions(items, index=target.name, encoder_tag=meta.encoder_tag, model_id=meta.model_id,
                                      vector_copy=target.vectors == VECTORS_B64)
@@ -869,27 +872,28 @@ class OpenSearchStore(DocumentStore):
     # retrieval
     # =========================================================================================
     # -- metadata filters ---------------------------------------------------------------------
-    def _fields_of(self, target: _Target, names: Sequence[str]) -> dict[str, MetadataField]:
-        """How the index maps the metadata fields (:func:`metadata_fields`), read from the mapping
-        once and again only when a field asked for is not in what was read (a field's type never
-        changes once mapped; a new field appears with the first document that has it)."""
-        cached = self._metadata_fields
-        if cached is None or cached[0] != target.name or any(str(n) not in cached[1] for n in names):
-            mapping = self._call("reading the metadata mapping",
-                                 lambda: self._os().indices.get_mapping(index=target.name), index=target.name)
-            cached = (target.name, metadata_fields(mapping.get(target.name, {}).get("mappings", {})))
-            self._metadata_fields = cached
-        return cached[1]
-
-    def _candidate_filter(self, target: _Target, flt: Mapping[str, Any] | None,
-                          allowed_ids: Sequence[str] | None) -> dict[str, Any] | None:
+    @staticmethod
+    def _restriction(flt: Mapping[str, Any] | None, allowed_ids: Sequence[str] | None) -> dict[str, Any] | None:
         """The document-level query of a metadata filter and allowed ids (None: no restriction;
-        :data:`MATCH_NONE`: nothing can match)."""
-        metadata = build_metadata_filter(flt, self._fields_of(target, list(flt))) if flt else None
+        :data:`MATCH_NONE`: nothing can match). Pure: it checks both (a filter over the limits of
+        :func:`sdr_search.core.filters.check_filter`, too many ids) before any request is sent."""
+        metadata = build_metadata_filter(flt) if flt else None
         if allowed_ids is not None and len(set(map(str, allowed_ids))) > MAX_ALLOWED_IDS:
             raise InvalidInputError(f"the OpenSearch store takes at most {MAX_ALLOWED_IDS} allowed_ids per search, "
                                     f"got {len(allowed_ids)}; pass the metadata filter itself (filter=)")
         return build_candidate_filter(metadata, allowed_ids)
+
+    @staticmethod
+    def _legacy(target: _Target, what: str) -> IndexLayoutError:
+        return IndexLayoutError(
+            f"OpenSearch index {target.name!r} maps its documents' metadata field by field (made by an sdr-search "
+            f"before index layout {FORMAT_VERSION}): it can be read and searched without a filter, but not {what}. "
+            "Rebuild it with `sdr reindex` (docs/opensearch.md, 'Metadata')")
+
+    def _filterable(self, target: _Target, flt: Mapping[str, Any] | None) -> None:
+        """Refuse a metadata filter on an index of the old metadata mapping (:func:`legacy_metadata`)."""
+        if flt and target.legacy_metadata:
+            raise self._legacy(target, "filtered by metadata")
 
     def ids_matching(self, flt: Mapping[str, Any], *, limit: int | None = None) -> list[str]:
         """The ids of every document whose metadata matches ``flt``, in ``doc_id`` order (a
@@ -898,8 +902,9 @@ class OpenSearchStore(DocumentStore):
         :func:`sdr_search.core.filters.matches` except that a string longer than its field's
         ``ignore_above`` (256 in OpenSearch's dynamic mapping) is not indexed and never matches.
         With ``limit``, at most that many: one page of ``limit`` ids when it is under a scan page."""
+        query = self._restriction(flt, None)
         target = self._read_target()
-        query = self._candidate_filter(target, flt, None)
+        self._filterable(target, flt)
         if query == MATCH_NONE or limit == 0:
             return []
         page = 10 * self.settings.scan_page_size
@@ -921,8 +926,9 @@ class OpenSearchStore(DocumentStore):
         q = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
         if q.ndim != 2:
             raise InvalidInputError(f"query vectors must be a 2-D array, got shape {np.shape(vectors)}")
+        restriction = self._restriction(filter, allowed_ids)
         target = self._read_target()
-        restriction = self._candidate_filter(target, filter, allowed_ids)
+        self._filterable(target, filter)
         if q.shape[1] != int(target.recorded.dim):
             raise ModelMismatchError(
                 f"query vectors have dimension {q.shape[1]}, OpenSearch index {target.name!r} holds dimension "
@@ -983,9 +989,10 @@ class OpenSearchStore(DocumentStore):
             raise InvalidInputError(f"k must be between 1 and {MAX_KNN_K} on OpenSearch, got {k}")
         if size < 0:
             raise InvalidInputError(f"size must be >= 0, got {size}")
+        restriction = self._restriction(filter, None)
         target = self._plugin_target("sdr_candidates")
+        self._filterable(target, filter)
         q = self._source_rows(target, source.vectors)
-        restriction = self._candidate_filter(target, filter, None)
         if restriction == MATCH_NONE or size == 0:
             return [], np.zeros(0, dtype=np.float64)
         body = build_sdr_candidates_query(
@@ -1101,11 +1108,12 @@ class OpenSearchStore(DocumentStore):
             raise InvalidInputError(f"k must be >= 0, got {k}")
         if not isinstance(text, str):
             raise InvalidInputError("the lexical query must be a string")
+        restriction = self._restriction(filter, None) if filter else None
         target = self._read_target()
+        self._filterable(target, filter)
         s = self.settings
         exclude = [str(i) for i in exclude_ids]
         wanted = list(dict.fromkeys(str(i) for i in score_ids))
-        restriction = self._candidate_filter(target, filter, None) if filter else None
         if s.lexical_query == "terms":
             terms = query_terms(text, s.lexical_max_terms)
 

@@ -1,6 +1,6 @@
 """A metadata filter inside the OpenSearch k-NN search (``capabilities.filtered_knn``).
 
-Unit tests: the pure request builders (the metadata mapping read, the filter query, the nested
+Unit tests: the pure request builders (the filter query on the typed metadata terms, the nested
 k-NN query's own ``filter``, the lexical and scan bodies). Integration tests, on a real node
 (``OPENSEARCH_URL`` or the local node of ``scripts/opensearch-node.sh``): a filter matching 1 % of
 the documents still returns ``size`` hits, ranked as exhaustive SDR over the filtered set ranks
@@ -18,89 +18,66 @@ import numpy as np
 import pytest
 
 from factories import META, make_docs
-from sdr_search.core.errors import InvalidInputError, StoreError
+from sdr_search.core.errors import InvalidInputError
 from sdr_search.core.filters import matches
+from sdr_search.core.metadata import metadata_terms
 from sdr_search.indexer.opensearch.requests import (
     MATCH_NONE,
     MAX_ALLOWED_IDS,
-    MetadataField,
+    METADATA_TERMS_FIELD,
     build_candidate_filter,
-    build_index_body,
     build_metadata_filter,
     build_more_like_this_query,
     build_nested_knn_query,
     build_scan_query,
     build_terms_query,
-    metadata_fields,
 )
 
-# what OpenSearch's dynamic mapping makes of {"court": "x", "year": 2019, "score": 0.5, "flag": true,
-# "tags": ["a"], "where": {"city": "x"}} (read back from a 2.19.1 node), plus hand-made fields
-MAPPING = {"mappings": {"properties": {"doc_id": {"type": "keyword"}, "metadata": {"dynamic": "true", "properties": {
-    "court": {"type": "text", "fields": {"keyword": {"type": "keyword", "ignore_above": 256}}},
-    "year": {"type": "long"},
-    "score": {"type": "float"},
-    "flag": {"type": "boolean"},
-    "tags": {"type": "text", "fields": {"keyword": {"type": "keyword", "ignore_above": 256}}},
-    "where": {"properties": {"city": {"type": "text", "fields": {"keyword": {"type": "keyword", "ignore_above": 256}}}}},
-    "code": {"type": "keyword"},
-    "small": {"type": "byte"},
-    "prose": {"type": "text"},
-}}}}}
-FIELDS = metadata_fields(MAPPING)
-
-
 # -- pure builders ----------------------------------------------------------------------------------------
-@pytest.mark.unit
-def test_metadata_fields_name_the_exact_value_path_of_each_field():
-    assert FIELDS["court"] == MetadataField("string", "metadata.court.keyword", 256, "text")
-    assert FIELDS["code"] == MetadataField("string", "metadata.code", None, "keyword")
-    assert FIELDS["year"] == MetadataField("integer", "metadata.year", None, "long")
-    assert FIELDS["score"] == MetadataField("float", "metadata.score", None, "float")
-    assert FIELDS["flag"] == MetadataField("boolean", "metadata.flag", None, "boolean")
-    assert FIELDS["where"].kind == "object" and FIELDS["where.city"].path == "metadata.where.city.keyword"
-    assert FIELDS["prose"].kind == "other"
-    assert metadata_fields({"mappings": {"properties": {"metadata": {"type": "object", "dynamic": True}}}}) == {}
-    assert metadata_fields(build_index_body(16, m=16, ef_construction=100, shards=1, replicas=0, meta={})) == {}
+def _terms(*terms: str) -> dict:
+    return {"terms": {METADATA_TERMS_FIELD: list(terms)}}
 
 
 @pytest.mark.unit
-def test_a_filter_is_term_queries_or_ed_per_field_and_anded_across_fields():
-    assert build_metadata_filter({"court": "supreme"}, FIELDS) == \
-        {"bool": {"filter": [{"term": {"metadata.court.keyword": "supreme"}}]}}
-    got = build_metadata_filter({"court": ["high", "low"], "year": [2019, 2020.0], "flag": True}, FIELDS)
-    assert got == {"bool": {"filter": [
-        {"bool": {"should": [{"term": {"metadata.court.keyword": "high"}}, {"term": {"metadata.court.keyword": "low"}}],
-                  "minimum_should_match": 1}},
-        {"bool": {"should": [{"term": {"metadata.year": 2019}}, {"term": {"metadata.year": 2020}}],
-                  "minimum_should_match": 1}},
-        {"term": {"metadata.flag": True}},
-    ]}}
-    # never a terms query: the k-NN plugin (2.19) applies a numeric terms query to the nested sentences
-    assert '"terms"' not in json.dumps(got)
-    assert build_metadata_filter({"where.city": "Oslo"}, FIELDS) == \
-        {"bool": {"filter": [{"term": {"metadata.where.city.keyword": "Oslo"}}]}}
-    assert build_metadata_filter({}, FIELDS) is None
+def test_a_filter_is_one_terms_query_per_field_on_the_typed_metadata_terms():
+    assert build_metadata_filter({"court": "supreme"}) == {"bool": {"filter": [_terms('["court","supreme"]')]}}
+    got = build_metadata_filter({"court": ["high", "low"], "year": [2019, 2020.0], "flag": True})
+    assert got == {"bool": {"filter": [_terms('["court","high"]', '["court","low"]'),
+                                       _terms('["year",2019]', '["year",2020]'), _terms('["flag",true]')]}}
+    # a nested value is named by its path; the terms are those the documents carry (metadata_terms)
+    assert build_metadata_filter({"where.city": "Oslo"}) == {"bool": {"filter": [_terms('["where.city","Oslo"]')]}}
+    assert metadata_terms({"where": {"city": "Oslo"}, "year": 2019.0, "tags": ["a", None, []]}) == \
+        ['["tags","a"]', '["where.city","Oslo"]', '["year",2019]']
+    assert build_metadata_filter({}) is None
+    assert build_metadata_filter({"court": []}) == MATCH_NONE  # an empty list matches nothing
 
 
 @pytest.mark.unit
-def test_values_that_cannot_equal_a_stored_value_are_dropped_as_the_filter_semantics_say():
-    # 1 equals 1.0; a boolean only equals a boolean; a string never equals a number
-    assert build_metadata_filter({"year": [2019.0, 2019, True, "2019"]}, FIELDS) == \
-        {"bool": {"filter": [{"term": {"metadata.year": 2019}}]}}
-    assert build_metadata_filter({"score": [1, 0.5]}, FIELDS)["bool"]["filter"][0]["bool"]["should"] == \
-        [{"term": {"metadata.score": 1.0}}, {"term": {"metadata.score": 0.5}}]
-    for flt in ({"year": 2019.5}, {"year": "2019"}, {"flag": 1}, {"court": 3}, {"missing": 1}, {"where": "x"},
-                {"small": 300}, {"court": "x" * 257}, {"court": "supreme", "year": True}):
-        assert build_metadata_filter(flt, FIELDS) == MATCH_NONE, flt
-    with pytest.raises(StoreError, match="keyword sub-field"):
-        build_metadata_filter({"prose": "x"}, FIELDS)
-    assert [v for v in (matches({"year": 2019}, {"year": x}) for x in (2019.0, True, "2019"))] == [True, False, False]
+def test_values_keep_their_type_in_the_terms_as_the_filter_semantics_say():
+    # 1 equals 1.0 (one term); a boolean, a number and a string are three different terms
+    assert build_metadata_filter({"year": [2019.0, 2019, True, "2019"]}) == \
+        {"bool": {"filter": [_terms('["year","2019"]', '["year",2019]', '["year",true]')]}}
+    assert build_metadata_filter({"score": [0.5, -0.0]}) == {"bool": {"filter": [_terms('["score",0.5]', '["score",0]')]}}
+    long = "x" * 257  # a long string is one term of fixed size (its SHA-256), equal only to the same string
+    term = build_metadata_filter({"court": long})["bool"]["filter"][0]["terms"][METADATA_TERMS_FIELD][0]
+    assert term == metadata_terms({"court": long})[0] and len(term) < 100 and "sha256" in term
+    assert [matches({"year": 2019}, {"year": x}) for x in (2019.0, True, "2019")] == [True, False, False]
+
+
+@pytest.mark.unit
+def test_a_filter_over_the_limits_is_refused_before_any_request():
+    with pytest.raises(InvalidInputError, match=r"'year': 10,000 values, over the limit of 1,000"):
+        build_metadata_filter({"year": list(range(10_000))})
+    assert len(build_metadata_filter({"year": list(range(1000))})["bool"]["filter"][0]["terms"][METADATA_TERMS_FIELD]) == 1000
+    for flt, match in (({"year": None}, "null"), ({"where": {"city": "x"}}, "dotted path"), ({"year": [[1]]}, "'year'"),
+                       ({f"f{i}": 1 for i in range(17)}, "17 fields"), ({"": 1}, "non-empty")):
+        with pytest.raises(InvalidInputError, match=match):
+            build_metadata_filter(flt)
 
 
 @pytest.mark.unit
 def test_candidate_filter_ands_the_metadata_filter_with_allowed_ids():
-    meta = build_metadata_filter({"year": 2019}, FIELDS)
+    meta = build_metadata_filter({"year": 2019})
     assert build_candidate_filter(None) is None
     assert build_candidate_filter(meta) == meta
     assert build_candidate_filter(None, ["a", "b", "a"]) == {"terms": {"doc_id": ["a", "b"]}}
@@ -113,7 +90,7 @@ def test_candidate_filter_ands_the_metadata_filter_with_allowed_ids():
 
 @pytest.mark.unit
 def test_the_filter_is_the_knn_querys_own_and_holds_the_excluded_ids():
-    flt = build_metadata_filter({"year": 2019}, FIELDS)
+    flt = build_metadata_filter({"year": 2019})
     body = build_nested_knn_query([0.6, 0.8], 5, exclude_ids=["x", "y"], ef_search=50, filter=flt)
     assert body == {
         "size": 5, "_source": False, "stored_fields": "_none_", "docvalue_fields": ["doc_id"],
@@ -134,7 +111,7 @@ def test_the_filter_is_the_knn_querys_own_and_holds_the_excluded_ids():
 
 @pytest.mark.unit
 def test_lexical_and_scan_bodies_take_the_filter_as_a_non_scoring_clause():
-    flt = build_metadata_filter({"flag": True}, FIELDS)
+    flt = build_metadata_filter({"flag": True})
     body = build_terms_query({"alpha": 2}, 10, exclude_ids=["x"], filter=flt)
     assert body["query"]["bool"]["filter"] == [flt]
     assert body["query"]["bool"]["must_not"] == [{"terms": {"doc_id": ["x"]}}]

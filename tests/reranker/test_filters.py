@@ -8,6 +8,7 @@ import pytest
 
 from factories import AS_GIVEN, META, unit
 from sdr_search.core.documents import parse_record
+from sdr_search.core.errors import InvalidInputError
 from sdr_search.core.vectors import DocVectors
 from sdr_search.indexer.embedded import EmbeddedStore
 from sdr_search.indexer.store import StoreCapabilities
@@ -24,7 +25,14 @@ def test_matching_rules():
     assert matches(stored, {"flag": True})
     assert matches(stored, {"lang": ["de", "en"]}) and not matches(stored, {"lang": ["de", "fr"]})  # any item
     assert matches(stored, {"tags": "b"}) and matches(stored, {"tags": ["c", "a"]})  # a stored list: any item
-    assert not matches(stored, {"missing": None}) and not matches(stored, {"year": "2020"})
+    assert not matches(stored, {"missing": 1}) and not matches(stored, {"year": "2020"})
+    nested = {"a": {"b": [1, {"c": "x"}]}, "a.b": 2, "n": None, "e": []}  # a path names nested and dotted keys alike
+    assert matches(nested, {"a.b": 1}) and matches(nested, {"a.b": 2}) and matches(nested, {"a.b.c": "x"})
+    assert not matches(nested, {"a": 1}) and not matches(nested, {"e": []}) and not matches(nested, {"n": "None"})
+    with pytest.raises(InvalidInputError, match="'missing': null matches nothing"):
+        matches(stored, {"missing": None})
+    with pytest.raises(InvalidInputError, match="'tags': 1,001 values, over the limit of 1,000"):
+        matches(stored, {"tags": ["a"] * 1001})
 
 
 class _GetOnlyStore(EmbeddedStore):

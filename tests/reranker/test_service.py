@@ -49,6 +49,7 @@ def test_error_statuses_come_from_one_table_most_specific_class_first():
     assert status_for(e.ModelMismatchError("x")) == 409
     assert status_for(e.StatsUnavailableError("x")) == 409
     assert status_for(AuthenticationError("x")) == 401
+    assert status_for(e.IndexLayoutError("x")) == 409
     assert status_for(e.StoreError("x")) == 500
     assert status_for(RuntimeError("x")) == 500
 

@@ -53,10 +53,8 @@ Version notes (targets: OpenSearch 2.19+ and 3.x with the k-NN plugin):
 from __future__ import annotations
 
 from .filters import (  # noqa: F401
-    MetadataField,
     build_candidate_filter,
     build_metadata_filter,
-    metadata_fields,
 )
 from .knn import (  # noqa: F401
     build_msearch_bodies,
@@ -77,6 +75,7 @@ from .layout import (  # noqa: F401
     MAX_ALLOWED_IDS,
     MAX_ID_BYTES,
     MAX_KNN_K,
+    METADATA_TERMS_FIELD,
     MIN_EF_SEARCH,
     SPACE_TYPES,
     STATE_DOC_ID,
@@ -94,6 +93,7 @@ from .layout import (  # noqa: F401
     index_meta_from_meta,
     initial_state,
     knn_method,
+    legacy_metadata,
     load_mapping,
     reference_os_id,
     state_index_name,
@@ -149,8 +149,8 @@ __all__ = [
     "MAX_ALLOWED_IDS",
     "MAX_ID_BYTES",
     "MAX_KNN_K",
+    "METADATA_TERMS_FIELD",
     "MIN_EF_SEARCH",
-    "MetadataField",
     "NO_SENTENCES_SCORE",
     "SPACE_TYPES",
     "STATE_DOC_ID",
@@ -193,11 +193,11 @@ __all__ = [
     "fill_placeholders",
     "hit_doc_id",
     "index_meta_from_meta",
+    "legacy_metadata",
     "initial_state",
     "knn_method",
     "knn_score_to_cosine",
     "load_mapping",
-    "metadata_fields",
     "parse_knn_responses",
     "parse_lexical_response",
     "parse_centroid_rows_hit",

@@ -23,8 +23,14 @@ from sdr_search.indexer.store import IndexMeta
 
 
 
-FORMAT_VERSION = 1
-"""Layout version recorded in ``_meta.sdr.format_version``; a newer layout is refused."""
+FORMAT_VERSION = 2
+"""Layout version recorded in ``_meta.sdr.format_version``; a newer layout is refused (so an older
+sdr-search never writes or filters an index it would get wrong). 2: metadata kept in ``_source``
+only (``enabled: false``) and filtered through :data:`METADATA_TERMS_FIELD`; 1: metadata mapped
+field by field (dynamic mapping, :func:`legacy_metadata`)."""
+METADATA_TERMS_FIELD = "metadata_terms"
+"""The ``keyword`` field of each document's typed metadata terms, what metadata filters match
+(:func:`sdr_search.core.metadata.metadata_terms`)."""
 
 KNN_FIELD = "sentences.vector"
 ENGINES = ("lucene", "faiss")
@@ -183,6 +189,13 @@ def index_meta_from_meta(meta: Mapping[str, Any] | None) -> IndexMeta | None:
             f"version {FORMAT_VERSION}. Upgrade sdr-search."
         )
     return IndexMeta.from_dict(sdr["index_meta"])
+
+
+def legacy_metadata(mappings: Mapping[str, Any]) -> bool:
+    """Whether an index mapping (a ``GET _mapping`` answer's ``mappings``) is of an index made before
+    layout 2: its metadata mapped field by field, without :data:`METADATA_TERMS_FIELD`. The store
+    reads such an index, and refuses to write to it or to filter it (``sdr reindex`` rebuilds it)."""
+    return METADATA_TERMS_FIELD not in (mappings.get("properties") or {})
 
 
 def build_index_body(

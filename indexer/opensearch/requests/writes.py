@@ -20,6 +20,7 @@ from sdr_search.core.errors import (
     SDRError,
     StoreError,
 )
+from sdr_search.core.metadata import metadata_terms
 from sdr_search.core.scoring import NormStats
 from sdr_search.core.vectors import DocVectors
 
@@ -37,7 +38,9 @@ def _now() -> str:
 def build_document_source(
     doc: Document, vectors: DocVectors, *, encoder_tag: str, model_id: str, indexed_at: str, vector_copy: bool = True,
 ) -> dict[str, Any]:
-    """``_source`` of one document. ``sentences[r]`` is row ``r`` of the document's vectors
+    """``_source`` of one document. ``metadata`` is kept as given (the mapping does not index it) and
+    ``metadata_terms`` holds the typed terms filters match (:func:`sdr_search.core.metadata.metadata_terms`).
+    ``sentences[r]`` is row ``r`` of the document's vectors
     (``position`` = sentence index in the document, ``paragraph`` = its paragraph). ``vector_copy``:
     also the base64 copy ``vectors_b64`` (an index whose ``_meta.sdr.vectors`` is
     :data:`VECTORS_B64`)."""
@@ -49,6 +52,7 @@ def build_document_source(
         "title": doc.title,
         "text": doc.text,
         "metadata": dict(doc.metadata),
+        "metadata_terms": metadata_terms(doc.metadata),
         "n_paragraphs": len(sizes),
         "n_sentences": int(sum(sizes)),
         "model_id": model_id,
