@@ -309,7 +309,8 @@ class DocumentStore(ABC):
         :func:`sdr_search.core.filters.matches`) and ``allowed_ids`` (only for a store that
         declares ``capabilities.filtered_knn``) restrict the search to the documents the filter
         matches and to those ids (both: the documents in both). A store may bound the number of
-        ``allowed_ids`` (OpenSearch: 10,000 per search); a filter is never bounded."""
+        ``allowed_ids`` (OpenSearch: 10,000 per search). A filter's bounds are every store's, checked
+        before any work (:func:`sdr_search.core.filters.check_filter`: :class:`InvalidInputError`)."""
 
     def ids_matching(self, flt: Mapping[str, Any], *, limit: int | None = None) -> list[str]:
         """The ids of every document whose metadata matches the equality filter ``flt``

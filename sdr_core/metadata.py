@@ -31,8 +31,9 @@ store matches filters on these terms, and OpenSearch indexes them in one ``keywo
 from __future__ import annotations
 
 import hashlib
-import json
 import math
+from json.encoder import encode_basestring as _json_string  # a JSON string as json.dumps(ensure_ascii=False) writes it
+from collections.abc import Mapping as _AbcMapping
 from typing import Any, Iterator, Mapping
 
 from .errors import InvalidDocumentError
@@ -121,33 +122,38 @@ def metadata_leaves(metadata: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
     stack: list[tuple[str, Any]] = [("", metadata)]
     while stack:
         path, value = stack.pop()
-        if isinstance(value, Mapping):
-            stack.extend((_join(path, str(k)), v) for k, v in value.items())
+        if isinstance(value, (str, int, float)):  # bool is an int
+            yield path, value
+        elif isinstance(value, (dict, _AbcMapping)):
+            stack.extend((f"{path}.{k}" if path else str(k), v) for k, v in value.items())
         elif isinstance(value, (list, tuple)):
             stack.extend((path, v) for v in value)
-        elif value is not None and isinstance(value, _SCALARS):
-            yield path, value
 
 
-def _canonical(value: Any) -> Any:
-    """The JSON value that stands for ``value`` in a term (see the module docstring)."""
-    if isinstance(value, bool):
-        return value
+def _canonical(value: Any) -> str:
+    """The JSON text that stands for ``value`` in a term (see the module docstring), as
+    ``json.dumps(..., ensure_ascii=False)`` writes it (built directly: a filter over a large
+    embedded store makes millions of terms)."""
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
     if isinstance(value, int):
-        return int(value)
+        return int.__repr__(int(value))
     if isinstance(value, float):
-        return int(value) if value.is_integer() else value
+        return int.__repr__(int(value)) if value.is_integer() else float.__repr__(value)
     if len(value) > HASHED_STRING_CHARS:
-        return {"sha256": hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()}
-    return value
+        return '{"sha256":"' + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest() + '"}'
+    return _json_string(value)
 
 
 def value_term(path: str, value: Any) -> str:
-    """The term of a string, number or boolean ``value`` at ``path``."""
-    return json.dumps([path, _canonical(value)], ensure_ascii=False, separators=(",", ":"))
+    """The term of a string, number or boolean ``value`` at ``path``: the JSON text
+    ``json.dumps([path, canonical], ensure_ascii=False, separators=(",", ":"))``."""
+    return "[" + _json_string(path) + "," + _canonical(value) + "]"
 
 
 def metadata_terms(metadata: Mapping[str, Any]) -> list[str]:
     """The distinct terms of every value of ``metadata``, sorted (what OpenSearch indexes in
     ``metadata_terms``, and what the embedded store matches a filter against)."""
-    return sorted({value_term(path, value) for path, value in metadata_leaves(metadata)})
+    return sorted({"[" + _json_string(path) + "," + _canonical(value) + "]" for path, value in metadata_leaves(metadata)})

@@ -582,6 +582,19 @@ class StoreContract:
         assert sorted(store.ids_matching({"j939": 939})) == [ids[1]]
         assert sorted(store.ids_matching({"m5": [5, 6], "m6": 6})) == [ids[2]]
 
+    def test_a_filter_follows_replaced_and_deleted_metadata(self, store):
+        """A filter sees a document's current metadata: a replaced value, a value of another type
+        under the same key, a deleted document (the embedded store keeps terms across writes)."""
+        import dataclasses
+
+        ids = self._put_metadata(store, [{"k": 1, "t": "x"}, {"k": 2}, {"k": 3}])
+        assert store.ids_matching({"k": [1, 2]}) == ids[:2]
+        (doc, vec), = [(d, v) for d, v in make_docs(3, seed=31) if d.id == ids[1]]
+        store.put([(dataclasses.replace(doc, metadata={"k": "2", "t": "x"}), vec)])
+        store.delete([ids[2]])
+        assert store.ids_matching({"k": [1, 2, 3]}) == ids[:1]
+        assert store.ids_matching({"k": "2"}) == [ids[1]] and sorted(store.ids_matching({"t": "x"})) == ids[:2]
+
     def test_metadata_within_the_limits_is_written_and_filtered(self, store):
         """The largest metadata the contract accepts: 1,000 keys, 8 levels of nesting, a key of 256
         characters, a path of 1,024 characters, 10,000 values; strings of any length match exactly."""

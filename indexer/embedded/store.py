@@ -134,6 +134,9 @@ class EmbeddedStore(DocumentStore):
                                      merge_min_docs=self.settings.lexical_merge_min_docs)
         self._map: RowMap | None = None
         self._cache: dict[str, Any] = {}  # per-generation caches (counts, stats info, meta)
+        # doc_id -> (metadata JSON, its terms): kept across generations, so a filter after a write
+        # parses and encodes only the documents whose metadata changed (ids_matching)
+        self._terms_memo: dict[str, tuple[str, frozenset[str]]] = {}
         self._damage: StoreDamagedError | None = None  # set once damage is seen (.integrity)
         self._checked_pages = False  # the thorough check passed once in this process
 
@@ -587,13 +590,21 @@ class EmbeddedStore(DocumentStore):
     def ids_matching(self, flt: Mapping[str, Any], *, limit: int | None = None) -> list[str]:
         """Every document whose metadata matches ``flt``, at most ``limit`` (the scan stops there;
         the metadata's terms, :func:`sdr_search.core.metadata.metadata_terms`, are kept per store
-        generation, so repeated filtered queries do not re-read them). Raises
+        generation, so repeated filtered queries do not re-read them, and across generations per
+        document, so after a write only changed metadata is parsed again). Raises
         :class:`InvalidInputError` for a filter over the limits (:func:`sdr_search.core.filters.check_filter`)."""
         wanted = compile_filter(flt)  # checked before anything is read
         with self._snapshot() as conn:
             if "metadata_terms" not in self._cache:
-                self._cache["metadata_terms"] = [(doc_id, frozenset(metadata_terms(json.loads(text))) if text else frozenset())
-                                                 for doc_id, text in catalog.in_seq_order(conn, "doc_id, metadata")]
+                memo, fresh, rows = self._terms_memo, {}, []
+                for doc_id, text in catalog.in_seq_order(conn, "doc_id, metadata"):
+                    known = memo.get(doc_id)
+                    if known is None or known[0] != text:
+                        known = (text, frozenset(metadata_terms(json.loads(text))) if text else frozenset())
+                    fresh[doc_id] = known
+                    rows.append((doc_id, known[1]))
+                self._terms_memo = fresh
+                self._cache["metadata_terms"] = rows
             found = (doc_id for doc_id, terms in self._cache["metadata_terms"] if wanted.matches_terms(terms))
             return list(itertools.islice(found, limit))
 

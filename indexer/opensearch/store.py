@@ -898,10 +898,9 @@ class OpenSearchStore(DocumentStore):
     def ids_matching(self, flt: Mapping[str, Any], *, limit: int | None = None) -> list[str]:
         """The ids of every document whose metadata matches ``flt``, in ``doc_id`` order (a
         filtered scan of doc values; one page per 10 x ``scan_page_size`` ids). The filter is the
-        one the k-NN search applies (:func:`build_metadata_filter`): equal to
-        :func:`sdr_search.core.filters.matches` except that a string longer than its field's
-        ``ignore_above`` (256 in OpenSearch's dynamic mapping) is not indexed and never matches.
-        With ``limit``, at most that many: one page of ``limit`` ids when it is under a scan page."""
+        one the k-NN search applies (:func:`build_metadata_filter`), on the same typed terms
+        :func:`sdr_search.core.filters.matches` compares, so it is equal to it. With ``limit``,
+        at most that many: one page of ``limit`` ids when it is under a scan page."""
         query = self._restriction(flt, None)
         target = self._read_target()
         self._filterable(target, flt)
