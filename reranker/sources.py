@@ -23,6 +23,7 @@ from sdr_search.core.embed import doc_vectors
 from sdr_search.core.encoder import SentenceEncoder
 from sdr_search.core.errors import (
     DocumentNotFoundError,
+    InvalidDocumentError,
     InvalidInputError,
     ModelMismatchError,
     SourceTooLargeError,
@@ -163,9 +164,14 @@ class SourceResolver:
         items += [(f"unlike[{k}]", x) for k, x in enumerate(unlikes)]
         segmentation = self.segmentation(state.meta) if any(x is not None and x.id is None for _, x in items) else None
         new: dict[int, Document] = {}
-        for n, (_, x) in enumerate(items):
+        for n, (where, x) in enumerate(items):
             if x is not None and x.id is None:
-                new[n] = x.new_document(segmentation)
+                try:
+                    new[n] = x.new_document(segmentation)
+                except InvalidDocumentError as e:  # name the source among several
+                    if not several or e.source is not None:
+                        raise
+                    raise type(e)(e.doc_id, e.reason, source=where) from None
         pre_encoded = query.document.n_sentences if likes is None else 0
         self._check_size(sum(d.n_sentences for d in new.values()) + pre_encoded, several)
         encoded: dict[int, DocVectors] = {}
