@@ -60,7 +60,7 @@ from .errors import (
     InvalidInputError,
 )
 from .segments import join_short_sentences, merge_short_paragraphs
-from .sentences import SentenceSplitter, default_splitter
+from .sentences import SentenceSplitter, default_splitter, possible_sentence_ends
 from .settings import SegmentationSettings
 
 __all__ = [
@@ -72,6 +72,7 @@ __all__ = [
     "check_text",
     "text_problem",
     "check_input_paths",
+    "MAX_ENDS_PER_SENTENCE",
     "split_long_sentence",
     "Document",
     "ReadReport",
@@ -212,6 +213,16 @@ def check_input_paths(paths: Sequence[str | Path] | str | Path) -> list[Path]:
     return out
 
 
+MAX_ENDS_PER_SENTENCE = 4
+"""A text with more possible sentence ends (:func:`sdr_search.core.sentences.possible_sentence_ends`)
+than this many times its sentence limit (``SDR_MAX_SENTENCES`` for a document,
+``SDR_MAX_QUERY_SENTENCES`` for a query's new text) is refused before it is split: splitting costs a
+fixed time per possible end (~60-75 us), so the limit bounds the work of one request (4 x 20,000:
+about 6 s for a document, 4 x 2,000: about 0.6 s for a query) and a text of millions of fragments
+("Ab. Ab. ...", which took minutes and starved every other request) is refused at once. Real text
+has at most 2.8 possible ends per sentence kept (IRLeD, Wikipedia); below the bound nothing changes."""
+
+
 def split_long_sentence(sentence: str, max_chars: int) -> list[str]:
     """``sentence`` cut into pieces of at most ``max_chars`` characters, of about equal length,
     at spaces (mid-word only where a piece holds no space); ``max_chars <= 0`` or a sentence
@@ -220,19 +231,21 @@ def split_long_sentence(sentence: str, max_chars: int) -> list[str]:
     if max_chars <= 0 or len(sentence) <= max_chars:
         return [sentence]
     pieces: list[str] = []
-    rest = sentence
     n = -(-len(sentence) // max_chars)
     target = max(1, -(-len(sentence) // n))  # ceil: equal pieces
-    while len(rest) > max_chars:
-        cut = rest.rfind(" ", 1, target + 1)
-        if cut <= 0:  # no space in the piece: cut mid-word at the limit
-            cut = target
-        piece = rest[:cut].rstrip()
+    start, end = 0, len(sentence)  # the rest is sentence[start:end], read in place (linear time)
+    while end - start > max_chars:
+        cut = sentence.rfind(" ", start + 1, start + target + 1)
+        if cut <= start:  # no space in the piece: cut mid-word at the limit
+            cut = start + target
+        piece = sentence[start:cut].rstrip()
         if piece:
             pieces.append(piece)
-        rest = rest[cut:].lstrip()
-    if rest:
-        pieces.append(rest)
+        start = cut
+        while start < end and sentence[start].isspace():  # lstrip of the rest, without copying it
+            start += 1
+    if start < end:
+        pieces.append(sentence[start:end])
     return pieces
 
 
@@ -441,6 +454,12 @@ def _segmented(
     size = sum(len(text.encode("utf-8", "surrogatepass")) for unit in units for text in unit)
     if size > settings.max_document_bytes:  # before the splitter, whichever door the document came by
         raise DocumentTooLargeError(doc_id, _too_large(size, settings))
+    bound = MAX_ENDS_PER_SENTENCE * settings.max_sentences  # the splitter's work, bounded before it starts
+    ends = possible_sentence_ends((text for unit in units for text in unit), stop=bound)
+    if ends > bound:
+        raise DocumentTooLargeError(
+            doc_id, f"more than {bound} possible sentence ends, over {MAX_ENDS_PER_SENTENCE} x the limit of "
+            f"{settings.max_sentences} sentences (SDR_MAX_SENTENCES): refused before splitting")
     for unit in units:
         try:
             sentences = [s for text in unit for s in splitter.split(text)]
