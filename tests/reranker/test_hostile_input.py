@@ -316,3 +316,25 @@ def test_sdr_index_skips_a_record_with_invalid_text_and_writes_the_others(tmp_pa
     assert "Traceback" not in caplog.text
     with EmbeddedStore(tmp_path / "s") as store:
         assert sorted(store.iter_ids()) == ["a", "d"]
+
+
+@pytest.mark.unit
+def test_a_store_whose_live_documents_hold_no_word_answers_bm25_cleanly(tmp_path):
+    """Tiny documents ('.', a lone NUL) leave no word to count: the average document length is 0,
+    which divided 0 by 0 for the deleted documents' slots (a RuntimeWarning, NaN norms)."""
+    import warnings
+
+    from sdr_search.core.documents import parse_record
+    from sdr_search.indexer.embedded import EmbeddedStore
+    from sdr_search.indexer.pipeline import index_documents
+
+    with EmbeddedStore(tmp_path / "s", create=True) as store:
+        index_documents(store, [parse_record({"id": "a", "text": "The river flooded. The levee held."}),
+                                parse_record({"id": "b", "text": "."}), parse_record({"id": "c", "text": "\x00"})],
+                        FakeEncoder())
+        assert store.lexical_search("river levee", 5).ids == ["a"]
+        store.delete(["a"])
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            hits = store.lexical_search("river levee", 5, score_ids=["a", "b", "c"])
+        assert hits.ids == [] and hits.scored == {"a": 0.0, "b": 0.0, "c": 0.0}
