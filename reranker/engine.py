@@ -211,8 +211,9 @@ class MoreLikeThis:
         Each value comes from the arguments, else the index's search defaults (``defaults``; read
         from the store when None), else the settings; fusion options without a method mean
         ``hybrid``. Raises :class:`InvalidInputError` for an unknown method, invalid weights,
-        fusion options with method ``sdr``, or ``rank_constant`` with a fusion other than ``rrf``. ``feedback`` turns document feedback on or off (None:
-        the settings' ``SDR_FEEDBACK``); it only acts with adaptive fusion.
+        fusion options with method ``sdr``, or ``rank_constant`` with a fusion other than ``rrf``.
+        ``feedback`` turns document feedback on or off (None: the settings' ``SDR_FEEDBACK``); it
+        only acts with adaptive fusion.
         """
         defaults = dict(self.store.search_defaults() or {}) if defaults is None else dict(defaults)
         implied = "hybrid" if any(v is not None for v in (fusion, weights, rank_constant)) else None
