@@ -5,8 +5,10 @@ with the same error: a pair that is not ``(Document, DocVectors)``, vectors of a
 than the store's model (:class:`ModelMismatchError`), vectors grouped otherwise than the
 document's paragraphs, NaN or infinite vectors, more sentences than the store's limit (OpenSearch:
 the nested field's limit), metadata outside the metadata contract (strict JSON within the limits of
-:mod:`sdr_search.core.metadata`; :class:`InvalidDocumentError` naming the key), and
-an id twice in one ``put()`` (:class:`DuplicateIdError`). The first invalid item, in order, raises.
+:mod:`sdr_search.core.metadata`; :class:`InvalidDocumentError` naming the key), text that breaks the
+text rule (a lone surrogate in the title, a sentence or metadata:
+:func:`sdr_search.core.documents.text_problem`; :class:`InvalidDocumentError`), and an id twice in
+one ``put()`` (:class:`DuplicateIdError`). The first invalid item, in order, raises.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
-from sdr_search.core.documents import Document, check_id
+from sdr_search.core.documents import Document, check_id, text_problem
 from sdr_search.core.metadata import check_metadata
 from sdr_search.core.errors import DuplicateIdError, InvalidDocumentError, InvalidInputError, ModelMismatchError
 from sdr_search.core.vectors import DocVectors
@@ -33,6 +35,10 @@ def check_put_item(doc: Document, vectors: DocVectors, meta: IndexMeta, *, where
     if not isinstance(doc, Document) or not isinstance(vectors, DocVectors):
         raise InvalidInputError("put() takes (Document, DocVectors) pairs")
     check_id(doc.id)  # the one id rule, also for a Document built without parse_record
+    for name, value in (("title", doc.title), ("paragraphs", doc.paragraphs), ("metadata", doc.metadata)):
+        problem = text_problem(value, name)  # the one text rule, also for a Document built in code
+        if problem is not None:
+            raise InvalidDocumentError(doc.id, problem)
     if vectors.dim != int(meta.dim):
         raise ModelMismatchError(
             f"document {doc.id!r}: vectors have dimension {vectors.dim}, but {where} holds "

@@ -135,7 +135,17 @@ class MoreLikeThis:
         )
 
     def _ranked(self, every: Source, candidates: Candidates, **how: Any) -> list[Hit]:
-        return rank_hits(self.store, every, candidates, **how)
+        """:func:`rank_hits`; a candidate deleted since it was found (a concurrent write, where the
+        store reads the candidates again: the scores or features computed next to the data) is
+        skipped, and the others ranked."""
+        while True:
+            try:
+                return rank_hits(self.store, every, candidates, **how)
+            except DocumentNotFoundError as e:
+                if e.doc_id not in candidates.ids:
+                    raise
+                logger.info("candidate %r was deleted during the query; ranking without it", e.doc_id)
+                candidates = candidates.without(e.doc_id)
 
     # -- document feedback ------------------------------------------------------------------------
     def _feedback(
@@ -200,9 +210,10 @@ class MoreLikeThis:
 
         Each value comes from the arguments, else the index's search defaults (``defaults``; read
         from the store when None), else the settings; fusion options without a method mean
-        ``hybrid``. Raises :class:`InvalidInputError` for an unknown method, invalid weights, or
-        fusion options with method ``sdr``. ``feedback`` turns document feedback on or off (None:
-        the settings' ``SDR_FEEDBACK``); it only acts with adaptive fusion.
+        ``hybrid``. Raises :class:`InvalidInputError` for an unknown method, invalid weights,
+        fusion options with method ``sdr``, or ``rank_constant`` with a fusion other than ``rrf``.
+        ``feedback`` turns document feedback on or off (None: the settings' ``SDR_FEEDBACK``); it
+        only acts with adaptive fusion.
         """
         defaults = dict(self.store.search_defaults() or {}) if defaults is None else dict(defaults)
         implied = "hybrid" if any(v is not None for v in (fusion, weights, rank_constant)) else None
@@ -219,7 +230,10 @@ class MoreLikeThis:
         base = self.settings.spec().replace(
             fusion=defaults.get("fusion"), weights=defaults.get("weights"), rank_constant=defaults.get("rank_constant"),
         )
-        return base.replace(fusion=fusion, weights=weights, rank_constant=rank_constant, feedback=feedback)
+        spec = base.replace(fusion=fusion, weights=weights, rank_constant=rank_constant, feedback=feedback)
+        if rank_constant is not None and spec.fusion != "rrf":  # asked for, and would be ignored
+            raise InvalidInputError(f"rank_constant applies to fusion 'rrf' only; this search uses fusion {spec.fusion!r}")
+        return spec
 
     # -- sources (the resolver's, for callers that hold an engine) ----------------------------------
     def segmentation(self, meta: IndexMeta | None = None) -> SegmentationSettings:

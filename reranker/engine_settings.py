@@ -71,7 +71,9 @@ class MLTSettings(HybridSettings):
         validation_alias=AliasChoices("SDR_MAX_QUERY_SENTENCES", "SDR_SERVICE_MAX_SOURCE_SENTENCES"),
         description="Largest new-text source, in sentences, for every door (CLI, HTTP, library); larger ones "
         "are refused (SourceTooLargeError, HTTP 413). Encoding time grows linearly: about 1 s per 500 "
-        "sentences on 2 CPU cores with bf16. SDR_SERVICE_MAX_SOURCE_SENTENCES is read as an older name.",
+        "sentences on 2 CPU cores with bf16. New text with more than 4 x this many possible sentence ends "
+        "is refused before it is split (the splitter's work: about 0.6 s at the default). "
+        "SDR_SERVICE_MAX_SOURCE_SENTENCES is read as an older name.",
     )
     unlike_weight: float = Field(
         0.5, ge=0, allow_inf_nan=False,

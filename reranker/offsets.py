@@ -51,14 +51,19 @@ def aligned_spans(text: str, doc: Document) -> list[list[tuple[int, int] | None]
 
     out: list[list[tuple[int, int] | None]] = []
     cursor = 0
+    behind = 0  # characters of the sentences not found since the last one found, and a space each
     for paragraph in doc.paragraphs:
         row: list[tuple[int, int] | None] = []
         for sentence in paragraph:
-            at = collapsed.find(sentence, cursor) if sentence else -1
+            # a sentence starts one space after the last one found, or after the ones not found, whose
+            # text is at most as long as theirs: the search never runs to the end of the text for one
+            # it does not hold (which made the misses of a long text quadratic)
+            at = collapsed.find(sentence, cursor, cursor + behind + 1 + len(sentence)) if sentence else -1
             if at < 0:
                 row.append(None)
+                behind += len(sentence) + 1
                 continue
-            cursor = at + len(sentence)
+            cursor, behind = at + len(sentence), 0
             row.append((raw(at), raw(cursor - 1) + 1))
         out.append(row)
     return out

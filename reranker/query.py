@@ -33,7 +33,9 @@ from pydantic import (
 )
 from pydantic.json_schema import SkipJsonSchema
 
-from sdr_search.core.documents import ID_PATTERN, ID_RULE, MAX_ID_LENGTH, Document, check_id, source_document
+from sdr_search.core.documents import (
+    ID_PATTERN, ID_RULE, MAX_ID_LENGTH, Document, check_id, check_text, source_document,
+)
 from sdr_search.core.errors import InvalidInputError
 from sdr_search.core.filters import MAX_FILTER_FIELDS, MAX_FILTER_VALUES, check_filter
 from sdr_search.core.metadata import MAX_PATH_LENGTH
@@ -84,6 +86,20 @@ RequestId = Annotated[str, BeforeValidator(check_id), WithJsonSchema({"anyOf": [
 Scalar = Union[str, int, float, bool]
 
 
+def _number(value: Any) -> Any:
+    """A number field takes a number: a boolean or a string is refused, as an id given as a boolean
+    is (lax validation would read ``true`` as 1 and ``"5"`` as 5)."""
+    if isinstance(value, bool):
+        raise ValueError("must be a number, not a boolean")
+    if isinstance(value, str):
+        raise ValueError("must be a number, not a string")
+    return value
+
+
+Int = Annotated[int, BeforeValidator(_number)]
+Float = Annotated[float, BeforeValidator(_number)]
+
+
 def _drop_null_defaults(schema: dict[str, Any]) -> None:
     """Optional fields are typed without ``None``: an explicit JSON null is rejected and the schema says
     "string", not "string or null"; an absent field keeps the default ``None``, which the schema omits."""
@@ -104,11 +120,11 @@ class Weights(BaseModel):
 
     model_config = ConfigDict(extra="forbid", json_schema_extra=lambda schema, cls: _weights_schema(schema))
 
-    bm25: float = Field(None, ge=0, le=MAX_WEIGHT, allow_inf_nan=False,  # type: ignore[assignment]
+    bm25: Float = Field(None, ge=0, le=MAX_WEIGHT, allow_inf_nan=False,  # type: ignore[assignment]
                         description="Lexical BM25 of the whole source text.")
-    sdr: float = Field(None, ge=0, le=MAX_WEIGHT, allow_inf_nan=False,  # type: ignore[assignment]
+    sdr: Float = Field(None, ge=0, le=MAX_WEIGHT, allow_inf_nan=False,  # type: ignore[assignment]
                        description="Exact SDR score.")
-    mean: float = Field(None, ge=0, le=MAX_WEIGHT, allow_inf_nan=False,  # type: ignore[assignment]
+    mean: Float = Field(None, ge=0, le=MAX_WEIGHT, allow_inf_nan=False,  # type: ignore[assignment]
                         description="Cosine of the mean sentence vectors (one vector per document).")
 
     @model_validator(mode="after")
@@ -138,6 +154,8 @@ def _request_schema(schema: dict[str, Any]) -> None:
         },
         # a title belongs to a new-document source, not to an id or to several sources
         {"required": ["title"], "anyOf": [{"required": ["id"]}, {"required": ["like"]}]},
+        # rank_constant is reciprocal-rank fusion's k: another fusion would ignore it
+        {"required": ["rank_constant", "fusion"], "properties": {"fusion": {"not": {"const": "rrf"}}}},
     ]}
     schema["examples"] = [
         {"id": "doc-42", "size": 10},
@@ -247,13 +265,13 @@ class MoreLikeThisRequest(BaseModel):
         description="Sources the results should not resemble, as in `like`: they do not find candidates, they "
         "lower the score of candidates close to them. At most 16.",
     )
-    unlike_weight: float = Field(  # type: ignore[assignment]
+    unlike_weight: Float = Field(  # type: ignore[assignment]
         None, ge=0, le=MAX_WEIGHT, allow_inf_nan=False,
         description="Weight of the unlike term (default: the server's SDR_UNLIKE_WEIGHT, 0.5).",
     )
-    size: int = Field(10, ge=1, le=MAX_SIZE, description="Hits to return.")
-    offset: int = Field(0, alias="from", ge=0, le=MAX_FROM, description="Hits to skip (paging).")
-    candidates: int = Field(  # type: ignore[assignment]
+    size: Int = Field(10, ge=1, le=MAX_SIZE, description="Hits to return.")
+    offset: Int = Field(0, alias="from", ge=0, le=MAX_FROM, description="Hits to skip (paging).")
+    candidates: Int = Field(  # type: ignore[assignment]
         None, ge=1, le=MAX_CANDIDATES,
         description="K: documents reranked exactly (default: the server's SDR_CANDIDATES, 100). Raised to "
         "from + size when smaller.",
@@ -290,8 +308,9 @@ class MoreLikeThisRequest(BaseModel):
     weights: Weights = Field(  # type: ignore[assignment]
         None, description="Hybrid only: weight per signal. Default: the index's, else SDR_HYBRID_WEIGHTS (bm25=1, sdr=1, mean=1)."
     )
-    rank_constant: int = Field(  # type: ignore[assignment]
-        None, ge=1, le=MAX_RANK_CONSTANT, description="Hybrid rrf only: k in 1 / (k + rank). Default 60."
+    rank_constant: Int = Field(  # type: ignore[assignment]
+        None, ge=1, le=MAX_RANK_CONSTANT, description="Hybrid rrf only: k in 1 / (k + rank). Default 60. With "
+        "another fusion (given, or the index's or server's default) it is refused, not ignored."
     )
     feedback: StrictBool = Field(  # type: ignore[assignment]
         None,
@@ -322,6 +341,14 @@ class MoreLikeThisRequest(BaseModel):
             extra = [k for k in HYBRID_OPTIONS if getattr(self, k) is not None]
             if extra:
                 raise ValueError(f"{', '.join(extra)} {'applies' if len(extra) == 1 else 'apply'} to method 'hybrid' only")
+        if self.rank_constant is not None and self.fusion not in (None, "rrf"):
+            raise ValueError(f"rank_constant applies to fusion 'rrf' only, not to fusion {self.fusion!r}")
+        return self
+
+    @model_validator(mode="after")
+    def _filter_text(self) -> "MoreLikeThisRequest":
+        if self.filter is not None:  # the text rule (the sources' own text is checked where it is segmented)
+            check_text(self.filter, "filter")
         return self
 
     def record(self) -> dict[str, Any]:
@@ -389,7 +416,7 @@ class Query(MoreLikeThisRequest):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, arbitrary_types_allowed=True, frozen=True)
 
-    size: int = Field(10, ge=1, description="Hits to return (at most MAX_SIZE; MAX_CANDIDATES without details).")
+    size: Int = Field(10, ge=1, description="Hits to return (at most MAX_SIZE; MAX_CANDIDATES without details).")
     document: SkipJsonSchema[Document | None] = Field(None, exclude=True)
     vectors: SkipJsonSchema[DocVectors | None] = Field(None, exclude=True)
     candidate_ids: SkipJsonSchema[tuple[str, ...] | None] = Field(None, exclude=True)

@@ -5,7 +5,7 @@ Pure but for the lexical scores of several sources, which the store computes."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -41,6 +41,14 @@ class Candidates:
     def breakdowns_for(self, source: Any) -> Mapping[str, Mapping[str, Any]]:
         """The breakdowns of ``source`` the store computed already (empty for another source)."""
         return (self.explained or {}) if source is self.exact_for else {}
+
+    def without(self, doc_id: str) -> "Candidates":
+        """These candidates but ``doc_id`` (deleted since it was found: skipped)."""
+        kept = [k for k, i in enumerate(self.ids) if i != doc_id]
+        return replace(
+            self, ids=[self.ids[k] for k in kept], docs=None if self.docs is None else [self.docs[k] for k in kept],
+            exact=None if self.exact is None else {i: v for i, v in self.exact.items() if i != doc_id},
+            explained=None if self.explained is None else {i: v for i, v in self.explained.items() if i != doc_id})
 
     def vectors_of(self, ids: Sequence[str]) -> list[DocVectors] | None:
         """The fetched vectors of some of the candidates (the hits to present); None when nothing

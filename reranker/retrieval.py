@@ -9,15 +9,19 @@ centroid pre-rank (:mod:`.prerank`) narrows the pool to K, and the vectors of th
 lexical-only candidates are fetched once (a store without cheap centroids fetches the pool once and
 the pre-rank and the rerank share those vectors). A store that scores next to its data (the sdr
 plugin) computes the pre-rank's centroid rows and the K's exact scores there, and nothing is fetched.
+A candidate deleted between the search that found it and a later read (a concurrent write) is
+skipped: the query answers from the others.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from sdr_search.core.errors import DocumentNotFoundError
 from sdr_search.core.fusion import HybridSpec
 from sdr_search.core.scoring import paragraph_centroids, top_of
 from sdr_search.core.vectors import DocVectors
@@ -32,6 +36,8 @@ from .ranking import Candidates
 from .sources import Source
 
 __all__ = ["CandidateStage"]
+
+logger = logging.getLogger(__name__)
 
 
 class CandidateStage:
@@ -91,8 +97,18 @@ class CandidateStage:
                 pool, pool_scores = [pool[k] for k in positions], pool_scores[positions]
                 lexical_ranked = filter_candidates(self.store, lexical_ranked, query.filter, limit=2 * K)
                 timings["filter"] = _ms(time.perf_counter() - t3)
-        vector_ids, lexical_ids, docs, exact, explained = self._prerank_and_fetch(
-            source, pool, pool_scores, lexical_ranked, K, timings, known, explain_top)
+        while True:
+            try:
+                vector_ids, lexical_ids, docs, exact, explained = self._prerank_and_fetch(
+                    source, pool, pool_scores, lexical_ranked, K, timings, known, explain_top)
+                break
+            except DocumentNotFoundError as e:  # a candidate deleted since the search found it: skipped
+                if e.doc_id not in pool and e.doc_id not in lexical_ranked:
+                    raise
+                logger.info("candidate %r was deleted during the query; ranking without it", e.doc_id)
+                kept = [k for k, i in enumerate(pool) if i != e.doc_id]
+                pool, pool_scores = [pool[k] for k in kept], None if pool_scores is None else pool_scores[kept]
+                lexical_ranked = [i for i in lexical_ranked if i != e.doc_id]
         return Candidates(vector_ids + lexical_ids, docs, lexical, exact=exact, exact_for=source if exact else None,
                           explained=explained)
 

@@ -30,11 +30,15 @@ import threading
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Callable, Mapping, Union
 
+from urllib.parse import unquote_to_bytes
+
 import anyio
 from fastapi import APIRouter, Depends, FastAPI, Path, Request, Security
 from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import APIKeyHeader
+from starlette.convertors import Convertor, register_url_convertor
 
 from sdr_search.indexer.store import DocumentStore
 from pydantic import BeforeValidator
@@ -279,6 +283,44 @@ DocId = Annotated[  # the one id rule of the indexer and the server (sdr_search.
 ]
 
 
+class _AnyIdConvertor(Convertor[str]):
+    """The URL's id: everything after ``documents/``, line breaks included (Starlette's ``path``
+    convertor, ``.*``, stops at a newline and its ``$`` matches before a final one, so ``a%0A``
+    would have been id ``a``); :data:`DocId` then refuses what breaks the id rule, by name."""
+
+    regex = "(?s:.*)"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return str(value)
+
+
+register_url_convertor("any_id", _AnyIdConvertor())
+
+
+def _path_id(request: Request, doc_id: DocId) -> str:
+    """The URL's id (:data:`DocId`), refused where its percent-encoded bytes are not UTF-8: the
+    server decodes them with replacement, so ``%ED%A0%80`` (a lone surrogate) would otherwise
+    become U+FFFD and be stored as another id."""
+    raw = request.scope.get("raw_path")
+    if raw is not None:
+        try:
+            unquote_to_bytes(raw).decode("utf-8")
+        except UnicodeDecodeError as e:
+            bad = unquote_to_bytes(raw)[e.start : e.end]
+            raise RequestValidationError([{
+                "type": "value_error", "loc": ("path", "doc_id"),
+                "msg": f"the id is not valid UTF-8 once percent-decoded ({' '.join(f'%{b:02X}' for b in bad)}): "
+                       "an id must be valid Unicode (a lone surrogate, such as %ED%A0%80, is not)",
+            }]) from None
+    return doc_id
+
+
+PathId = Annotated[str, Depends(_path_id)]
+
+
 def _build_router() -> APIRouter:
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(_require_api_key)], tags=["v1"])
 
@@ -302,17 +344,17 @@ def _build_router() -> APIRouter:
         return m.response_from(result, index)
 
     @v1.get(
-        "/indices/{index}/documents/{doc_id:path}",
+        "/indices/{index}/documents/{doc_id:any_id}",
         response_model=m.DocumentResponse,
         responses=_responses(401, 404, 422, 500, 503),
         summary="A stored document (title, metadata, paragraphs as sentences; no vectors)",
         operation_id="getDocument",
     )
-    async def get_document(index: IndexName, doc_id: DocId, request: Request) -> m.DocumentResponse:
+    async def get_document(index: IndexName, doc_id: PathId, request: Request) -> m.DocumentResponse:
         return await run_in_threadpool(_service(request).get_document, index, doc_id)
 
     @v1.put(
-        "/indices/{index}/documents/{doc_id:path}",
+        "/indices/{index}/documents/{doc_id:any_id}",
         response_model=writes.WriteResponse,
         response_model_exclude_none=True,
         responses=_responses(401, 404, 409, 413, 422, 429, 500, 503),
@@ -321,18 +363,18 @@ def _build_router() -> APIRouter:
         description="Segmented as the index's documents were and encoded by the server's model. The index's "
         "statistics become stale and are refreshed in the background (SDR_SERVICE_STATS_REFRESH_DELAY_S).",
     )
-    async def put_document(index: IndexName, doc_id: DocId, body: writes.DocumentBody, request: Request):
+    async def put_document(index: IndexName, doc_id: PathId, body: writes.DocumentBody, request: Request):
         return await _compute(request, _service(request).put_document, index, doc_id, body)
 
     @v1.delete(
-        "/indices/{index}/documents/{doc_id:path}",
+        "/indices/{index}/documents/{doc_id:any_id}",
         response_model=writes.WriteResponse,
         response_model_exclude_none=True,
         responses=_responses(401, 404, 422, 429, 500, 503),
         summary="Delete a document",
         operation_id="deleteDocument",
     )
-    async def delete_document(index: IndexName, doc_id: DocId, request: Request):
+    async def delete_document(index: IndexName, doc_id: PathId, request: Request):
         return await _compute(request, _service(request).delete_document, index, doc_id)
 
     @v1.post(

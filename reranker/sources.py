@@ -18,17 +18,19 @@ from typing import Sequence
 
 import numpy as np
 
-from sdr_search.core.documents import Document
+from sdr_search.core.documents import MAX_ENDS_PER_SENTENCE, Document
 from sdr_search.core.embed import doc_vectors
 from sdr_search.core.encoder import SentenceEncoder
 from sdr_search.core.errors import (
     DocumentNotFoundError,
+    InvalidDocumentError,
     InvalidInputError,
     ModelMismatchError,
     SourceTooLargeError,
     StatsUnavailableError,
 )
 from sdr_search.core.scoring import NormStats
+from sdr_search.core.sentences import possible_sentence_ends
 from sdr_search.core.settings import EncoderSettings, SegmentationSettings
 from sdr_search.core.stats import SampledParagraphs, stats_against_sample
 from sdr_search.core.vectors import DocVectors
@@ -162,10 +164,16 @@ class SourceResolver:
             items += [(f"like[{k}]" if several else "source", x) for k, x in enumerate(likes)]
         items += [(f"unlike[{k}]", x) for k, x in enumerate(unlikes)]
         segmentation = self.segmentation(state.meta) if any(x is not None and x.id is None for _, x in items) else None
+        self._check_split_work([x for _, x in items if x is not None and x.id is None], several)
         new: dict[int, Document] = {}
-        for n, (_, x) in enumerate(items):
+        for n, (where, x) in enumerate(items):
             if x is not None and x.id is None:
-                new[n] = x.new_document(segmentation)
+                try:
+                    new[n] = x.new_document(segmentation)
+                except InvalidDocumentError as e:  # name the source among several
+                    if not several or e.source is not None:
+                        raise
+                    raise type(e)(e.doc_id, e.reason, source=where) from None
         pre_encoded = query.document.n_sentences if likes is None else 0
         self._check_size(sum(d.n_sentences for d in new.values()) + pre_encoded, several)
         encoded: dict[int, DocVectors] = {}
@@ -197,6 +205,18 @@ class SourceResolver:
                 raise DocumentNotFoundError(e.doc_id, where) from None
         n_like = 1 if likes is None else len(likes)
         return out[:n_like], out[n_like:]
+
+    def _check_split_work(self, new: Sequence[SourceItem], several: bool) -> None:
+        """Refuse new sources whose possible sentence ends are more than
+        :data:`~sdr_search.core.documents.MAX_ENDS_PER_SENTENCE` x ``SDR_MAX_QUERY_SENTENCES``, before
+        any is split (the splitter's work grows with them; counting stops at the bound)."""
+        bound = MAX_ENDS_PER_SENTENCE * self.max_query_sentences
+        texts = (x.request_text() or "" for x in new)  # what the splitter would read (titles are not split)
+        if new and possible_sentence_ends(texts, stop=bound) > bound:
+            what = "the new sources have" if several else "the source has"
+            raise SourceTooLargeError(
+                f"{what} more than {bound} possible sentence ends, over {MAX_ENDS_PER_SENTENCE} x the limit of "
+                f"{self.max_query_sentences} sentences (SDR_MAX_QUERY_SENTENCES): refused before splitting")
 
     def _check_size(self, n_sentences: int, several: bool = False) -> None:
         if n_sentences > self.max_query_sentences:

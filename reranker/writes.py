@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from sdr_search.core.documents import Document, check_id, parse_record
+from sdr_search.core.documents import Document, check_id, parse_record, text_problem
 from sdr_search.core.errors import DocumentNotFoundError, InvalidInputError, SDRError
 from sdr_search.core.metadata import MAX_DEPTH, MAX_KEY_LENGTH, MAX_KEYS, MAX_PATH_LENGTH, MAX_VALUES
 from sdr_search.indexer.pipeline import WriteReport, write_documents
@@ -206,9 +206,9 @@ def _ops(actions: list[tuple[int, dict[str, Any]]], engine) -> tuple[list[_Op], 
         try:
             doc = _document(obj, engine)
         except SDRError as e:
-            shown = obj.get("id")
-            failed.append({"line": n, "id": shown if isinstance(shown, str) else None, "result": "failed",
-                           "error": str(e)})
+            shown = obj.get("id")  # as sent, unless it could not be sent back (not a string, or not valid Unicode)
+            failed.append({"line": n, "id": shown if isinstance(shown, str) and text_problem(shown, "id") is None
+                           else None, "result": "failed", "error": str(e)})
             continue
         ops.append(_Op(n, doc.id, doc))
     return ops, failed

@@ -24,6 +24,15 @@ U+2028/U+2029 line separator and no lone surrogate anywhere. An integer is accep
 decimal string (``42`` and ``"42"`` are the same id, so they are duplicates); booleans, floats and
 other types are refused.
 
+Text (one rule, :func:`check_text`, for every other string a document or a query carries: ``text``,
+``paragraphs``, section titles and paragraphs, ``title``, metadata keys and string values at any
+depth, like/unlike texts, filter keys and values): valid Unicode. A lone surrogate (a code point
+U+D800 to U+DFFF on its own, e.g. the JSON escape ``"\\ud800"`` without its pair, or an undecodable
+byte of a command-line argument) cannot be written as UTF-8, so no store can keep it: it is refused,
+naming the field and the character's position. Control characters (NUL, tab, form feed, ...) are
+valid Unicode and are kept as sent: white space ones separate words for the splitter, the others
+are part of the text. Only ids refuse them (ids travel in URLs and logs).
+
 Readers never drop anything silently: each skipped item is counted in a :class:`ReadReport`; the
 first few per file are logged with their place and reason, the rest in one summary line at the end
 of the file. With ``strict=True`` the first problem raises instead.
@@ -48,9 +57,10 @@ from .errors import (
     InputReadError,
     InvalidDocumentError,
     InvalidIdError,
+    InvalidInputError,
 )
 from .segments import join_short_sentences, merge_short_paragraphs
-from .sentences import SentenceSplitter, default_splitter
+from .sentences import SentenceSplitter, default_splitter, possible_sentence_ends
 from .settings import SegmentationSettings
 
 __all__ = [
@@ -58,7 +68,11 @@ __all__ = [
     "ID_PATTERN",
     "ID_RULE",
     "check_id",
+    "TEXT_RULE",
+    "check_text",
+    "text_problem",
     "check_input_paths",
+    "MAX_ENDS_PER_SENTENCE",
     "split_long_sentence",
     "Document",
     "ReadReport",
@@ -138,6 +152,45 @@ def _id_problem(value: str) -> str:
     return "has white space at its start or end (ids are not stripped; remove it from the input)"
 
 
+TEXT_RULE = "valid Unicode: no lone surrogate (U+D800 to U+DFFF without its pair); control characters are kept"
+"""The text rule in words (error messages, API descriptions)."""
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def text_problem(value: Any, where: str) -> str | None:
+    """What breaks the text rule (module docstring, :data:`TEXT_RULE`) in ``value``: a string, or
+    the strings of lists, tuples and mappings in it (keys included, at any depth), named from
+    ``where`` (``"metadata['court'][2]"``); None when every string is valid. Iterative (no recursion
+    limit on deep metadata); the message quotes no invalid string (it could not be sent back)."""
+    stack: list[tuple[str, Any]] = [(where, value)]
+    while stack:
+        at, item = stack.pop()
+        if isinstance(item, str):
+            m = _SURROGATE.search(item)
+            if m is not None:
+                return f"{at} contains a lone surrogate U+{ord(m.group()):04X} at character {m.start()} (not valid Unicode)"
+        elif isinstance(item, Mapping):
+            pending = []
+            for key, sub in item.items():
+                if isinstance(key, str) and _SURROGATE.search(key):
+                    return f"{at} has a key {_shown(key)} with a lone surrogate (not valid Unicode)"
+                pending.append((f"{at}[{_shown(key) if isinstance(key, str) else key}]", sub))
+            stack.extend(reversed(pending))
+        elif isinstance(item, (list, tuple)):
+            stack.extend(reversed([(f"{at}[{k}]", sub) for k, sub in enumerate(item)]))
+    return None
+
+
+def check_text(value: Any, where: str) -> Any:
+    """``value`` unchanged when every string in it keeps the text rule (:func:`text_problem`), else
+    :class:`InvalidInputError` (a ``ValueError``: usable as a pydantic validator) naming ``where``."""
+    problem = text_problem(value, where)
+    if problem is not None:
+        raise InvalidInputError(problem)
+    return value
+
+
 def check_input_paths(paths: Sequence[str | Path] | str | Path) -> list[Path]:
     """The input paths, each checked to exist and to be a readable kind (JSON lines file,
     directory with ``.txt`` files) before anything is created or loaded; raises
@@ -160,6 +213,16 @@ def check_input_paths(paths: Sequence[str | Path] | str | Path) -> list[Path]:
     return out
 
 
+MAX_ENDS_PER_SENTENCE = 4
+"""A text with more possible sentence ends (:func:`sdr_search.core.sentences.possible_sentence_ends`)
+than this many times its sentence limit (``SDR_MAX_SENTENCES`` for a document,
+``SDR_MAX_QUERY_SENTENCES`` for a query's new text) is refused before it is split: splitting costs a
+fixed time per possible end (~60-75 us), so the limit bounds the work of one request (4 x 20,000:
+about 6 s for a document, 4 x 2,000: about 0.6 s for a query) and a text of millions of fragments
+("Ab. Ab. ...", which took minutes and starved every other request) is refused at once. Real text
+has at most 2.8 possible ends per sentence kept (IRLeD, Wikipedia); below the bound nothing changes."""
+
+
 def split_long_sentence(sentence: str, max_chars: int) -> list[str]:
     """``sentence`` cut into pieces of at most ``max_chars`` characters, of about equal length,
     at spaces (mid-word only where a piece holds no space); ``max_chars <= 0`` or a sentence
@@ -168,19 +231,21 @@ def split_long_sentence(sentence: str, max_chars: int) -> list[str]:
     if max_chars <= 0 or len(sentence) <= max_chars:
         return [sentence]
     pieces: list[str] = []
-    rest = sentence
     n = -(-len(sentence) // max_chars)
     target = max(1, -(-len(sentence) // n))  # ceil: equal pieces
-    while len(rest) > max_chars:
-        cut = rest.rfind(" ", 1, target + 1)
-        if cut <= 0:  # no space in the piece: cut mid-word at the limit
-            cut = target
-        piece = rest[:cut].rstrip()
+    start, end = 0, len(sentence)  # the rest is sentence[start:end], read in place (linear time)
+    while end - start > max_chars:
+        cut = sentence.rfind(" ", start + 1, start + target + 1)
+        if cut <= start:  # no space in the piece: cut mid-word at the limit
+            cut = start + target
+        piece = sentence[start:cut].rstrip()
         if piece:
             pieces.append(piece)
-        rest = rest[cut:].lstrip()
-    if rest:
-        pieces.append(rest)
+        start = cut
+        while start < end and sentence[start].isspace():  # lstrip of the rest, without copying it
+            start += 1
+    if start < end:
+        pieces.append(sentence[start:end])
     return pieces
 
 
@@ -380,10 +445,21 @@ def _segmented(
     settings: SegmentationSettings, splitter: SentenceSplitter,
 ) -> Document:
     paragraphs: list[tuple[str, ...]] = []
+    fields = {"title": title, **{k: record[k] for k in _BODY_KEYS if k in record}, "metadata": metadata}
+    for name, value in fields.items():  # the text rule, before anything is measured or split
+        problem = text_problem(value, name)
+        if problem is not None:
+            raise InvalidDocumentError(doc_id, problem)
     units = _raw_units(record, doc_id, settings.paragraph_unit)
     size = sum(len(text.encode("utf-8", "surrogatepass")) for unit in units for text in unit)
     if size > settings.max_document_bytes:  # before the splitter, whichever door the document came by
         raise DocumentTooLargeError(doc_id, _too_large(size, settings))
+    bound = MAX_ENDS_PER_SENTENCE * settings.max_sentences  # the splitter's work, bounded before it starts
+    ends = possible_sentence_ends((text for unit in units for text in unit), stop=bound)
+    if ends > bound:
+        raise DocumentTooLargeError(
+            doc_id, f"more than {bound} possible sentence ends, over {MAX_ENDS_PER_SENTENCE} x the limit of "
+            f"{settings.max_sentences} sentences (SDR_MAX_SENTENCES): refused before splitting")
     for unit in units:
         try:
             sentences = [s for text in unit for s in splitter.split(text)]

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Iterable
 if TYPE_CHECKING:  # pragma: no cover - nltk is imported when a splitter is made (its import takes ~1 s)
     from nltk.tokenize.punkt import PunktParameters
 
-__all__ = ["CURATED_ABBREVIATIONS", "SENTENCE_STARTERS", "SentenceSplitter", "default_splitter"]
+__all__ = ["CURATED_ABBREVIATIONS", "SENTENCE_STARTERS", "SentenceSplitter", "default_splitter", "join_lower_starts",
+           "possible_sentence_ends"]
 
 logger = logging.getLogger(__name__)
 
@@ -169,21 +170,54 @@ class SentenceSplitter:
         object.__setattr__(self, "_tokenizer", PunktSentenceTokenizer(self.params))
 
     def split(self, text: str) -> list[str]:
-        """Sentences of ``text`` (whitespace collapsed; empty pieces dropped)."""
+        """Sentences of ``text`` (whitespace collapsed; empty pieces dropped). Linear in the text:
+        Punkt reads it in chunks of at most :data:`CHUNK_CHARS`, and a run of pieces that open in
+        lower case is joined once (:func:`join_lower_starts`)."""
         text = _WS.sub(" ", text).strip()
         if not text:
             return []
         pieces = [p for chunk in _chunks(text) for p in self._tokenizer.tokenize(chunk)]  # type: ignore[attr-defined]
-        out: list[str] = []
-        for piece in pieces:
-            piece = piece.strip()
-            if not piece:
-                continue
-            if out and _LOWER_START.match(piece):
-                out[-1] = f"{out[-1]} {piece}"
-            else:
-                out.append(piece)
-        return out
+        return join_lower_starts(pieces)
+
+
+def join_lower_starts(pieces: Iterable[str]) -> list[str]:
+    """``pieces`` stripped, empty ones dropped, and each one that opens in lower case (after
+    opening quotes or brackets) joined to the one before it with a space: formal English does not
+    start a sentence in lower case. Each sentence is joined once from its pieces, so a text of many
+    such pieces ("ab. ab. ab. ...") costs linear time, not the square of its length."""
+    out: list[list[str]] = []
+    for piece in pieces:
+        piece = piece.strip()
+        if not piece:
+            continue
+        if out and _LOWER_START.match(piece):
+            out[-1].append(piece)
+        else:
+            out.append([piece])
+    return [" ".join(p) for p in out]
+
+
+_POSSIBLE_END = re.compile(r"[.?!](?=[)\"';}\]*:@({\[!?]|\s+\S)")
+"""Where Punkt considers a sentence break: ``.``, ``?`` or ``!`` followed by other punctuation or by
+white space and a token (NLTK's ``PunktLanguageVars.period_context_re``, written for Python's ``re``)."""
+
+
+def possible_sentence_ends(texts: Iterable[str], *, stop: int | None = None) -> int:
+    """How many places of ``texts`` Punkt would weigh as a sentence end: a cheap upper estimate of
+    the splitter's sentences (one pass of a regular expression, no Punkt), and the measure of its
+    work, which is mostly a fixed cost per such place (~60-75 us). Counted before splitting, it
+    bounds that work by the sentence limits (:data:`sdr_search.core.documents.MAX_ENDS_PER_SENTENCE`).
+    On 400 IRLeD judgments and 300 Wikipedia articles it was at most 2.8 x the sentences
+    segmentation kept (median 1.45 and 1.06: fragments are joined, citations hold several periods).
+    ``stop``: counting ends once the count is over it (the answer is then ``stop + 1``), so that
+    refusing a text costs no more than accepting one at the bound."""
+    n = 0
+    for text in texts:
+        for _ in _POSSIBLE_END.finditer(text):
+            n += 1
+            if stop is not None and n > stop:
+                return n
+    return n
 
 
 _DEFAULT: SentenceSplitter | None = None

@@ -326,7 +326,9 @@ class Segments:
         state = (self._total, n_live, self._n_slots)
         if self._norms is None or self._norms[0] != state:
             # bm25s: avgdl = np.array(lengths).mean(), exact integer sum / N in float64
-            avgdl = np.float64(self._total) / n_live
+            # no live document holds a word (tiny documents: ".", a lone NUL): no live posting is scored,
+            # and any avgdl gives the same scores; 1 keeps the masked slots' norms finite (0 / 0 warned)
+            avgdl = np.float64(self._total) / n_live if self._total else np.float64(1.0)
             norms = self._k1 * ((1 - self._b) + self._b * self._lengths[: self._n_slots] / avgdl)
             self._norms = (state, norms)
         return self._norms[1]

@@ -168,6 +168,30 @@ def test_invalid_records_are_failed_with_their_reason(spec, fake_encoder):
     assert "must be an object" in out[3]["error"] and "'id'" in out[4]["error"]
 
 
+def test_records_with_invalid_text_fail_alone(spec, fake_encoder, tmp_path, monkeypatch, capsys):
+    """A lone surrogate (issue 41, case 7) fails its record with the field named; the batch, and
+    `sdr reindex` run in process, write the others."""
+    from sdr_search.cli import main
+
+    bad = [{"id": "s1", "text": "Bad \ud800 text."}, {"id": "s2", "paragraphs": ["Fine."], "metadata": {"k": "\udfff"}}]
+    out = tasks.index_batch(spec, [record(0), *bad, record(1)], NO_CACHE)["outcomes"]
+    assert [o["status"] for o in out] == ["indexed", "failed", "failed", "indexed"]
+    assert "text contains a lone surrogate U+D800" in out[1]["error"] and "metadata['k']" in out[2]["error"]
+    json.dumps(out, ensure_ascii=False).encode("utf-8")  # the outcomes travel back as JSON
+    for var in ("SDR_BROKER_URL", "REDIS_URL"):
+        monkeypatch.delenv(var, raising=False)
+    data = tmp_path / "docs.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in [record(2), *bad, record(3)]), encoding="ascii")
+    rc = main(["reindex", "--store", str(tmp_path / "live"), str(data), "--no-progress", "--no-cache",
+               "--max-failed-fraction", "0.5"])
+    summary = json.loads(capsys.readouterr().out)
+    assert rc == 1 and summary["swapped"]  # rc 1: some documents failed (each listed), the rest is served
+    assert (summary["indexed"], summary["failed"]) == (2, 2)
+    assert "lone surrogate" in summary["failures"][0]["error"]
+    with EmbeddedStore(tmp_path / "live") as s:
+        assert sorted(s.iter_ids()) == ["d002", "d003"]
+
+
 def test_index_batch_is_idempotent(spec, fake_encoder):
     records = [record(i) for i in range(6)]
     first = tasks.index_batch(spec, records, NO_CACHE)
