@@ -452,7 +452,8 @@ def create_app(
         "index or document, 409 model mismatch or missing statistics, 413 body or source too large, 422 "
         "invalid request, 429 overloaded (Retry-After), 503 backend unreachable. With `SDR_SERVICE_API_KEY` "
         "set, /v1/... requires the `X-API-Key` header; /health, /metrics and the API's own description "
-        "(/openapi.json, and the pages /docs and /redoc unless SDR_SERVICE_DOCS=false) stay open: they hold no data.",
+        "(/openapi.json, and the pages /docs and /redoc unless SDR_SERVICE_DOCS=false) stay open: they hold no data; "
+        "so do the files of the page /ui (SDR_SERVICE_UI), which sends the key with its own calls.",
         lifespan=lifespan,
         docs_url="/docs" if settings.docs else None,
         redoc_url="/redoc" if settings.docs else None,

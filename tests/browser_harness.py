@@ -5,8 +5,8 @@ both. A browser that cannot start fails the test that needs it, with the reason:
 
 - :func:`start_chromium`: a headless chromium with the browser console recorded;
 - :func:`console_problems`: the console's errors (script errors, ``console.error``, failed loads);
-- :func:`screenshot`: a PNG per view under ``runs/test-artifacts/ui/`` (git-ignored), and also under
-  ``$SDR_UI_SCREENSHOTS`` when set (``docs/images`` makes the README's pictures from the same test).
+- :func:`screenshot`: a PNG per view under ``runs/test-artifacts/ui/`` (git-ignored), and the README's
+  views also under ``$SDR_UI_SCREENSHOTS`` when set (``docs/images``: the tour's pictures, from the same test).
 """
 
 from __future__ import annotations
@@ -78,15 +78,16 @@ def console_problems(driver, *, expected_statuses: tuple[int, ...] = ()) -> list
     return problems
 
 
-def screenshot(driver, name: str) -> Path:
-    """The window as ``<name>.png`` under :data:`ARTIFACTS`, and under ``$SDR_UI_SCREENSHOTS`` too
-    when set (relative to the repository root)."""
+def screenshot(driver, name: str, *, readme: bool = True) -> Path:
+    """The window as ``<name>.png`` under :data:`ARTIFACTS`; a ``readme`` view also as ``ui-<name>.png``
+    under ``$SDR_UI_SCREENSHOTS`` when set (relative to the repository root; ``docs/images`` for the
+    README's tour)."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     png = driver.get_screenshot_as_png()
     path = ARTIFACTS / f"{name}.png"
     path.write_bytes(png)
     extra = os.environ.get("SDR_UI_SCREENSHOTS")
-    if extra:
+    if extra and readme:
         folder = Path(extra) if Path(extra).is_absolute() else ROOT / extra
         folder.mkdir(parents=True, exist_ok=True)
         (folder / f"ui-{name}.png").write_bytes(png)

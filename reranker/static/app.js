@@ -198,7 +198,10 @@ async function search() {
     state.last = { body, data };
     renderHits(data);
     document.body.dataset.searched = String(Number(document.body.dataset.searched || 0) + 1);
-  } catch (e) {
+  } catch (e) {  // the hits of an earlier search are not left under a failed one
+    state.last = null;
+    $("#hits").replaceChildren();
+    $("#summary").textContent = "No hits: the search failed (above).";
     showError(e);
   } finally {
     setBusy(false);
@@ -246,6 +249,7 @@ function renderHit(hit, rank, data) {
     ? el("div", { class: "meta", text: Object.entries(hit.metadata).map(([k, v]) => `${k}: ${JSON.stringify(v)}`).join(" · ") }) : null;
   const sn = hit.snippet;
   const snippet = sn ? el("blockquote", { class: "snippet" },
+    sn.source !== undefined && sn.source !== null ? el("span", { class: "muted", text: `like[${sn.source}] ` }) : null,
     el("span", { class: "src", text: sn.source_sentence }), " ~ ", el("span", { class: "cand", text: sn.candidate_sentence }),
     el("span", { class: "muted", text: ` cos ${fmt(sn.cosine)}` })) : null;
   return el("li", { class: "hit", dataset: { id: hit.id, rank: String(rank) } },
@@ -575,6 +579,7 @@ function scrollPane(pane, target) {
 }
 
 function selectCell(i, j, sentencePair) {
+  const t0 = performance.now();
   const view = state.view;
   const { mx } = view;
   view.sel = { i, j };
@@ -614,6 +619,7 @@ function selectCell(i, j, sentencePair) {
     el("div", { class: "muted small", text: `best sentence pair, cos ${fmt(cosine)}` }),
     el("q", { class: "src", text: srcText }),
     el("q", { class: "cand", text: hitText }));
+  document.body.dataset.selectMs = (performance.now() - t0).toFixed(2);  // a click's work (bench/ui_render.py)
 }
 
 function sources(view, row) {

@@ -185,7 +185,7 @@ def test_the_page_loads_from_the_server_alone_with_no_console_error(page, server
     assert {u.rsplit("/", 1)[-1] for u in loaded} >= {"app.js", "app.css", "indices"}
     assert _shown_error(page) is None
     assert console_problems(page) == []
-    screenshot(page, "start")
+    screenshot(page, "start", readme=False)
 
 
 def test_search_by_id_picked_from_the_title_search_lists_the_api_hits(page, client):
@@ -387,6 +387,7 @@ def test_the_api_key_is_enforced(browser, server, client):
     assert _shown_error(browser) == ("401 AuthenticationError", message)
     assert _js(browser, "return document.getElementById('index').options.length") == 0
     assert _js(browser, "return document.activeElement.id") == "api-key"
+    screenshot(browser, "key")
     key = browser.find_element("id", "api-key")
     key.send_keys("wrong-key")
     browser.find_element("css selector", "#key-form button[type=submit]").click()
