@@ -18,6 +18,8 @@ from sdr_search.core.vectors import CorpusVectors, DocVectors
 
 __all__ = ["PairMatrix", "paragraph_matrix", "matrix_cells", "matrix_body"]
 
+_BLOCK_SENTENCES = 512  # candidate sentences per product: (source sentences x 512) float32, 11 MB for 5,305
+
 
 @dataclass(frozen=True)
 class PairMatrix:
@@ -55,23 +57,34 @@ def paragraph_matrix(source: DocVectors, stats: NormStats, candidate: DocVectors
         raise ValueError(f"paragraph scores of shape {P.shape} for a {n} x {m} matrix")
     mu = np.asarray(stats.mu, dtype=np.float64)[:, None]
     sigma = np.asarray(stats.sigma, dtype=np.float64)[:, None]
-    starts = candidate.par_offsets[:-1]
-    sizes = np.diff(candidate.par_offsets)
-    column = np.arange(candidate.n_sentences)
+    # A block of candidate paragraphs at a time (the sentence products of a long pair are never held at once:
+    # 5,305 x 4,273 sentences would be 90 MB): each source sentence's best cosine in each paragraph of the
+    # block (a max over contiguous rows, numpy's fast direction); per cell, the source sentence of the row's
+    # paragraph with the highest of them (the first), then the candidate sentence it is best with (the first).
+    src_starts = source.par_offsets[:-1]
+    src_sizes = np.diff(source.par_offsets)
+    positions = np.arange(source.n_sentences, dtype=np.int32)[:, None]
     k_best = np.empty((n, m), dtype=np.int64)
     r_best = np.empty((n, m), dtype=np.int64)
     cos = np.empty((n, m), dtype=np.float64)
-    cols = np.arange(m)
-    for i in range(n):
-        S = source.paragraph(i) @ candidate.vectors.T  # (sentences of i, sentences of the candidate), float32
-        best = np.maximum.reduceat(S, starts, axis=1)  # each source sentence's best cosine in each paragraph j
-        # the first candidate sentence reaching it, per paragraph (as argmax would find it)
-        at = np.minimum.reduceat(np.where(S == np.repeat(best, sizes, axis=1), column, candidate.n_sentences),
-                                 starts, axis=1)
-        k = best.argmax(axis=0)  # per paragraph j, the source sentence with the highest best cosine
-        k_best[i] = k
-        r_best[i] = at[k, cols] - starts
-        cos[i] = best[k, cols]
+    offsets = candidate.par_offsets
+    j = 0
+    while j < m:
+        stop = j + 1
+        while stop < m and offsets[stop + 1] - offsets[j] <= _BLOCK_SENTENCES:
+            stop += 1
+        block = candidate.vectors[offsets[j]:offsets[stop]] @ source.vectors.T  # (block sentences, source sentences)
+        starts = (offsets[j:stop] - offsets[j]).astype(np.int64)
+        best = np.ascontiguousarray(np.maximum.reduceat(block, starts, axis=0).T)  # (source sentences, paragraphs)
+        top = np.maximum.reduceat(best, src_starts, axis=0)  # (source paragraphs, paragraphs of the block)
+        first = np.minimum.reduceat(np.where(best == np.repeat(top, src_sizes, axis=0), positions,
+                                             np.int32(source.n_sentences)), src_starts, axis=0)
+        k_best[:, j:stop] = first - src_starts[:, None]
+        cos[:, j:stop] = top
+        for q in range(j, stop):
+            rows = block[offsets[q] - offsets[j]:offsets[q + 1] - offsets[j]]
+            r_best[:, q] = rows[:, first[:, q - j]].argmax(axis=0)
+        j = stop
     return PairMatrix(P, (P - mu) / sigma, k_best, r_best, cos)
 
 

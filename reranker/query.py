@@ -136,6 +136,9 @@ def _request_schema(schema: dict[str, Any]) -> None:
         },
         # a title belongs to a new-document source, not to an id or to several sources
         {"required": ["title"], "anyOf": [{"required": ["id"]}, {"required": ["like"]}]},
+        # explain_matrix applies with explain: true
+        {"required": ["explain_matrix"], "properties": {"explain_matrix": {"const": True}},
+         "not": {"required": ["explain"], "properties": {"explain": {"const": True}}}},
     ]}
     schema["examples"] = [
         {"id": "doc-42", "size": 10},

@@ -399,7 +399,7 @@ def _build_router() -> APIRouter:
         "/indices/{index}/_find",
         response_model=m.FindResponse,
         response_model_exclude_none=True,
-        responses=_responses(401, 404, 422, 429, 500, 503),
+        responses=_responses(401, 404, 422, 500, 503),
         summary="Find a document to start from: by id, or by words of its title or text (BM25)",
         operation_id="findDocuments",
         description="The document whose id is `q` (when there is one), then the best BM25 matches of `q` against "
@@ -411,7 +411,9 @@ def _build_router() -> APIRouter:
                                      description="An id, or words of a title or text.")],
         size: Annotated[int, QueryParam(ge=1, le=50, description="Most documents to return.")] = 10,
     ) -> m.FindResponse:
-        return await _compute(request, _service(request).find, index, q, size)
+        # a look-up as the page's box is typed (one BM25 search and a read of titles), not a query: it does
+        # not wait for, or take, one of the bounded query slots (as GET .../documents/{id})
+        return await run_in_threadpool(_service(request).find, index, q, size)
 
     return v1
 

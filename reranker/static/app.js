@@ -189,6 +189,8 @@ function queryBody() {
 
 async function search() {
   clearError();
+  clearTimeout(findTimer);  // a title search typed just before is not wanted any more
+  findSeq++;
   hideSuggestions();
   let body;
   try { body = queryBody(); } catch (e) { showError(e); return; }
@@ -354,9 +356,11 @@ function colour(t) {
   return STOPS[k].map((c, i) => Math.round(c + f * (STOPS[k + 1][i] - c)));
 }
 
-function paragraphEl(text, span, label, data) {
+function paragraphEl(text, span, label, data, charsPerLine) {
   if (!span) return el("p", { class: "para unplaced", dataset: { ...data, label } }, "(this paragraph's sentences are not in the text verbatim)");
   const p = el("p", { class: "para", dataset: { ...data, label, start: String(span[0]), end: String(span[1]) } }, text.slice(span[0], span[1]));
+  // its height until drawn (content-visibility: auto), from its length: scrolling to a paragraph far down lands close
+  p.style.containIntrinsicSize = `auto ${Math.ceil((span[1] - span[0]) / charsPerLine) * 20 + 12}px`;
   p.sdrText = text.slice(span[0], span[1]);
   p.sdrStart = span[0];
   return p;
@@ -382,7 +386,11 @@ function renderCompare(view) {
   const tint = (v) => `rgb(${colour((v - lo) / (hi - lo)).join(",")})`;
 
   // the source: each like source's paragraphs (rows), placed by their sentences' offsets
+  showView("compare");  // laid out, so the panes' widths are known
   const sourcePane = $("#source-doc");
+  const perLine = (pane) => Math.max(20, Math.floor((pane.clientWidth - 50) / 7.2));  // 14px text: about 7 px a character
+  const srcPerLine = perLine(sourcePane);
+  const hitPerLine = perLine($("#hit-doc"));
   const parts = [];
   view.rowEls = new Array(n);
   let shown = -1;
@@ -394,7 +402,8 @@ function renderCompare(view) {
       if (sources.length > 1) parts.push(el("div", { class: "source-title", text: src.label }));
       if (src.title) parts.push(el("p", { class: "title", text: src.title }));
     }
-    const p = paragraphEl(src.text, paragraphSpan(row.sentences), `¶${row.paragraph}`, { row: String(i), source: String(k) });
+    const p = paragraphEl(src.text, paragraphSpan(row.sentences), `¶${row.paragraph}`, { row: String(i), source: String(k) },
+      srcPerLine);
     p.style.borderLeftColor = tint(Math.max(...mx.normalised[i]));
     p.addEventListener("click", () => selectCell(i, argmax(mx.normalised[i])));
     view.rowEls[i] = p;
@@ -408,7 +417,7 @@ function renderCompare(view) {
   view.colEls = mx.columns.map((col, j) => {
     let best = -Infinity;
     for (let i = 0; i < n; i++) best = Math.max(best, mx.normalised[i][j]);
-    const p = paragraphEl(hitDoc.text, paragraphSpan(col.sentences), `¶${j}`, { col: String(j) });
+    const p = paragraphEl(hitDoc.text, paragraphSpan(col.sentences), `¶${j}`, { col: String(j) }, hitPerLine);
     p.style.borderLeftColor = tint(best);
     p.addEventListener("click", () => selectCell(argmaxColumn(mx.normalised, j), j));
     hitParts.push(p);
@@ -432,7 +441,6 @@ function renderCompare(view) {
       `cos ${fmt(sp.cosine)} · “${clip(sp.source_sentence, 70)}” ~ “${clip(sp.candidate_sentence, 70)}”`)))))));
 
   drawHeat(view);
-  showView("compare");
   $("#source-doc").scrollTop = 0;
   $("#hit-doc").scrollTop = 0;
   if (view.best.length) selectCell(view.best[0].row, view.best[0].pair.candidate_paragraph);
@@ -573,9 +581,26 @@ function mark(view, p, span, cls) {
 }
 
 function scrollPane(pane, target) {
+  // Paragraphs off screen are not laid out (content-visibility: auto): the target's place is first known
+  // from the others' estimated heights, and is set again over the next frames as they are drawn.
   if (!target) return;
-  const top = target.getBoundingClientRect().top - pane.getBoundingClientRect().top + pane.scrollTop;
-  pane.scrollTop = Math.max(0, top - pane.clientHeight / 3);
+  const token = {};
+  pane.sdrScroll = token;
+  const place = () => {
+    const top = target.getBoundingClientRect().top - pane.getBoundingClientRect().top + pane.scrollTop;
+    const want = Math.max(0, Math.round(top - pane.clientHeight / 3));
+    const moved = Math.abs(pane.scrollTop - want) > 1;
+    pane.scrollTop = want;
+    return moved;
+  };
+  place();
+  let frames = 0;
+  const again = () => {
+    if (pane.sdrScroll !== token) return;  // another selection since
+    if (place() && ++frames < 8) requestAnimationFrame(again);
+    else if (pane.sdrScroll === token) pane.dataset.settled = String(Number(pane.dataset.settled || 0) + 1);
+  };
+  requestAnimationFrame(again);
 }
 
 function selectCell(i, j, sentencePair) {

@@ -231,6 +231,12 @@ def _open(driver, rank: int) -> None:
 
 
 def _marks(driver) -> dict:
+    """The two marked sentences, once both are scrolled into view (paragraphs off screen are drawn as they
+    come into view, so the page sets the scroll again over a few frames)."""
+    wait_for("the marked sentences in view", lambda: _js(driver, """const ms = [...document.querySelectorAll('mark')];
+        return ms.length === 2 && ms.every(m => { const a = m.closest('.doc').getBoundingClientRect(), b = m.getBoundingClientRect();
+                                                  return b.top >= a.top - 1 && b.bottom <= a.bottom + 1; });"""), timeout=5,
+             driver=driver)
     return _js(driver, """const out = {};
         for (const m of document.querySelectorAll('mark')) {
           const pane = m.closest('.doc');
