@@ -324,6 +324,9 @@ async function openHit(rank) {
       throw new ApiError(0, "RankingChanged", `the ranking changed since the search: rank ${rank + 1} is now `
         + `${hit ? hit.id : "empty"}, not ${listed.id}; search again`);
     }
+    if (!hit.explanation || !hit.explanation.matrix) {  // deleted between its scoring and its reading
+      throw new ApiError(0, "DocumentGone", `${listed.id} was deleted or replaced during the request; search again`);
+    }
     const t1 = performance.now();
     renderCompare({ hit, rank, hitDoc, sources, response: data });
     await nextPaint();
