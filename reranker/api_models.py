@@ -60,6 +60,9 @@ __all__ = [
     "StatsState",
     "MoreLikeThisResponse",
     "DocumentResponse",
+    "IndicesResponse",
+    "FoundDocument",
+    "FindResponse",
     "IndexHealth",
     "EncoderHealth",
     "HealthResponse",
@@ -151,6 +154,24 @@ def stored_text(title: str | None, paragraphs: list[list[str]]) -> str:
     """A document's stored text (:attr:`sdr_search.core.documents.Document.text`) from its title
     and paragraphs."""
     return "\n\n".join(([title] if title else []) + [" ".join(p) for p in paragraphs])
+
+
+class IndicesResponse(BaseModel):
+    indices: list[str] = Field(..., description="The indices this server serves (has open).")
+
+
+class FoundDocument(BaseModel):
+    id: str
+    title: str | None = None
+    match: Literal["id", "text"] = Field(..., description="'id': the query is this document's id; 'text': BM25 of the "
+                                         "query against the document's text (title and paragraphs).")
+    score: float | None = Field(None, description="The BM25 score (text matches).")
+
+
+class FindResponse(BaseModel):
+    index: str
+    hits: list[FoundDocument] = Field(..., description="The document whose id is the query (first), then the best "
+                                      "BM25 matches of the query.")
 
 
 class IndexHealth(BaseModel):

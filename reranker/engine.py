@@ -35,7 +35,8 @@ inside it:
 8. present the returned hits only (at most ``size``): title and metadata read in one bulk call
    without vectors (:meth:`DocumentStore.documents_of`), and a snippet, the hit's best sentence
    pair (the best sentence pair of its best paragraph pair), from the vectors the rerank already
-   fetched; explain (optional): the best paragraph pairs and their best sentence pairs per hit.
+   fetched; explain (optional): the best paragraph pairs and their best sentence pairs per hit, and
+   with ``explain_matrix`` the whole paragraph-pair matrix (:mod:`.matrix`).
 
 Character offsets (``source_start``/``source_end``, ``candidate_start``/``candidate_end``) index a
 document's *stored text*, :attr:`Document.text` (:func:`sentence_spans`): the title, then each
@@ -122,7 +123,8 @@ class MoreLikeThis:
 
         if hits and (query.details or query.explain):
             hits = present(self.store, source, hits, found.vectors_of([h.id for h in hits]), spec, query.explain,
-                           explained=found.breakdowns_for(source))
+                           explained=found.breakdowns_for(source), matrix=query.explain_matrix,
+                           max_cells=self.settings.max_matrix_cells)
             timings["explain" if query.explain else "snippets"] = _ms(time.perf_counter() - t_present)
         used = {"feedback": {"ids": [f.indexed_id for f in feedback],
                              "share": feedback_share(SourceShape.of(source.document), spec.adaptive)}} if feedback else {}

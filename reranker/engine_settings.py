@@ -75,6 +75,14 @@ class MLTSettings(HybridSettings):
         "is refused before it is split (the splitter's work: about 0.6 s at the default). "
         "SDR_SERVICE_MAX_SOURCE_SENTENCES is read as an older name.",
     )
+    max_matrix_cells: int = Field(
+        400_000, gt=0,
+        description="Most paragraph-pair cells an answer with explain_matrix may hold, summed over its hits (source "
+        "paragraphs x each hit's paragraphs); more is refused (ExplanationTooLargeError, HTTP 413) before any matrix "
+        "is computed. A cell costs about 26 bytes of JSON, so 400,000 is about 10 MB: the largest IRLeD judgment "
+        "against the second largest is 560 x 421 = 235,760 cells. Ask one hit at a time (from = its rank, size 1) "
+        "for long documents, as the /ui page does.",
+    )
     unlike_weight: float = Field(
         0.5, ge=0, allow_inf_nan=False,
         description="Weight of the unlike term of a query with `unlike` sources: score = mean over the like "

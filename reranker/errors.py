@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from sdr_search.core.errors import (
     BackendUnavailableError,
     DocumentTooLargeError,
+    ExplanationTooLargeError,
     IndexLayoutError,
     InvalidInputError,
     ModelMismatchError,
@@ -49,6 +50,7 @@ STATUS_BY_ERROR: dict[type[BaseException], int] = {
     DocumentTooLargeError: 413,
     RequestTooLargeError: 413,
     SourceTooLargeError: 413,
+    ExplanationTooLargeError: 413,
     NotFoundError: 404,
     OverloadedError: 429,
     BackendUnavailableError: 503,

@@ -13,8 +13,9 @@ from sdr_search.core.fusion import HybridSpec
 from sdr_search.core.scoring import paragraph_scores
 from sdr_search.core.vectors import CorpusVectors, DocVectors
 from sdr_search.indexer.store import DocumentStore
-from sdr_search.core.errors import DocumentNotFoundError
+from sdr_search.core.errors import DocumentNotFoundError, ExplanationTooLargeError
 
+from .matrix import matrix_body, matrix_cells, paragraph_matrix
 from .offsets import sentence_spans
 from .results import Explanation, Hit, HybridExplanation, Snippet
 from .sources import Source
@@ -152,26 +153,45 @@ def best_sentence_pair(
 
 def present(
     store: DocumentStore, source: Source, hits: list[Hit], vectors: list[DocVectors] | None, spec: HybridSpec | None,
-    explain: bool, explained: Mapping[str, Mapping[str, Any]] | None = None,
+    explain: bool, explained: Mapping[str, Mapping[str, Any]] | None = None, *, matrix: bool = False,
+    max_cells: int | None = None,
 ) -> list[Hit]:
     """The returned hits with title, metadata and snippet (and the explanation when asked): the
     documents read in one call without vectors; the snippet from the vectors the rerank fetched, or,
     when nothing was fetched (``vectors`` None: a store that scores exactly, ``capabilities.exact_sdr``),
     from the breakdown the store computed next to its data: with the exact scores (``explained``, by
     id) where it did, else in one request for the others (no vector travels). A document replaced
-    since it was scored is read again whole, vectors included."""
+    since it was scored is read again whole, vectors included.
+
+    ``matrix`` (with ``explain``): each explanation also gets the whole paragraph-pair matrix
+    (:mod:`.matrix`), computed here from the hits' vectors: those the rerank fetched, or, on a store
+    that scored them itself, the presented hits' vectors fetched now (:meth:`DocumentStore.fetch_documents`;
+    on OpenSearch with the plugin, its ``sdr_vectors`` read). At most ``max_cells`` cells over the hits
+    (:class:`ExplanationTooLargeError` beyond, before any is computed)."""
     documents = store.documents_of([h.id for h in hits])
     source_spans = source.spans()
     top = (3, 3) if explain else (1, 1)
-    bests = (_pairs_from_vectors(source, hits, vectors, documents, top) if vectors is not None
-             else _pairs_from_store(store, source, hits, documents, top, explained or {}))
+    matrix = matrix and explain
+    if matrix:
+        _check_cells(source, [documents[h.id] for h in hits if h.id in documents], max_cells)
+    blocks: list[np.ndarray | None] = [None] * len(hits)  # each hit's paragraph scores, where computed here
+    if vectors is not None:
+        bests, blocks = _pairs_from_vectors(source, hits, vectors, documents, top)
+    else:
+        bests = _pairs_from_store(store, source, hits, documents, top, explained or {})
+    vecs: list[DocVectors | None] = list(vectors) if vectors is not None else [None] * len(hits)
+    if matrix and vectors is None:
+        vecs = _fetch_present(store, hits, documents)
     out = []
-    for h, best in zip(hits, bests):
+    for h, best, v, P in zip(hits, bests, vecs, blocks):
         doc = documents.get(h.id)
-        if doc is not None and (best is None or not _fits(doc, best)):
+        if doc is not None and (best is None or not _fits(doc, best)
+                                or (matrix and (v is None or _paragraph_sizes(doc) != _vector_sizes(v)))):
             try:
                 stored = store.get(h.id)
-                doc, best = stored.document, _best_pairs(source, stored.vectors, *top)
+                v = stored.vectors
+                P = paragraph_scores(source.vectors, CorpusVectors.from_docs([h.id], [v]))
+                doc, best = stored.document, _best_pairs(source, v, *top, P)
             except DocumentNotFoundError:
                 doc = None
         if doc is None:  # deleted since it was scored: the hit stays, without details
@@ -186,6 +206,12 @@ def present(
             if spec is not None and h.signals is not None:
                 ex["hybrid"] = HybridExplanation(score=h.score, fusion=spec.fusion, signals=h.signals,
                                                  rank_constant=spec.rank_constant if spec.fusion == "rrf" else None)
+            if matrix:
+                ex["matrix"] = matrix_body(
+                    paragraph_matrix(source.vectors, source.stats, v, P), stats=source.stats,
+                    rows=[(source.locate(i)[0] if source.parts else None, source.locate(i)[1])
+                          for i in range(source.vectors.n_paragraphs)],
+                    source_spans=source_spans, candidate_spans=sentence_spans(doc))
             explanation = Explanation.model_validate(ex)
         else:
             snippet = _snippet(source, doc, best, source_spans)
@@ -195,18 +221,22 @@ def present(
 
 
 def _pairs_from_vectors(source: Source, hits: list[Hit], vectors: list[DocVectors], documents: Mapping[str, Document],
-                        top: tuple[int, int]) -> list[Pairs | None]:
+                        top: tuple[int, int]) -> tuple[list[Pairs | None], list[np.ndarray | None]]:
     """Each hit's :data:`Pairs` from its fetched vectors (None where the document read has other
-    paragraphs than the vectors: replaced since)."""
+    paragraphs than the vectors: replaced since), and the paragraph scores they came from (the
+    matrix of ``explain_matrix`` shows the same numbers)."""
     # one paragraph-score product for every hit, split per hit (P for each is a column block)
     P_all = paragraph_scores(source.vectors, CorpusVectors.from_docs([h.id for h in hits], vectors))
     ends = np.cumsum([v.n_paragraphs for v in vectors]).tolist()
     out: list[Pairs | None] = []
+    blocks: list[np.ndarray | None] = []
     for h, vecs, end in zip(hits, vectors, ends):
         doc = documents.get(h.id)
         fresh = doc is None or _paragraph_sizes(doc) == tuple(np.diff(vecs.par_offsets).tolist())
-        out.append(_best_pairs(source, vecs, *top, P_all[:, end - vecs.n_paragraphs : end]) if fresh else None)
-    return out
+        P = P_all[:, end - vecs.n_paragraphs : end]
+        out.append(_best_pairs(source, vecs, *top, P) if fresh else None)
+        blocks.append(P if fresh else None)
+    return out, blocks
 
 
 def _pairs_from_store(store: DocumentStore, source: Source, hits: list[Hit], documents: Mapping[str, Document],
@@ -233,3 +263,28 @@ def _pairs_from_store(store: DocumentStore, source: Source, hits: list[Hit], doc
 
 def _paragraph_sizes(doc: Document) -> tuple[int, ...]:
     return tuple(len(p) for p in doc.paragraphs)
+
+
+def _vector_sizes(vectors: DocVectors) -> tuple[int, ...]:
+    return tuple(np.diff(vectors.par_offsets).tolist())
+
+
+def _check_cells(source: Source, documents: Sequence[Document], max_cells: int | None) -> None:
+    cells = matrix_cells(source.vectors.n_paragraphs, [len(d.paragraphs) for d in documents])
+    if max_cells is not None and cells > max_cells:
+        raise ExplanationTooLargeError(
+            f"explain_matrix: the paragraph matrices of these {len(documents)} hits hold {cells:,} cells "
+            f"({source.vectors.n_paragraphs} source paragraphs x {sum(len(d.paragraphs) for d in documents):,} hit "
+            f"paragraphs), over the limit of {max_cells:,} (SDR_MAX_MATRIX_CELLS); ask fewer hits (from = a hit's "
+            "rank, size 1)")
+
+
+def _fetch_present(store: DocumentStore, hits: list[Hit], documents: Mapping[str, Document]) -> list[DocVectors | None]:
+    """The presented hits' vectors, from a store that scored them itself (nothing was fetched for the
+    rerank): one read of those still there; None for the others (read again on their own)."""
+    ids = [h.id for h in hits if h.id in documents]
+    try:
+        fetched = dict(zip(ids, store.fetch_documents(ids))) if ids else {}
+    except DocumentNotFoundError:  # deleted since it was read: each hit is read again on its own
+        fetched = {}
+    return [fetched.get(h.id) for h in hits]

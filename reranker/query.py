@@ -156,6 +156,9 @@ def _request_schema(schema: dict[str, Any]) -> None:
         {"required": ["title"], "anyOf": [{"required": ["id"]}, {"required": ["like"]}]},
         # rank_constant is reciprocal-rank fusion's k: another fusion would ignore it
         {"required": ["rank_constant", "fusion"], "properties": {"fusion": {"not": {"const": "rrf"}}}},
+        # explain_matrix applies with explain: true
+        {"required": ["explain_matrix"], "properties": {"explain_matrix": {"const": True}},
+         "not": {"required": ["explain"], "properties": {"explain": {"const": True}}}},
     ]}
     schema["examples"] = [
         {"id": "doc-42", "size": 10},
@@ -291,6 +294,13 @@ class MoreLikeThisRequest(BaseModel):
         description="Add to each hit the three levels of its SDR score: the document score, the best paragraph "
         "pairs with raw and normalised scores, and for each pair the best sentence pairs with their cosines.",
     )
+    explain_matrix: StrictBool = Field(
+        False,
+        description="With `explain`: add to each explanation the whole paragraph-pair matrix (`explanation.matrix`: "
+        "every source paragraph against every paragraph of the hit, N_ij, and each cell's best sentence pair with "
+        "character offsets). Large: rows x columns cells per hit, at most SDR_MAX_MATRIX_CELLS over the returned "
+        "hits (413 beyond; ask fewer hits, e.g. `from` = a hit's rank and `size` 1).",
+    )
 
     method: Literal["sdr", "hybrid"] = Field(  # type: ignore[assignment]
         None,
@@ -337,6 +347,8 @@ class MoreLikeThisRequest(BaseModel):
         if self.title is not None and given[0] not in ("text", "paragraphs", "sections", "document"):
             raise ValueError("title applies to a single new-document source (text, paragraphs or sections); "
                              "give each like item its own")
+        if self.explain_matrix and not self.explain:
+            raise ValueError("explain_matrix applies with explain: true")
         if self.method == "sdr":
             extra = [k for k in HYBRID_OPTIONS if getattr(self, k) is not None]
             if extra:

@@ -12,7 +12,8 @@ from pydantic.json_schema import SkipJsonSchema
 if TYPE_CHECKING:  # pragma: no cover
     from .sources import Source
 
-__all__ = ["SentencePair", "Snippet", "ParagraphPair", "SignalScore", "HybridExplanation", "Explanation",
+__all__ = ["SentencePair", "Snippet", "ParagraphPair", "SignalScore", "HybridExplanation", "MatrixRow", "MatrixColumn",
+           "ParagraphMatrix", "Explanation",
            "SourceScore", "Hit", "MLTResult", "applied_weights", "part_scores_of", "described_sources"]
 
 
@@ -71,10 +72,40 @@ class HybridExplanation(BaseModel):
     signals: dict[str, SignalScore] = Field(..., description="bm25, sdr and mean: raw and normalised scores.")
 
 
+class MatrixRow(BaseModel):
+    source: int | None = Field(None, description="With several sources: which like source (its position in `like`).")
+    paragraph: int = Field(..., description="Position of the paragraph in its source.")
+    mu: float = Field(..., description="mu_i: the paragraph's normalisation mean (P_ij = mu_i + sigma_i N_ij).")
+    sigma: float = Field(..., description="sigma_i: the paragraph's normalisation standard deviation.")
+    sentences: list[list[int] | None] = Field(
+        ..., description="Each sentence's [start, end] in the source's text (the one `source_offsets` names); null "
+        "for a new-text sentence not found verbatim (up to white space) in the request's text.")
+
+
+class MatrixColumn(BaseModel):
+    sentences: list[list[int]] = Field(..., description="Each sentence's [start, end] in the hit's stored text.")
+
+
+class ParagraphMatrix(BaseModel):
+    """Every source paragraph (rows) against every paragraph of the hit (columns): the SDR matrix the
+    score is computed from (each row's maximum is that paragraph's best normalised score)."""
+
+    rows: list[MatrixRow]
+    columns: list[MatrixColumn]
+    normalised: list[list[float]] = Field(..., description="N_ij, rows x columns.")
+    sentence_pairs: list[list[tuple[int, int, float]]] = Field(
+        ..., description="Each cell's best sentence pair, rows x columns of [k, r, cosine]: sentence k of the row's "
+        "paragraph and sentence r of the column's (positions inside the paragraphs; their offsets are "
+        "`rows[i].sentences[k]` and `columns[j].sentences[r]`), the pair the explanation lists first for that "
+        "paragraph pair.")
+
+
 class Explanation(BaseModel):
     score: float = Field(..., description="S(s, c): mean over source paragraphs of the best normalised score.")
     paragraph_pairs: list[ParagraphPair]
     hybrid: HybridExplanation | None = Field(None, description="Hybrid hits: how the fused score was made.")
+    matrix: ParagraphMatrix | None = Field(
+        None, description="With `explain_matrix`: the whole paragraph-pair matrix, each cell with its best sentence pair.")
 
 
 class SourceScore(BaseModel):

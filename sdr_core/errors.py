@@ -155,6 +155,10 @@ class BulkWriteError(StoreError):
 __all__ += ["BulkWriteError"]
 
 
+class ExplanationTooLargeError(InvalidInputError):
+    """An explanation asked for more than its limit (``explain_matrix`` over ``SDR_MAX_MATRIX_CELLS``; HTTP 413)."""
+
+
 class SourceTooLargeError(InvalidInputError):
     """A query's source document is over the query size limit (``SDR_MAX_QUERY_SENTENCES``)."""
 

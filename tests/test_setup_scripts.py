@@ -59,6 +59,38 @@ def test_ci_installs_no_redis_by_apt():
     assert not re.search(r"apt-get install[^\n]*redis", text)
 
 
+# -- the /ui page's browser ---------------------------------------------------------------------------------
+@pytest.mark.unit
+def test_ci_and_setup_install_the_browser_and_the_test_extra_its_driver():
+    """The /ui tests fail (never skip) without a browser: CI installs Debian's chromium and chromium-driver
+    as it installs the JDK, setup.sh runs scripts/browser.sh, and the test extra brings selenium."""
+    import tomllib
+
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "need+=(chromium)" in ci and "need+=(chromium-driver)" in ci
+    setup = (ROOT / "scripts" / "setup.sh").read_text()
+    assert re.search(r"^  \./scripts/browser\.sh", setup, re.M)
+    browser = (ROOT / "scripts" / "browser.sh").read_text()
+    assert "missing+=(chromium)" in browser and "missing+=(chromium-driver)" in browser
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"]
+    assert any(re.match(r"selenium\b", req) for req in extra), extra
+
+
+@pytest.mark.unit
+def test_the_browser_script_says_what_to_install_where_it_cannot(tmp_path):
+    """No chromium and no apt-get: scripts/browser.sh stops with what to install, instead of leaving the
+    browser tests to fail later; with the browser named it has nothing to do."""
+    env = {"PATH": str(tmp_path)}  # nothing on PATH: no chromium, no chromedriver, no apt-get
+    r = subprocess.run(["/bin/bash", str(ROOT / "scripts" / "browser.sh")], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "missing: chromium chromium-driver" in r.stderr and "apt-get install -y chromium chromium-driver" in r.stderr
+    env.update(SDR_CHROMIUM="/opt/browser", SDR_CHROMEDRIVER="/opt/driver")
+    r = subprocess.run(["/bin/bash", str(ROOT / "scripts" / "browser.sh")], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
+
+
 # -- OpenSearch: the test command stops what it started ------------------------------------------------
 NODE_SCRIPT = ROOT / "scripts" / "opensearch-node.sh"
 # a quick pytest selection for the nested test command: it needs no node, no model
@@ -134,6 +166,7 @@ def test_setup_reports_the_torch_build_it_installed():
         assert "a CPU build" in line, line
     assert re.search(r"\| \.venv [\d.]+ GiB$", line), line
     assert re.search(r"redis-server \d+\.\d+", line), line
+    assert re.search(r"\| chromium \d+\.[\d.]+ \|", line), line
 
 
 # -- installing prints no setuptools warnings ----------------------------------------------------------------
@@ -173,6 +206,8 @@ def test_building_the_package_warns_of_nothing(tmp_path):
     wheel = zipfile.ZipFile(out / found["build_wheel_file"]).namelist()
     assert "sdr_search/indexer/opensearch/mappings/index.json" in wheel
     assert "sdr_search/indexer/opensearch/mappings/state.json" in wheel
+    for name in ("index.html", "app.js", "app.css"):  # the /ui page, served from the installed package
+        assert f"sdr_search/reranker/static/{name}" in wheel
     # setup.sh filters that notice, and only that one
     setup = (ROOT / "scripts" / "setup.sh").read_text()
     filters = re.findall(r'PYTHONWARNINGS="([^"]*)"', setup)
