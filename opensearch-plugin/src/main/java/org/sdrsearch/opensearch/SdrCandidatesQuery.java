@@ -130,8 +130,10 @@ final class SdrCandidatesQuery extends Query {
         return computed;
     }
 
-    /** Bytes one candidate hit of a probe holds (its document and cosine, plus its share of the aggregator's tables). */
-    static final long BYTES_PER_HIT = 8 + 48;
+    /** Bytes one candidate hit of a probe holds until the aggregation (its document and its cosine). */
+    static final long BYTES_PER_HIT = 8;
+    /** Bytes the aggregator holds per document seen (its slot in the map, sums; more per paragraph for sdr-bound). */
+    static final long BYTES_PER_DOCUMENT = 64;
 
     private DocScoresQuery compute(IndexReader reader, ShardGuard guard) throws IOException {
         VectorSimilarityFunction similarity = similarity(reader);
@@ -145,8 +147,12 @@ final class SdrCandidatesQuery extends Query {
         int asked = k + (childFilter == null && drop != null ? excludedCount : 0);
         int luceneK = oversample > 0 ? Math.max(k * oversample, efSearch) : Math.max(asked, efSearch);
         int rows = source.sentences();
-        // what the probes keep (rows x k hits, the aggregator's tables) lives until the query phase ends
-        guard.reserve((long) rows * Math.min(k, Math.max(1, reader.maxDoc())) * BYTES_PER_HIT, "<sdr_candidates hits>");
+        // what the probes keep (rows x k hits) and the aggregator's tables (one slot per document seen) live until the
+        // query phase ends
+        long perRow = Math.min(k, Math.max(1, reader.maxDoc()));
+        long documents = Math.min((long) rows * perRow, reader.maxDoc());
+        long perDocument = BYTES_PER_DOCUMENT + (aggregation == CandidateAggregator.Method.SDR_BOUND ? 8L * source.paragraphs() : 0);
+        guard.reserve(rows * perRow * BYTES_PER_HIT + documents * perDocument, "<sdr_candidates hits>");
         int[][] hitDocs = new int[rows][];
         float[][] hitCos = new float[rows][];
         VectorSimilarityFunction function = similarity;
