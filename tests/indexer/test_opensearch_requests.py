@@ -796,11 +796,13 @@ class _RecordingClient:
     def __init__(self, responses):
         self.responses = responses
         self.bodies = []
+        self.params = []
         meta = {"sdr": {"format_version": FORMAT_VERSION, "index_meta": META.to_dict(), "bm25_k1": 0.0}}
         self.indices = type("I", (), {"get_mapping": lambda _self, index: {"idx-1": {"mappings": {"_meta": meta}}}})()
 
-    def msearch(self, body):
+    def msearch(self, body, params=None):
         self.bodies.append(body)
+        self.params.append(params)
         return {"responses": self.responses}
 
 
@@ -815,6 +817,8 @@ def test_store_lexical_search_sends_one_msearch_and_reads_scores():
     assert got.scored == {"v1": 3.5, "v2": 0.0, "b": 0.0}  # ids the filtered search did not return score 0
     assert got.score_of("c") == 4.0 and got.score_of("v1") == 3.5 and got.score_of("zz") == 0.0
     (body,) = client.bodies
+    # the node stops the search when the store stops waiting (its timeout, 60 s by default)
+    assert client.params == [{"cancel_after_time_interval": "60000ms"}]
     assert [h for h in body[::2]] == [{"index": "idx-1", "search_type": "dfs_query_then_fetch"}] * 2
     top, scored = body[1], body[3]
     should = top["query"]["bool"]["must"][0]["bool"]["should"]

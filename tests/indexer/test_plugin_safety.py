@@ -428,7 +428,7 @@ DIMS = {"wide": WIDE.dim, "narrow": NARROW.dim}
 ODD = [None, 3, -1, 1.5, "x", "", [], {}, True, [1, "a"], {"a": {"b": 1}}]
 # sizes near the limits as well as small ones (sdr.limits.max_source_sentences is 20,000)
 ROWS = st.one_of(st.integers(1, 40), st.integers(41, 2_500), st.sampled_from([1_000, 1_001, 19_999, 20_000, 20_001]))
-# one request in three is valid; the others carry one fault each, of these (typed wrong, out of range, unknown)
+# a request is valid, or carries one fault (typed wrong, out of range, unknown): of its source, one of these
 SOURCE_FAULTS = ["dim", "vectors_garbage", "vectors_odd", "vectors_absent", "sizes_zero", "sizes_negative", "sizes_short",
                  "sizes_long", "sizes_odd", "sizes_absent", "sizes_float", "stats_short", "stats_negative", "stats_huge",
                  "stats_odd", "no_rows"]
@@ -467,7 +467,9 @@ def source(draw, index: str, fault: str | None) -> dict[str, Any]:
 
 
 def _fault(draw, own: list[str]) -> str | None:
-    return draw(st.sampled_from([None] * ((len(SOURCE_FAULTS) + len(own)) // 2) + SOURCE_FAULTS + own))
+    """None (a valid request) about one time in three, else one fault: of the source, or (three times as likely
+    each) of the clause's own keys."""
+    return draw(st.sampled_from([None] * ((len(SOURCE_FAULTS) + 3 * len(own)) // 2) + SOURCE_FAULTS + own * 3))
 
 
 @st.composite
