@@ -293,6 +293,14 @@ def test_case5_the_candidate_stage_is_bounded_and_stops_at_its_time_out(http, na
     assert status == 200, reason(got)
     assert got["timed_out"] is True and got["hits"]["hits"] == [], got
     assert elapsed < 5, f"answered after {elapsed:.1f} s"
+    # with a filter and excluded ids, whose terms OpenSearch's reader reads with its own time-out check
+    heavy["query"]["sdr_candidates"].update(filter={"prefix": {"doc_id": "n0"}}, exclude=["n00001", "n00002"])
+    t0 = time.monotonic()
+    status, got = send(http, f"/{narrow}/_search", heavy, params={"timeout": "100ms"})
+    elapsed = time.monotonic() - t0
+    assert status == 200, reason(got)
+    assert got["timed_out"] is True and got["hits"]["hits"] == [], got
+    assert elapsed < 5, f"answered after {elapsed:.1f} s"
     assert_up(http, "case 5 (candidate stage at its time-out)")
 
 

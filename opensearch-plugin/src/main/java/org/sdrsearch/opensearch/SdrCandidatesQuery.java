@@ -22,6 +22,7 @@ import org.apache.lucene.search.join.BitSetProducer;
 import org.apache.lucene.search.join.DiversifyingChildrenFloatKnnVectorQuery;
 import org.apache.lucene.util.BitSet;
 import org.apache.lucene.util.FixedBitSet;
+import org.opensearch.search.query.QueryPhase;
 
 import java.io.IOException;
 import java.util.List;
@@ -143,7 +144,12 @@ final class SdrCandidatesQuery extends Query {
         }
         IndexSearcher probe = new IndexSearcher(reader);
         probe.setQueryCache(null);
-        FixedBitSet drop = excluded == null ? null : matching(probe, excluded, reader.maxDoc());
+        FixedBitSet drop;
+        try {
+            drop = excluded == null ? null : matching(probe, excluded, reader.maxDoc());
+        } catch (QueryPhase.TimeExceededException e) {  // OpenSearch's reader checks its time-out too (terms of a filter)
+            return timedOut(reader, guard);
+        }
         int asked = k + (childFilter == null && drop != null ? excludedCount : 0);
         int luceneK = oversample > 0 ? Math.max(k * oversample, efSearch) : Math.max(asked, efSearch);
         int rows = source.sentences();
@@ -208,11 +214,15 @@ final class SdrCandidatesQuery extends Query {
                 hitCos[row] = n == k ? cos : java.util.Arrays.copyOf(cos, n);
             }
         };
-        SdrThreads.run(rows, 4, SdrThreads.executor(), SdrThreads.threads(), "searching SDR candidates", probes);
+        try {
+            SdrThreads.run(rows, 4, SdrThreads.executor(), SdrThreads.threads(), "searching SDR candidates", probes);
+        } catch (QueryPhase.TimeExceededException e) {
+            // the search's reader checks OpenSearch's time-out as it reads (the terms of a filter or of the excluded
+            // ids): the same time-out as the plugin's own check
+            timedOut.set(true);
+        }
         if (timedOut.get()) {  // the shard's answer would rest on some of the sentences only: none, and timed_out
-            guard.markTimedOut();
-            return new DocScoresQuery(DocScores.of(new int[0], new double[0], 0), reader.getContext().id(),
-                "sdr_candidates: timed out");
+            return timedOut(reader, guard);
         }
         CandidateAggregator aggregator = new CandidateAggregator(aggregation, source, statistics);
         for (int row = 0; row < rows; row++) {
@@ -227,6 +237,12 @@ final class SdrCandidatesQuery extends Query {
         aggregator.result(docs, scores);
         return new DocScoresQuery(DocScores.of(docs, scores, count), reader.getContext().id(),
             "sdr_candidates: " + aggregation.label() + " of the nested k-NN hits of " + rows + " source sentences");
+    }
+
+    /** No candidate, and the shard's search marked as timed out. */
+    private static DocScoresQuery timedOut(IndexReader reader, ShardGuard guard) {
+        guard.markTimedOut();
+        return new DocScoresQuery(DocScores.of(new int[0], new double[0], 0), reader.getContext().id(), "sdr_candidates: timed out");
     }
 
     private static boolean seen(int[] docs, int n, int doc) {

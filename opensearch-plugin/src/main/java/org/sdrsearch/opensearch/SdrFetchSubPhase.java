@@ -142,6 +142,7 @@ final class SdrFetchSubPhase implements FetchSubPhase {
     }
 
     private static FetchSubPhaseProcessor explainProcessor(SdrRescoreContext context, ShardGuard guard) {
+        ShardGuard.Charges kept = guard.contextCharges("<sdr explain>");
         return new FetchSubPhaseProcessor() {
             private CandidateReader reader;
             private final CandidateSentences candidate = new CandidateSentences(context.request().source().dim());
@@ -170,7 +171,7 @@ final class SdrFetchSubPhase implements FetchSubPhase {
                     }
                     last = doc;
                     reader.read(doc, candidate);
-                    guard.reserve(SdrRescorer.breakdownBytes(context.request().source()), "<sdr explain>");
+                    kept.add(SdrRescorer.breakdownBytes(context.request().source()));
                     breakdown = scorer.explain(candidate);
                 }
                 hitContext.hit().setDocumentField(FIELD, new DocumentField(FIELD, Collections.singletonList(breakdown)));
@@ -182,6 +183,7 @@ final class SdrFetchSubPhase implements FetchSubPhase {
     static final long BYTES_PER_VALUE = 12;
 
     private static FetchSubPhaseProcessor vectorsProcessor(SdrVectorsExt ext, BitSetProducer parents, ShardGuard guard) {
+        ShardGuard.Charges returned = guard.contextCharges("<sdr_vectors>");
         return new FetchSubPhaseProcessor() {
             private long values;   // float values returned so far by this fetch
             private int hits;      // hits processed so far
@@ -242,7 +244,7 @@ final class SdrFetchSubPhase implements FetchSubPhase {
                         SdrLimits.checkFetchValues(ext.centroids() != null ? "[centroids]" : ext.mean() ? "[mean]" : "the vectors",
                             values + own, hits + 1L);
                     }
-                    guard.reserve(own * BYTES_PER_VALUE, "<sdr_vectors>");
+                    returned.add(own * BYTES_PER_VALUE);
                     values += own;
                     out = ext.centroids() != null ? centroidRows(candidate, dim, sourceRows(), guard)
                         : ext.mean() ? encodeMean(candidate, dim) : encode(candidate, dim);

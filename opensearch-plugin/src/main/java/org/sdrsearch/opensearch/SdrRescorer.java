@@ -10,6 +10,7 @@ import org.apache.lucene.search.IndexSearcher;
 import org.apache.lucene.search.ScoreDoc;
 import org.apache.lucene.search.TopDocs;
 import org.opensearch.search.rescore.RescoreContext;
+import org.opensearch.search.query.QueryPhase;
 import org.opensearch.search.rescore.Rescorer;
 
 import java.io.IOException;
@@ -82,8 +83,11 @@ final class SdrRescorer implements Rescorer {
         boolean onePass = explainAll && explained == size;
         boolean[] scored = new boolean[size];
         AtomicBoolean timedOut = new AtomicBoolean();
-        runInChunks(size, onePass ? 1 : MIN_CHUNK, context,
+        runInChunks(size, onePass ? 1 : MIN_CHUNK, context, timedOut,
             (from, to) -> score(byDoc, from, to, leaves, context, onePass, true, guard, scored, timedOut));
+        if (timedOut.get() && noneScored(scored)) {  // OpenSearch's own time-out before any hit: the first one still
+            score(byDoc, 0, 1, leaves, context, onePass, true, ShardGuard.NONE, scored, new AtomicBoolean());
+        }
         Set<Integer> rescored = new HashSet<>();
         for (int i = 0; i < size; i++) {
             if (scored[i]) {
@@ -98,7 +102,8 @@ final class SdrRescorer implements Rescorer {
         if (top > 0) {  // the breakdown of this shard's best hits, scored above: read and explained again, one hit per chunk
             ScoreDoc[] best = Arrays.copyOf(window, top);
             Arrays.sort(best, Comparator.comparingInt(d -> d.doc));
-            runInChunks(top, 1, context, (from, to) -> score(best, from, to, leaves, context, true, false, guard, null, timedOut));
+            runInChunks(top, 1, context, timedOut,
+                (from, to) -> score(best, from, to, leaves, context, true, false, guard, null, timedOut));
         }
         if (timedOut.get()) {
             guard.reportTimeout();
@@ -107,9 +112,26 @@ final class SdrRescorer implements Rescorer {
         return new TopDocs(topDocs.totalHits, window);
     }
 
-    /** Runs {@code work} over [0, size) on this thread and the plugin's pool ({@link SdrThreads#run}). */
-    private static void runInChunks(int size, int minChunk, SdrRescoreContext context, SdrThreads.Range work) throws IOException {
-        SdrThreads.run(size, minChunk, context.executor(), context.threads(), "scoring SDR", work);
+    private static boolean noneScored(boolean[] scored) {
+        for (boolean s : scored) {
+            if (s) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    /**
+     * Runs {@code work} over [0, size) on this thread and the plugin's pool ({@link SdrThreads#run}); OpenSearch's
+     * own time-out, should the search's reader throw it, counts as the plugin's ({@code timedOut}).
+     */
+    private static void runInChunks(int size, int minChunk, SdrRescoreContext context, AtomicBoolean timedOut,
+                                    SdrThreads.Range work) throws IOException {
+        try {
+            SdrThreads.run(size, minChunk, context.executor(), context.threads(), "scoring SDR", work);
+        } catch (QueryPhase.TimeExceededException e) {
+            timedOut.set(true);
+        }
     }
 
     /**

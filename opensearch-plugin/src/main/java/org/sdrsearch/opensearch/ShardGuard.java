@@ -207,6 +207,22 @@ final class ShardGuard {
         }
     }
 
+    /**
+     * Charges that live as long as the search context (released with it), added to as work goes on: one entry in
+     * the context however many times it is added to.
+     */
+    Charges contextCharges(String label) {
+        Charges charges = new Charges(breaker, label);
+        if (breaker != null) {
+            if (onClose != null) {
+                onClose.accept(charges);
+            } else {
+                return new Charges(null, label);  // nothing to release them with: not charged
+            }
+        }
+        return charges;
+    }
+
     /** Charges released when the returned scope is closed (transient work memory). */
     Charges scope(String label) {
         return new Charges(breaker, label);
