@@ -18,6 +18,12 @@
 #   SDR_NODE_JAVA_HOME the JDK to run it with (default: the first of JAVA_HOME, the java on PATH,
 #                      /usr/lib/jvm/* that fits: Java 17-23 for 2.x, Java 21+ for 3.x)
 #   SDR_NODE_ARGS      extra -E settings, e.g. "-E thread_pool.write.queue_size=2"
+#   SDR_NODE_HEAP_DUMP 1 (default): a JVM that runs out of memory writes its heap dump to the node's own
+#                      log directory, <run dir>/logs/heap-dump.hprof (one file: the JVM never overwrites
+#                      it, so there is at most one dump, of about the heap's size; delete it to let a later
+#                      crash write its own; `wipe` deletes it with the node). 0: no heap dump. (OpenSearch's
+#                      own jvm.options would write java_pid<pid>.hprof files into ./data of the directory
+#                      the node was started from, one per crash.)
 #   SDR_NODE_PLUGIN    1 (default): build the project's OpenSearch plugin (opensearch-plugin/, the exact
 #                      SDR rescorer) with Maven for this version and install it; 0: a node without it
 #                      (the engine's fallback path). The build is cached: it reruns (with its Java
@@ -52,6 +58,8 @@ URL=http://127.0.0.1:$PORT
 NODE_USER=sdr-opensearch
 PLUGIN=${SDR_NODE_PLUGIN:-1}
 case "$PLUGIN" in 0|1) ;; *) echo "opensearch-node: SDR_NODE_PLUGIN must be 0 or 1, not '$PLUGIN'" >&2; exit 2 ;; esac
+HEAP_DUMP=${SDR_NODE_HEAP_DUMP:-1}
+case "$HEAP_DUMP" in 0|1) ;; *) echo "opensearch-node: SDR_NODE_HEAP_DUMP must be 0 or 1, not '$HEAP_DUMP'" >&2; exit 2 ;; esac
 PLUGIN_SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/opensearch-plugin
 
 die() { echo "opensearch-node: $*" >&2; exit 1; }
@@ -268,9 +276,19 @@ start() {
   # Java 20+ only, so a 2.x node on Java 17 gets it here (without it the plugin falls back to its scalar kernel).
   local vector_opts=""
   if [ "$PLUGIN" = 1 ] && [ "$(java_major "$java_home")" -lt 20 ]; then vector_opts="--add-modules=jdk.incubator.vector"; fi
+  # A crash's files go to the node's own log directory, bounded (SDR_NODE_HEAP_DUMP above), not into the
+  # directory the node was started from; these options come after jvm.options' and so replace them.
+  local dump=$RUN_DIR/logs/heap-dump.hprof crash_opts
+  crash_opts="-XX:ErrorFile=$RUN_DIR/logs/hs_err_pid%p.log"
+  if [ "$HEAP_DUMP" = 1 ]; then
+    crash_opts="$crash_opts -XX:+HeapDumpOnOutOfMemoryError -XX:HeapDumpPath=$dump"
+    [ -e "$dump" ] && log "warning: $dump (a heap dump of an earlier crash) is kept; the node writes no other until it is deleted"
+  else
+    crash_opts="$crash_opts -XX:-HeapDumpOnOutOfMemoryError"
+  fi
   # shellcheck disable=SC2086
   "${runner[@]}" env OPENSEARCH_JAVA_HOME="$java_home" OPENSEARCH_PATH_CONF="$home/config" \
-    OPENSEARCH_JAVA_OPTS="-Xms$HEAP -Xmx$HEAP $vector_opts ${OPENSEARCH_JAVA_OPTS:-}" \
+    OPENSEARCH_JAVA_OPTS="-Xms$HEAP -Xmx$HEAP $vector_opts $crash_opts ${OPENSEARCH_JAVA_OPTS:-}" \
     "$home/bin/opensearch" -d -p "$PID_FILE" \
     -E cluster.name=sdr-local -E node.name=sdr-local-$PORT -E discovery.type=single-node \
     -E network.host=127.0.0.1 -E http.port="$PORT" -E transport.port=$((PORT + 100)) \

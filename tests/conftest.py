@@ -45,6 +45,46 @@ def owned_node_port(env: str, default: int) -> int:
     raise RuntimeError(f"no free port pair in {default}-{default + 49} (and +100) for a test node; set {env}")
 
 
+class OwnedNode:
+    """A node of ``scripts/opensearch-node.sh`` on ``port`` with extra ``-E`` settings, which a test module
+    starts, restarts, stops and wipes itself (heap: ``SDR_TEST_NODE_HEAP``, default 512m, or ``heap``).
+    ``SDR_TEST_NODE_SCRIPT`` runs another checkout's script (and so its plugin): how a test of a fix is
+    shown to fail on the code before it."""
+
+    def __init__(self, port: int, args: str, heap: str | None = None) -> None:
+        self.port = port
+        self.args = args
+        self.heap = heap or os.environ.get("SDR_TEST_NODE_HEAP", "512m")
+        self.url = f"http://127.0.0.1:{port}"
+        self.script = os.environ.get("SDR_TEST_NODE_SCRIPT") or str(NODE_SCRIPT)
+
+    def _run(self, action: str, timeout: float = 300) -> str:
+        env = {**os.environ, "SDR_NODE_PORT": str(self.port), "SDR_NODE_ARGS": self.args, "SDR_NODE_HEAP": self.heap}
+        r = subprocess.run([self.script, action], env=env, capture_output=True, text=True, timeout=timeout)
+        if r.returncode != 0:
+            raise RuntimeError(f"opensearch-node.sh {action} (port {self.port}) failed:\n{r.stderr[-3000:]}")
+        return r.stdout.strip()
+
+    def start(self) -> None:
+        self._run("start")
+
+    def stop(self) -> None:
+        self._run("stop")
+
+    def restart(self) -> None:
+        self._run("restart")
+
+    def wipe(self) -> None:
+        self._run("wipe")
+
+    def answers(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.url, timeout=2) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+
 def _answers(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=5) as r:

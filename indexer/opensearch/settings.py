@@ -36,7 +36,8 @@ class OpenSearchSettings(BaseSettings):
     timeout: float = Field(
         60.0, gt=0,
         description="Seconds per request. Bulk writes of large documents and fetches of many candidates "
-        "need more than searches; too low fails slow requests, too high hides a hung node.",
+        "need more than searches; too low fails slow requests, too high hides a hung node. Searches carry it "
+        "to the node too (cancel_after_time_interval): the node stops a search the store no longer waits for.",
     )
     http_compress: bool = Field(
         False,

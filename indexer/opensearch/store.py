@@ -114,7 +114,15 @@ from .requests import (
     build_sdr_scores_msearch,
     build_state_index_body,
     build_vectors_search,
+    build_sentence_counts_search,
+    parse_sentence_counts,
+    candidate_hits_per_sentence,
+    check_source_limits,
+    explained_per_search,
     hit_doc_id,
+    pack_by_values,
+    parse_plugin_limits,
+    PluginLimits,
     parse_sdr_hits,
     parse_centroid_rows_hit,
     parse_mean_hit,
@@ -315,6 +323,7 @@ class OpenSearchStore(DocumentStore):
         self._state_checked = False
         self._plugin: bool | None = None  # the node has the sdr plugin (None: not asked yet)
         self._plugin_check: plugin_version.PluginCheck | None = None  # what its plugin list said
+        self._limits: PluginLimits | None = None  # the plugin's sdr.limits.* (None: not read yet)
 
     # =========================================================================================
     # client, errors, target
@@ -373,6 +382,32 @@ class OpenSearchStore(DocumentStore):
 
         return retry_call(once, backoff=self.settings.backoff(), retry_if=lambda e: _transient(e, retry_overload),
                           what=what, log=logger)
+
+    def _search_params(self) -> dict[str, str]:
+        """The query parameters of every search the store sends: ``cancel_after_time_interval`` = the store's
+        request timeout (``settings.timeout``), so that when the store stops waiting, the node stops the search
+        too (it cancels the search's task, and the plugin's loops and OpenSearch's own stop at their next check)
+        instead of finishing work nobody reads."""
+        return {"cancel_after_time_interval": f"{max(1, int(self.settings.timeout * 1000))}ms"}
+
+    def _plugin_limits(self) -> PluginLimits:
+        """The node's ``sdr.limits.*`` (``GET _cluster/settings?include_defaults=true``), read once per store (until
+        :meth:`close`); the plugin's documented defaults where the node does not list them. A cluster whose
+        settings cannot be read (a user without the cluster monitor privilege) gets the defaults, logged once."""
+        limits = self._limits
+        if limits is None:
+            from opensearchpy import exceptions as ox
+
+            def read() -> Mapping[str, Any] | None:
+                try:
+                    return self._os().cluster.get_settings(params={"include_defaults": "true", "flat_settings": "true"})
+                except ox.AuthorizationException as e:
+                    plugin_version.log_once(logger, logging.WARNING, (self.url, "limits"), "cannot read the cluster "
+                                            "settings of %s (%s): the sdr plugin's default limits are assumed", self.url, e)
+                    return None
+
+            limits = self._limits = parse_plugin_limits(self._call("reading the sdr plugin's limits", read))
+        return limits
 
     def _mget(self, what: str, body: Mapping[str, Any], *, index: str | None = None) -> list[dict[str, Any]]:
         """The ``docs`` of one ``_mget``, retried (as a 503) while an item's shard is not started."""
@@ -572,7 +607,8 @@ class OpenSearchStore(DocumentStore):
 
     def counts(self) -> dict[str, int]:
         target = self._read_target()
-        r = self._call("counting documents", lambda: self._os().search(index=target.name, body=build_counts_query()),
+        r = self._call("counting documents", lambda: self._os().search(index=target.name, body=build_counts_query(),
+                                                                    params=self._search_params()),
                        index=target.name)
         aggs = r.get("aggregations", {})
         return {
@@ -689,29 +725,63 @@ class OpenSearchStore(DocumentStore):
         return found
 
     def _plugin_vector_hits(self, target: _Target, ids: Sequence[str], what: str, chunk: int,
-                            parse: Callable[[Mapping[str, Any], int], Any], **search: Any) -> dict[str, Any]:
+                            parse: Callable[[Mapping[str, Any], int], Any], *, per_hit: int | None = None,
+                            values: Mapping[str, int] | None = None, **search: Any) -> dict[str, Any]:
         """``id -> parse(hit, dim)`` for those of the (distinct) ``ids`` that exist, through the sdr
-        plugin's ``sdr_vectors`` fetch: one ``_msearch`` of searches of ``chunk`` documents
+        plugin's ``sdr_vectors`` fetch: ``_msearch`` requests of searches of at most ``chunk`` documents
         (``search``: the options of :func:`build_vectors_search`). Hits are known by their ``doc_id``
         doc values (:func:`hit_doc_id`), so ``fields=()`` reads no stored field at all: parsing each
         hit's whole source, or even decompressing it for its ``_id``, cost more than the plugin's own
-        work on long documents."""
+        work on long documents.
+
+        Each search, and each request, returns at most ``sdr.limits.max_fetch_values`` float values (a document
+        over it alone is a search of its own): ``per_hit`` values per document (a mean vector, centroid rows), or
+        each document's sentences x dimension, from ``values`` (id -> sentences) or read first
+        (:meth:`_sentence_counts`)."""
         dim = int(target.recorded.dim)
-        asked = {str(i) for i in ids}
-        body: list[dict[str, Any]] = []
-        for part in _chunks(list(ids), chunk):
-            body += [{"index": target.name}, build_vectors_search(part, **search)]
-        r = self._call(what, lambda: self._os().msearch(body=body), index=target.name)
+        ids = list(ids)
+        asked = set(ids)
+        if per_hit is not None:
+            weights = {i: per_hit for i in ids}
+        else:
+            sentences = values if values is not None else self._sentence_counts(target, ids, what)
+            weights = {i: int(sentences.get(i, 0)) * dim for i in ids}
+        limit = self._plugin_limits().max_fetch_values
         found: dict[str, Any] = {}
-        for item in r["responses"]:
-            if "error" in item:
-                raise error_from_response(item.get("status", 500), item, what=what, index=target.name)
-            for hit in item["hits"]["hits"]:
-                doc_id = hit_doc_id(hit)
-                if doc_id not in asked:
-                    raise StoreError(f"{what}: the node returned a hit without a doc_id asked for ({doc_id!r})")
-                found[doc_id] = parse(hit, dim)
+        requests: list[list[list[str]]] = []
+        total = limit + 1
+        for part in pack_by_values(ids, weights, limit, chunk):
+            size = sum(weights[i] for i in part)
+            if total + size > limit:  # a request of its own: its searches together stay within the limit too
+                requests.append([])
+                total = 0
+            requests[-1].append(part)
+            total += size
+        for parts in requests:
+            body: list[dict[str, Any]] = []
+            for part in parts:
+                body += [{"index": target.name}, build_vectors_search(part, **search)]
+            r = self._call(what, lambda body=body: self._os().msearch(body=body, params=self._search_params()),
+                           index=target.name)
+            for item in r["responses"]:
+                if "error" in item:
+                    raise error_from_response(item.get("status", 500), item, what=what, index=target.name)
+                for hit in item["hits"]["hits"]:
+                    doc_id = hit_doc_id(hit)
+                    if doc_id not in asked:
+                        raise StoreError(f"{what}: the node returned a hit without a doc_id asked for ({doc_id!r})")
+                    found[doc_id] = parse(hit, dim)
         return found
+
+    def _sentence_counts(self, target: _Target, ids: Sequence[str], what: str) -> dict[str, int]:
+        """``id -> n_sentences`` (the documents' recorded sentence counts, from doc values) of those ``ids`` that
+        exist: what their vectors weigh in a fetch, read before it."""
+        counts: dict[str, int] = {}
+        for part in _chunks(list(ids), MAX_KNN_K):
+            body = build_sentence_counts_search(part)
+            counts.update(parse_sentence_counts(self._call(what, lambda body=body: self._os().search(
+                index=target.name, body=body, params=self._search_params()), index=target.name)))
+        return counts
 
     def _unreadable(self, target: _Target) -> StoreError:
         return StoreError(
@@ -819,8 +889,9 @@ class OpenSearchStore(DocumentStore):
                 body = build_scan_query(size=size, source=source, search_after=after, pit_id=pit_id,
                                         keep_alive=self.settings.pit_keep_alive, query=query, ext=ext)
                 try:
-                    r = self._call("scanning documents", lambda body=body, pit_id=pit_id: self._os().search(body=body)
-                                   if pit_id else self._os().search(index=target.name, body=body), index=target.name)
+                    r = self._call("scanning documents", lambda body=body, pit_id=pit_id: self._os().search(
+                        body=body, params=self._search_params()) if pit_id else self._os().search(
+                        index=target.name, body=body, params=self._search_params()), index=target.name)
                 except StoreError as e:
                     if not pit_id or not _pit_lost(e):
                         raise
@@ -945,7 +1016,7 @@ class OpenSearchStore(DocumentStore):
                                          batch_size=self.settings.msearch_batch, ef_search=self.settings.hnsw_ef_search,
                                          filter=restriction):
             def search(body: list[dict[str, Any]] = body) -> tuple[list[list[str]], list[np.ndarray]]:
-                r = self._os().msearch(body=body)
+                r = self._os().msearch(body=body, params=self._search_params())
                 return parse_knn_responses(r["responses"], k=k, index=target.name, space_type=target.space_type)
 
             batch_ids, batch_scores = self._call("a nested k-NN search", search, index=target.name)
@@ -994,12 +1065,23 @@ class OpenSearchStore(DocumentStore):
         q = self._source_rows(target, source.vectors)
         if restriction == MATCH_NONE or size == 0:
             return [], np.zeros(0, dtype=np.float64)
+        search, ef_search = self.settings.candidate_search, self.settings.hnsw_ef_search
+        # the plugin takes k x oversample <= 10,000 sentence hits per source sentence
+        oversample = max(1, min(self.settings.candidate_oversample, MAX_KNN_K // k))
+        limits = self._plugin_limits()
+        check_source_limits(limits, q.shape[0], q.shape[1])
+        per_sentence = candidate_hits_per_sentence(k, max(ef_search, k), search, oversample)
+        if q.shape[0] * per_sentence > limits.max_candidate_hits:
+            raise InvalidInputError(
+                f"the candidate stage of a source of {q.shape[0]} sentences with k={k} would collect {q.shape[0]} x "
+                f"{per_sentence} = {q.shape[0] * per_sentence} hits, more than the {limits.max_candidate_hits} the node's "
+                "sdr plugin collects in one request (sdr.limits.max_candidate_hits): ask for fewer candidates")
         body = build_sdr_candidates_query(
-            q, np.diff(source.par_offsets), k=k, size=size, ef_search=self.settings.hnsw_ef_search,
+            q, np.diff(source.par_offsets), k=k, size=size, ef_search=ef_search,
             aggregation=aggregation, mu=None if stats is None else stats.mu, sigma=None if stats is None else stats.sigma,
-            exclude_ids=[str(i) for i in exclude_ids], filter=restriction, search=self.settings.candidate_search,
-            oversample=self.settings.candidate_oversample)
-        r = self._call("an sdr candidate search", lambda: self._os().search(index=target.name, body=body),
+            exclude_ids=[str(i) for i in exclude_ids], filter=restriction, search=search, oversample=oversample)
+        r = self._call("an sdr candidate search", lambda: self._os().search(index=target.name, body=body,
+                                                                             params=self._search_params()),
                        index=target.name)
         ids, scores, _ = parse_sdr_hits(r, index=target.name, what="an sdr candidate search")
         order = sorted(range(len(ids)), key=lambda i: (-scores[i], ids[i]))  # ties by id, as top_of
@@ -1011,8 +1093,13 @@ class OpenSearchStore(DocumentStore):
     ) -> SdrScores:
         """Exact SDR on the node (the sdr plugin's rescorer): one ``_msearch`` with one search per
         source over the documents ``ids`` (:meth:`DocumentStore.sdr_scores`). ``capabilities.exact_sdr``.
+        Within the node's limits (:meth:`_plugin_limits`): the ids are paged, at most 10,000 per search (the
+        rescore window) and, with ``explain``, as many as one search may explain (``sdr.limits.max_explain_pairs``
+        over the first source's sentences); ``explain_top`` is narrowed to that many (the engine asks for the
+        breakdowns it still lacks with ``explain``); a source over the source limits is an
+        :class:`InvalidInputError` naming the limit. The results are the same whatever the pages.
         ``explain_top`` comes back from an index of one shard (the plugin keeps the breakdowns for a
-        fetch phase run in the same pass); once a search shows several shards the store stops asking
+        fetch phase run in the same pass) and one page; once a search shows several shards the store stops asking
         for it, and the hits come back unexplained (the engine then asks with ``explain``).
         A document without any sentence vector in the index raises :class:`StoreError` naming it, as
         :meth:`fetch` does (so the engine fails the same way through either path)."""
@@ -1021,34 +1108,41 @@ class OpenSearchStore(DocumentStore):
             raise InvalidInputError("sdr_scores needs at least one source")
         if explain_top < 0:
             raise InvalidInputError(f"explain_top must be >= 0, got {explain_top}")
-        if len(unique) > MAX_KNN_K:
-            raise InvalidInputError(f"at most {MAX_KNN_K} documents per sdr_scores call (the rescore window), got "
-                                    f"{len(unique)}")
         target = self._plugin_target("sdr_scores")
+        limits = self._plugin_limits()
         rows = []
         for vectors, stats in sources:
             q = self._source_rows(target, vectors.vectors)
             if len(stats) != vectors.n_paragraphs:
                 raise InvalidInputError(f"statistics for {len(stats)} paragraphs, the source has {vectors.n_paragraphs}")
+            check_source_limits(limits, q.shape[0], q.shape[1])
             rows.append((q, np.diff(vectors.par_offsets), stats.mu, stats.sigma))
         if not unique:
             return SdrScores([], np.zeros((len(sources), 0), dtype=np.float64), [])
-        if target.name in self._many_shards:
-            explain_top = 0  # the plugin keeps a breakdown for the fetch phase only in a one-shard search
+        # The pages: a rescore window holds at most MAX_KNN_K documents (index.max_rescore_window), and a search
+        # that explains every hit at most explained_per_search of them (sdr.limits.max_explain_pairs).
+        per_search = explained_per_search(limits, rows[0][0].shape[0])
+        pages = list(_chunks(unique, min(MAX_KNN_K, per_search) if explain else MAX_KNN_K))
+        if target.name in self._many_shards or len(pages) > 1:
+            explain_top = 0  # one-shard searches only; and the best of a window can be told in one window only
+        # narrowed to what one search may explain: the caller asks for the breakdowns it still lacks (explain=True)
+        explain_top = min(explain_top, per_search)
         explained_any = explain or explain_top > 0
-        body = build_sdr_scores_msearch(target.name, rows, unique, explain=explain, explain_top=explain_top)
-        r = self._call("an exact SDR search", lambda: self._os().msearch(body=body), index=target.name)
-        if explain_top and any(int(item.get("_shards", {}).get("total", 1)) > 1 for item in r["responses"]):
-            self._many_shards.add(target.name)
         scores = np.full((len(sources), len(unique)), np.nan, dtype=np.float64)
         column = {d: c for c, d in enumerate(unique)}
         explanations: list[Mapping[str, Any] | None] = [None] * len(unique) if explained_any else []
-        for row, item in enumerate(r["responses"]):
-            got, values, explained = parse_sdr_hits(item, index=target.name, what="an exact SDR search")
-            for doc_id, value, why in zip(got, values, explained):
-                scores[row, column[doc_id]] = value
-                if explained_any and row == 0:
-                    explanations[column[doc_id]] = why
+        for page in pages:
+            body = build_sdr_scores_msearch(target.name, rows, page, explain=explain, explain_top=explain_top)
+            r = self._call("an exact SDR search", lambda body=body: self._os().msearch(body=body, params=self._search_params()),
+                           index=target.name)
+            if explain_top and any(int(item.get("_shards", {}).get("total", 1)) > 1 for item in r["responses"]):
+                self._many_shards.add(target.name)
+            for row, item in enumerate(r["responses"]):
+                got, values, explained = parse_sdr_hits(item, index=target.name, what="an exact SDR search")
+                for doc_id, value, why in zip(got, values, explained):
+                    scores[row, column[doc_id]] = value
+                    if explained_any and row == 0:
+                        explanations[column[doc_id]] = why
         missing = [d for d, c in column.items() if np.isnan(scores[0, c])]
         if missing:
             raise DocumentNotFoundError(missing[0])
@@ -1068,8 +1162,9 @@ class OpenSearchStore(DocumentStore):
         if not ids:
             return np.zeros((cs.shape[0], 0), dtype=np.float32)
         n = cs.shape[0]
+        check_source_limits(self._plugin_limits(), n, cs.shape[1], "the source's paragraph centroids")
         found = self._plugin_vector_hits(target, list(dict.fromkeys(ids)), "computing centroid rows", _VECTOR_CHUNK,
-                                         lambda hit, dim: parse_centroid_rows_hit(hit, n), fields=(), centroids=cs)
+                                         lambda hit, dim: parse_centroid_rows_hit(hit, n), per_hit=n, fields=(), centroids=cs)
         for doc_id in ids:
             if doc_id not in found:
                 raise DocumentNotFoundError(doc_id)
@@ -1087,7 +1182,7 @@ class OpenSearchStore(DocumentStore):
         if not ids:
             return CandidateFeatures(np.zeros(0, dtype=np.int64), np.zeros((0, dim), dtype=np.float32))
         found = self._plugin_vector_hits(target, list(dict.fromkeys(ids)), "reading mean vectors", _MGET_CHUNK,
-                                         parse_mean_hit, fields=(), mean=True)
+                                         parse_mean_hit, per_hit=dim, fields=(), mean=True)
         for doc_id in ids:
             if doc_id not in found:
                 raise DocumentNotFoundError(doc_id)
@@ -1129,7 +1224,8 @@ class OpenSearchStore(DocumentStore):
         scored_bodies = [make(len(c), list(c), ()) for c in chunks]
         if top is None and not scored_bodies:
             return LexicalHits([], np.zeros(0, dtype=np.float32), {})
-        r = self._call("a lexical search", lambda: self._os().msearch(body=build_lexical_msearch(target.name, top, scored_bodies)),
+        r = self._call("a lexical search", lambda: self._os().msearch(
+            body=build_lexical_msearch(target.name, top, scored_bodies), params=self._search_params()),
                        index=target.name)
         responses = list(r["responses"])
         # OpenSearch 2.x's BM25 (LegacyBM25Similarity) keeps the (k1 + 1) factor that bm25s (the embedded
@@ -1196,9 +1292,21 @@ class OpenSearchStore(DocumentStore):
         if target.vectors == VECTORS_B64:
             hits = self._scan(target, ["doc_id", "par_sizes", "vectors_b64"], self.settings.scan_page_size)
             read = lambda hit: self._doc_vectors(hit["_source"], dim)  # noqa: E731
-        elif self.has_plugin():
-            hits = self._scan(target, ["doc_id", "par_sizes"], self.settings.scan_page_size, ext={"sdr_vectors": {}})
-            read = lambda hit: parse_vector_hit(hit, dim)  # noqa: E731
+        elif self.has_plugin():  # a page of ids and sentence counts, then their vectors within the fetch limit
+            page_size = self.settings.scan_page_size
+            scanned = self._scan(target, ["doc_id", "n_sentences"], page_size)
+            for page in iter(lambda: list(itertools.islice(scanned, page_size)), []):
+                page_ids = [str(h["_source"]["doc_id"]) for h in page]
+                sentences = {str(h["_source"]["doc_id"]): int(h["_source"].get("n_sentences") or 0) for h in page}
+                found = self._plugin_vector_hits(target, page_ids, "reading all vectors", _VECTOR_CHUNK,
+                                                 parse_vector_hit, values=sentences)
+                for doc_id in page_ids:
+                    if doc_id in found:  # one deleted since the page was read is gone
+                        ids.append(doc_id)
+                        docs.append(found[doc_id])
+            if not ids:
+                raise StoreError(f"OpenSearch index {target.name!r} has no documents")
+            return CorpusVectors.from_docs(ids, docs)
         else:
             if not target.derived_source:
                 raise self._unreadable(target)
@@ -1410,6 +1518,7 @@ class OpenSearchStore(DocumentStore):
             self._metadata_fields = None
             self._plugin = None
             self._plugin_check = None
+            self._limits = None
 
     def __repr__(self) -> str:
         return f"OpenSearchStore({self.url!r}, index={self.index!r})"

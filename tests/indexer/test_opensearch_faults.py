@@ -28,12 +28,9 @@ never stopped here. No mocks, no skips.
 from __future__ import annotations
 
 import logging
-import os
-import subprocess
 import tempfile
 import threading
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 
@@ -46,7 +43,7 @@ from sdr_search.indexer.embedded import EmbeddedStore
 from sdr_search.indexer.opensearch import OpenSearchSettings, OpenSearchStore
 from sdr_search.indexer.opensearch.requests import build_bulk_actions, build_terms_query, bulk_lines
 from sdr_search.indexer.store import IndexMeta
-from conftest import owned_node_port
+from conftest import OwnedNode, owned_node_port
 from sdr_search.core.documents import Document, parse_record
 from sdr_search.core.errors import BackendUnavailableError, BulkWriteError, DocumentNotFoundError, StoreError
 from sdr_search.core.lexical import analyze, query_terms
@@ -54,8 +51,6 @@ from sdr_search.core.vectors import DocVectors
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
-NODE_SCRIPT = REPO / "scripts" / "opensearch-node.sh"
 FAULT_NODE_PORT = owned_node_port("SDR_TEST_FAULT_NODE_PORT", 9270)
 MAX_CONTENT = 2 * 1024 * 1024  # the node's http.max_content_length ("2mb" = 2 MiB)
 FAULT_NODE_ARGS = "-E thread_pool.write.queue_size=1 -E http.max_content_length=2mb"
@@ -64,45 +59,6 @@ BIG_DIM = 384  # (c): about 10 kB of _bulk action per sentence (JSON floats plus
 BIG_META = IndexMeta("model-b", "tag-b", BIG_DIM, {"paragraph_unit": "paragraph"}, {"numpy": np.__version__})
 STORE_LOGGER = "sdr_search.indexer.opensearch.store"
 BULK_LOGGER = "sdr_search.indexer.opensearch.bulk"
-
-
-# =============================================================================================
-# the owned node
-# =============================================================================================
-class OwnedNode:
-    """A node of ``scripts/opensearch-node.sh`` on ``port`` with extra ``-E`` settings."""
-
-    def __init__(self, port: int, args: str) -> None:
-        self.port = port
-        self.args = args
-        self.url = f"http://127.0.0.1:{port}"
-
-    def _run(self, action: str, timeout: float = 300) -> str:
-        env = {**os.environ, "SDR_NODE_PORT": str(self.port), "SDR_NODE_ARGS": self.args,
-               "SDR_NODE_HEAP": os.environ.get("SDR_TEST_NODE_HEAP", "512m")}
-        r = subprocess.run([str(NODE_SCRIPT), action], env=env, capture_output=True, text=True, timeout=timeout)
-        if r.returncode != 0:
-            raise RuntimeError(f"opensearch-node.sh {action} (port {self.port}) failed:\n{r.stderr[-3000:]}")
-        return r.stdout.strip()
-
-    def start(self) -> None:
-        self._run("start")
-
-    def stop(self) -> None:
-        self._run("stop")
-
-    def restart(self) -> None:
-        self._run("restart")
-
-    def wipe(self) -> None:
-        self._run("wipe")
-
-    def answers(self) -> bool:
-        try:
-            with urllib.request.urlopen(self.url, timeout=2) as r:
-                return r.status == 200
-        except OSError:
-            return False
 
 
 @pytest.fixture(scope="module")

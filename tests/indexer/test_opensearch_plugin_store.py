@@ -278,3 +278,73 @@ def test_centroid_rows_from_the_node_equal_the_pre_rank(filled):
         store.centroid_rows(np.ones((2, 5), dtype=np.float32), ids)
     with pytest.raises(InvalidInputError, match="finite"):
         store.centroid_rows(np.full((1, DIM), np.nan, dtype=np.float32), ids)
+
+
+def test_the_store_keeps_within_the_nodes_limits_and_answers_the_same(filled, plugin_url):
+    """Issue 41: the store learns the node's ``sdr.limits.*`` (cluster settings, once per store) and never sends a
+    request over them: set tight on the node (the plugin refuses any request over them with a 400, so an answer
+    proves the store stayed within), every plugin call answers as with the defaults, in more requests: exact
+    scores with explanations paged, ``explain_top`` narrowed to what one search may explain (the engine asks for
+    the rest), vector, mean and centroid-row fetches packed by their float values; a source or a candidate stage
+    over a limit that cannot be paged is refused by name before anything is sent."""
+    from sdr_search.core.scoring import paragraph_centroids
+
+    store, vectors = filled
+    rng = np.random.default_rng(21)
+    one = DocVectors(unit(rng, 5), np.array([0, 3, 5]))
+    s1 = NormStats(np.array([0.1, 0.2]), np.array([0.3, 0.25]))
+    ids = sorted(vectors)[:30]
+    want = store.sdr_scores([(one, s1)], ids, explain=True)
+    want_top = store.sdr_scores([(one, s1)], ids, explain_top=12)
+    want_fetch = store.fetch(ids)
+    want_all = store.all_vectors()
+    want_rows = store.centroid_rows(paragraph_centroids(one), ids)
+    want_features = store.candidate_features(ids)
+    client = OpenSearch([plugin_url], timeout=60)
+    tight = {"sdr.limits.max_explain_pairs": 10, "sdr.limits.max_fetch_values": 400, "sdr.limits.max_candidate_hits": 400}
+    try:
+        client.cluster.put_settings(body={"transient": tight})
+        limited = OpenSearchStore(plugin_url, index=store.index)
+        sent: list[int] = []
+        real = limited._os().msearch
+
+        def counting(*args, **kw):
+            sent.append(len(kw.get("body") or args[0]) // 2)
+            return real(*args, **kw)
+
+        limited._os().msearch = counting
+        try:
+            got = limited.sdr_scores([(one, s1)], ids, explain=True)
+            assert len(sent) == 15  # two hits of 5 source sentences per search
+            np.testing.assert_array_equal(got.scores, want.scores)
+            assert got.explanations == want.explanations
+            top = limited.sdr_scores([(one, s1)], ids, explain_top=12)
+            np.testing.assert_array_equal(top.scores, want_top.scores)
+            best = [ids[c] for c in np.argsort(-top.scores[0], kind="stable")[:2]]  # narrowed to 2
+            assert {i for i, why in zip(top.ids, top.explanations) if why is not None} == set(best)
+            assert all(top.explanations[ids.index(i)] == want.explanations[ids.index(i)] for i in best)
+            sent.clear()
+            fetched = limited.fetch(ids)
+            assert len(sent) > 1  # documents of up to 24 x 16 values: one or two per search
+            for k in range(len(ids)):
+                np.testing.assert_array_equal(fetched.doc(k).vectors, want_fetch.doc(k).vectors)
+            every = limited.all_vectors()
+            assert every.ids == want_all.ids
+            np.testing.assert_array_equal(every.vectors, want_all.vectors)
+            np.testing.assert_array_equal(limited.centroid_rows(paragraph_centroids(one), ids), want_rows)
+            features = limited.candidate_features(ids)
+            np.testing.assert_array_equal(features.mean_vectors, want_features.mean_vectors)
+            with pytest.raises(InvalidInputError, match=r"5 x 100 = 500 hits, more than the 400 .*max_candidate_hits"):
+                limited.sdr_candidates(one, 10, 10)
+        finally:
+            limited.close()
+        client.cluster.put_settings(body={"transient": {"sdr.limits.max_source_sentences": 4}})
+        small = OpenSearchStore(plugin_url, index=store.index)
+        try:
+            with pytest.raises(InvalidInputError, match=r"5 sentences, more than the 4 .*sdr.limits.max_source_sentences"):
+                small.sdr_scores([(one, s1)], ids)
+        finally:
+            small.close()
+    finally:
+        client.cluster.put_settings(body={"transient": {k: None for k in [*tight, "sdr.limits.max_source_sentences"]}})
+        client.close()

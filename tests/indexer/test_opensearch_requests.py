@@ -798,11 +798,13 @@ class _RecordingClient:
     def __init__(self, responses):
         self.responses = responses
         self.bodies = []
+        self.params = []
         meta = {"sdr": {"format_version": FORMAT_VERSION, "index_meta": META.to_dict(), "bm25_k1": 0.0}}
         self.indices = type("I", (), {"get_mapping": lambda _self, index: {"idx-1": {"mappings": {"_meta": meta}}}})()
 
-    def msearch(self, body):
+    def msearch(self, body, params=None):
         self.bodies.append(body)
+        self.params.append(params)
         return {"responses": self.responses}
 
 
@@ -817,6 +819,8 @@ def test_store_lexical_search_sends_one_msearch_and_reads_scores():
     assert got.scored == {"v1": 3.5, "v2": 0.0, "b": 0.0}  # ids the filtered search did not return score 0
     assert got.score_of("c") == 4.0 and got.score_of("v1") == 3.5 and got.score_of("zz") == 0.0
     (body,) = client.bodies
+    # the node stops the search when the store stops waiting (its timeout, 60 s by default)
+    assert client.params == [{"cancel_after_time_interval": "60000ms"}]
     assert [h for h in body[::2]] == [{"index": "idx-1", "search_type": "dfs_query_then_fetch"}] * 2
     top, scored = body[1], body[3]
     should = top["query"]["bool"]["must"][0]["bool"]["should"]
@@ -1016,3 +1020,50 @@ def test_centroid_rows_search_and_hit():
     with pytest.raises(StoreError, match="missing"):
         parse_centroid_rows_hit({"_source": {"doc_id": "a"}, "fields": {"_sdr_vectors": [
             {"sentences": 0, "paragraphs": 0, "centroid_rows": None}]}}, 2)
+
+
+# -- the sdr plugin's limits (issue 41) ------------------------------------------------------------
+def test_plugin_limits_are_read_from_the_cluster_settings():
+    from sdr_search.indexer.opensearch.requests import PluginLimits, parse_plugin_limits
+
+    assert parse_plugin_limits(None) == PluginLimits()
+    assert parse_plugin_limits({"defaults": {"sdr.threads": "-1"}}) == PluginLimits()  # an older plugin: the defaults
+    got = parse_plugin_limits({
+        "defaults": {"sdr.limits.max_source_sentences": "20000", "sdr.limits.max_explain_pairs": "1000000",
+                     "sdr.limits.max_fetch_values": "10000000", "sdr.limits.unknown": "3"},
+        "persistent": {"sdr.limits.max_explain_pairs": "5000", "sdr.limits.max_fetch_values": "bad"},
+        "transient": {"sdr.limits.max_explain_pairs": "700", "sdr.limits.max_candidate_hits": "99"},
+    })
+    assert got == PluginLimits(max_explain_pairs=700, max_candidate_hits=99)
+
+
+def test_what_one_plugin_request_may_hold():
+    from sdr_search.indexer.opensearch.requests import (PluginLimits, candidate_hits_per_sentence, check_source_limits,
+                                                        explained_per_search, pack_by_values)
+
+    limits = PluginLimits(max_source_sentences=10, max_source_values=40, max_explain_pairs=100)
+    check_source_limits(limits, 10, 4)
+    with pytest.raises(InvalidInputError, match=r"11 sentences, more than the 10 .*sdr.limits.max_source_sentences"):
+        check_source_limits(limits, 11, 1)
+    with pytest.raises(InvalidInputError, match=r"5 x 9 = 45 values, more than the 40 .*sdr.limits.max_source_values"):
+        check_source_limits(limits, 5, 9)
+    assert explained_per_search(limits, 30) == 3 and explained_per_search(limits, 101) == 1
+    assert candidate_hits_per_sentence(30, 100, "documents", 4) == 100
+    assert candidate_hits_per_sentence(300, 100, "documents", 4) == 300
+    assert candidate_hits_per_sentence(30, 100, "sentences", 4) == 120
+    ids = ["a", "b", "c", "d", "e"]
+    weights = {"a": 3, "b": 3, "c": 10, "d": 1, "e": 1}
+    assert list(pack_by_values(ids, weights, 6, 10)) == [["a", "b"], ["c"], ["d", "e"]]  # c alone, over the limit
+    assert list(pack_by_values(ids, weights, 100, 2)) == [["a", "b"], ["c", "d"], ["e"]]
+    assert list(pack_by_values([], weights, 6, 10)) == []
+
+
+def test_sentence_counts_search():
+    from sdr_search.indexer.opensearch.requests import build_sentence_counts_search, parse_sentence_counts
+
+    body = build_sentence_counts_search(["a", "b", "a"])
+    assert body["size"] == 2 and body["_source"] is False and body["docvalue_fields"] == ["doc_id", "n_sentences"]
+    assert body["query"] == {"ids": {"values": [document_os_id("a"), document_os_id("b")]}}
+    r = {"hits": {"hits": [{"_id": "x", "fields": {"doc_id": ["a"], "n_sentences": [7]}},
+                           {"_id": "y", "fields": {"doc_id": ["b"]}}]}}
+    assert parse_sentence_counts(r) == {"a": 7, "b": 0}

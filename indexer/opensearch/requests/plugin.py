@@ -5,11 +5,13 @@ Pure functions: see :mod:`sdr_search.indexer.opensearch.requests`."""
 from __future__ import annotations
 
 import copy
-from typing import Any, Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from sdr_search.core.errors import (
+    InvalidInputError,
     StoreError,
 )
 from sdr_search.core.vectors import DocVectors
@@ -22,6 +24,81 @@ from .writes import error_from_response
 
 # the sdr plugin: candidates, exact SDR, vectors (opensearch-plugin/README.md)
 # =============================================================================================
+@dataclass(frozen=True)
+class PluginLimits:
+    """The node's bounds on one plugin request (the cluster settings ``sdr.limits.*``, opensearch-plugin/README.md,
+    "Limits"); the defaults are the plugin's. The store keeps every request within them, so the node never has to
+    refuse one of its requests: it pages what can be paged and refuses, naming the limit, what cannot."""
+
+    max_source_sentences: int = 20_000
+    """Rows of a source (its sentences, or its paragraph centroids)."""
+    max_source_values: int = 10_000_000
+    """Float values of a source (rows x dimension)."""
+    max_explain_pairs: int = 1_000_000
+    """Explained hits x source sentences in one search."""
+    max_fetch_values: int = 10_000_000
+    """Float values one ``sdr_vectors`` fetch returns (a single hit alone is always allowed)."""
+    max_candidate_hits: int = 10_000_000
+    """Source sentences x hits per sentence of one ``sdr_candidates``."""
+
+
+LIMITS_PREFIX = "sdr.limits."
+
+
+def parse_plugin_limits(settings: Mapping[str, Any] | None) -> PluginLimits:
+    """The limits in a ``GET _cluster/settings?include_defaults=true&flat_settings=true`` answer (transient over
+    persistent over the node's defaults; a limit the node does not list keeps the plugin's default)."""
+    values: dict[str, int] = {}
+    for scope in ("defaults", "persistent", "transient"):
+        for key, value in ((settings or {}).get(scope) or {}).items():
+            name = key[len(LIMITS_PREFIX):] if key.startswith(LIMITS_PREFIX) else None
+            if name in {f.name for f in fields(PluginLimits)}:
+                try:
+                    values[name] = int(value)
+                except (TypeError, ValueError):
+                    continue
+    return PluginLimits(**values)
+
+
+def check_source_limits(limits: PluginLimits, rows: int, dim: int, what: str = "the source") -> None:
+    """:class:`InvalidInputError` naming the limit when a source of ``rows`` x ``dim`` is more than one plugin request
+    may send (it cannot be split: every row is scored against every candidate)."""
+    if rows > limits.max_source_sentences:
+        raise InvalidInputError(f"{what} has {rows} sentences, more than the {limits.max_source_sentences} the node's sdr "
+                                f"plugin takes in one request (sdr.limits.max_source_sentences)")
+    if rows * dim > limits.max_source_values:
+        raise InvalidInputError(f"{what} has {rows} x {dim} = {rows * dim} values, more than the {limits.max_source_values} "
+                                "the node's sdr plugin takes in one request (sdr.limits.max_source_values)")
+
+
+def candidate_hits_per_sentence(k: int, ef_search: int, search: str, oversample: int) -> int:
+    """Hits the plugin's candidate stage collects per source sentence (the bound ``sdr.limits.max_candidate_hits``
+    counts): ``max(k, ef_search)`` documents, or ``max(k x oversample, ef_search)`` sentences."""
+    return max(k * oversample, ef_search) if search == "sentences" else max(k, ef_search)
+
+
+def explained_per_search(limits: PluginLimits, sentences: int) -> int:
+    """How many hits one search may explain for a source of ``sentences`` (``sdr.limits.max_explain_pairs``), 1 at
+    least (one hit's breakdown of a source within the source limits always fits)."""
+    return max(1, limits.max_explain_pairs // max(1, sentences))
+
+
+def pack_by_values(ids: Sequence[str], values: Mapping[str, int], max_values: int, max_ids: int) -> Iterator[list[str]]:
+    """Consecutive runs of ``ids``, each of at most ``max_ids`` ids whose ``values`` add up to at most
+    ``max_values`` (an id over it alone is a run of its own)."""
+    run: list[str] = []
+    total = 0
+    for i in ids:
+        v = int(values.get(i, 0))
+        if run and (len(run) >= max_ids or total + v > max_values):
+            yield run
+            run, total = [], 0
+        run.append(i)
+        total += v
+    if run:
+        yield run
+
+
 def _source_clause(vectors: np.ndarray, par_sizes: Sequence[int], mu: Sequence[float] | None,
                    sigma: Sequence[float] | None) -> dict[str, Any]:
     """The source part shared by ``sdr_candidates`` and the ``sdr`` rescorer: base64 float32 rows,
@@ -126,6 +203,20 @@ def build_vectors_search(ids: Sequence[str], *, fields: Sequence[str] = ("doc_id
     return {"size": len(unique), **hits, "track_total_hits": False,
             "query": {"ids": {"values": [document_os_id(i) for i in unique]}},
             "ext": {"sdr_vectors": ext}}
+
+
+def build_sentence_counts_search(ids: Sequence[str]) -> dict[str, Any]:
+    """A search for the documents ``ids`` (by ``_id``) that returns each one's ``doc_id`` and recorded sentence
+    count (``n_sentences``) from doc values, nothing else: what their vectors weigh in a fetch."""
+    unique = list(dict.fromkeys(str(i) for i in ids))
+    return {"size": len(unique), "_source": False, "stored_fields": "_none_", "track_total_hits": False,
+            "docvalue_fields": ["doc_id", "n_sentences"], "query": {"ids": {"values": [document_os_id(i) for i in unique]}}}
+
+
+def parse_sentence_counts(response: Mapping[str, Any]) -> dict[str, int]:
+    """``doc_id -> n_sentences`` of a :func:`build_sentence_counts_search` answer."""
+    return {str(hit_doc_id(h)): int((h.get("fields", {}).get("n_sentences") or [0])[0])
+            for h in response.get("hits", {}).get("hits", [])}
 
 
 def parse_centroid_rows_hit(hit: Mapping[str, Any], n: int) -> np.ndarray:

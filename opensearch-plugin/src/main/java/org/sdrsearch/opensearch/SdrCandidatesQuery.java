@@ -22,18 +22,21 @@ import org.apache.lucene.search.join.BitSetProducer;
 import org.apache.lucene.search.join.DiversifyingChildrenFloatKnnVectorQuery;
 import org.apache.lucene.util.BitSet;
 import org.apache.lucene.util.FixedBitSet;
+import org.opensearch.search.query.QueryPhase;
 
 import java.io.IOException;
 import java.util.List;
 import java.util.Objects;
+import java.util.concurrent.atomic.AtomicBoolean;
 
 /**
  * The candidate stage of SDR on one shard, as one query: for every source sentence a nested k-NN
  * search ({@link DiversifyingChildrenFloatKnnVectorQuery}: the top documents by their best sentence, as
  * the k-NN plugin's nested {@code knn} query on a Lucene-engine field runs it, with
  * {@code max(k, ef_search)} as Lucene's k), then the hits of all sentences aggregated per document
- * ({@link CandidateAggregator}). It rewrites to the documents seen, scored by the aggregate
- * ({@link DocScoresQuery}), so the search's {@code size} takes the top and a {@code rescore} can score
+ * ({@link CandidateAggregator}). Its weight is that of the documents seen, scored by the aggregate
+ * ({@link DocScoresQuery}), computed when the query phase builds it (so that a cancelled or timed-out search
+ * stops it: {@link ShardGuard}), so the search's {@code size} takes the top and a {@code rescore} can score
  * them exactly in the same request.
  *
  * <p>The probes run on this thread and the plugin's pool ({@link SdrThreads}); the aggregation adds
@@ -83,10 +86,8 @@ final class SdrCandidatesQuery extends Query {
         this.oversample = oversample;
     }
 
-    @Override
-    public Query rewrite(IndexSearcher searcher) throws IOException {
-        IndexReader reader = searcher.getIndexReader();
-        VectorSimilarityFunction similarity = null;
+    /** The similarity of the field's vectors in {@code reader}, or null when no segment has one (refuses another dimension). */
+    private VectorSimilarityFunction similarity(IndexReader reader) {
         for (LeafReaderContext leaf : reader.leaves()) {
             FieldInfo info = leaf.reader().getFieldInfos().fieldInfo(field);
             if (info != null && info.getVectorDimension() > 0) {
@@ -94,19 +95,70 @@ final class SdrCandidatesQuery extends Query {
                     throw new IllegalArgumentException("[" + SdrCandidatesQueryBuilder.NAME + "] the source vectors have "
                         + source.dim() + " dimensions but field [" + field + "] has " + info.getVectorDimension());
                 }
-                similarity = info.getVectorSimilarityFunction();
-                break;
+                return info.getVectorSimilarityFunction();
             }
         }
-        if (similarity == null) {
+        return null;
+    }
+
+    @Override
+    public Query rewrite(IndexSearcher searcher) throws IOException {
+        if (similarity(searcher.getIndexReader()) == null) {
             return new MatchNoDocsQuery("no vector of [" + field + "] in this shard");
+        }
+        return this;  // the work runs when the query phase builds the weight (createWeight), where it can be cancelled
+    }
+
+    /**
+     * The candidates of this shard, computed once (the query phase, an explanation, ... ask for the same weight):
+     * OpenSearch's query phase builds the weight inside its search, after its time-out and cancellation are set
+     * up ({@link ShardGuard}), so the probes stop when the search is cancelled, and at its time-out the shard
+     * answers no candidate and {@code timed_out: true}.
+     */
+    @Override
+    public Weight createWeight(IndexSearcher searcher, ScoreMode scoreMode, float boost) throws IOException {
+        return scores(searcher).createWeight(searcher, scoreMode, boost);
+    }
+
+    private DocScoresQuery computed;
+
+    private synchronized DocScoresQuery scores(IndexSearcher searcher) throws IOException {
+        IndexReader reader = searcher.getIndexReader();
+        Object key = reader.getContext().id();
+        if (computed == null || computed.readerKey() != key) {
+            computed = compute(reader, ShardGuard.of(searcher));
+        }
+        return computed;
+    }
+
+    /** Bytes one candidate hit of a probe holds until the aggregation (its document and its cosine). */
+    static final long BYTES_PER_HIT = 8;
+    /** Bytes the aggregator holds per document seen (its slot in the map, sums; more per paragraph for sdr-bound). */
+    static final long BYTES_PER_DOCUMENT = 64;
+
+    private DocScoresQuery compute(IndexReader reader, ShardGuard guard) throws IOException {
+        VectorSimilarityFunction similarity = similarity(reader);
+        if (similarity == null) {
+            return new DocScoresQuery(DocScores.of(new int[0], new double[0], 0), reader.getContext().id(),
+                "sdr_candidates: no vector of [" + field + "] in this shard");
         }
         IndexSearcher probe = new IndexSearcher(reader);
         probe.setQueryCache(null);
-        FixedBitSet drop = excluded == null ? null : matching(probe, excluded, reader.maxDoc());
+        FixedBitSet drop;
+        try {
+            drop = excluded == null ? null : matching(probe, excluded, reader.maxDoc());
+        } catch (QueryPhase.TimeExceededException e) {  // OpenSearch's reader checks its time-out too (terms of a filter)
+            return timedOut(reader, guard);
+        }
         int asked = k + (childFilter == null && drop != null ? excludedCount : 0);
         int luceneK = oversample > 0 ? Math.max(k * oversample, efSearch) : Math.max(asked, efSearch);
         int rows = source.sentences();
+        // what the probes keep (rows x k hits) and the aggregator's tables (one slot per document seen) live until the
+        // query phase ends
+        long perRow = Math.min(k, Math.max(1, reader.maxDoc()));
+        long documents = Math.min((long) rows * perRow, reader.maxDoc());
+        long perDocument = BYTES_PER_DOCUMENT + (aggregation == CandidateAggregator.Method.SDR_BOUND ? 8L * source.paragraphs() : 0);
+        guard.reserve(rows * perRow * BYTES_PER_HIT + documents * perDocument, "<sdr_candidates hits>");
         int[][] hitDocs = new int[rows][];
         float[][] hitCos = new float[rows][];
         VectorSimilarityFunction function = similarity;
@@ -117,9 +169,15 @@ final class SdrCandidatesQuery extends Query {
         }
         // the plain k-NN without a filter can walk the graphs with the plugin's SIMD dot product (GraphProbe)
         boolean graphSearch = oversample > 0 && childFilter == null && GraphProbe.wanted(similarity);
+        AtomicBoolean timedOut = new AtomicBoolean();
         SdrThreads.Range probes = (from, to) -> {
             GraphProbe graph = graphSearch ? GraphProbe.open(leaves, field, function) : null;
             for (int row = from; row < to; row++) {
+                guard.checkCancelled();  // each probe is one bounded k-NN search: stop between two
+                if (timedOut.get() || guard.timedOut()) {
+                    timedOut.set(true);
+                    return;
+                }
                 ScoreDoc[] hits;
                 if (graph != null) {
                     hits = graph.search(source.vector(row), luceneK);
@@ -156,9 +214,21 @@ final class SdrCandidatesQuery extends Query {
                 hitCos[row] = n == k ? cos : java.util.Arrays.copyOf(cos, n);
             }
         };
-        SdrThreads.run(rows, 4, SdrThreads.executor(), SdrThreads.threads(), "searching SDR candidates", probes);
+        try {
+            SdrThreads.run(rows, 4, SdrThreads.executor(), SdrThreads.threads(), "searching SDR candidates", probes);
+        } catch (QueryPhase.TimeExceededException e) {
+            // the search's reader checks OpenSearch's time-out as it reads (the terms of a filter or of the excluded
+            // ids): the same time-out as the plugin's own check
+            timedOut.set(true);
+        }
+        if (timedOut.get()) {  // the shard's answer would rest on some of the sentences only: none, and timed_out
+            return timedOut(reader, guard);
+        }
         CandidateAggregator aggregator = new CandidateAggregator(aggregation, source, statistics);
         for (int row = 0; row < rows; row++) {
+            if ((row & 255) == 0) {
+                guard.checkCancelled();
+            }
             aggregator.add(row, hitDocs[row], hitCos[row], hitDocs[row].length);
         }
         int count = aggregator.size();
@@ -167,6 +237,12 @@ final class SdrCandidatesQuery extends Query {
         aggregator.result(docs, scores);
         return new DocScoresQuery(DocScores.of(docs, scores, count), reader.getContext().id(),
             "sdr_candidates: " + aggregation.label() + " of the nested k-NN hits of " + rows + " source sentences");
+    }
+
+    /** No candidate, and the shard's search marked as timed out. */
+    private static DocScoresQuery timedOut(IndexReader reader, ShardGuard guard) {
+        guard.markTimedOut();
+        return new DocScoresQuery(DocScores.of(new int[0], new double[0], 0), reader.getContext().id(), "sdr_candidates: timed out");
     }
 
     private static boolean seen(int[] docs, int n, int doc) {

@@ -81,10 +81,14 @@ public class SdrCandidatesQueryBuilder extends AbstractQueryBuilder<SdrCandidate
         if (this.search.equals("documents") == false && this.search.equals("sentences") == false) {
             throw new IllegalArgumentException("[search] must be documents or sentences, got [" + this.search + "]");
         }
-        if (oversample < 1 || (long) oversample * k > MAX_K) {
-            throw new IllegalArgumentException("[oversample] must be at least 1 and k x oversample at most " + MAX_K + ", got "
-                + oversample);
+        if (oversample < 1) {
+            throw new IllegalArgumentException("[oversample] must be at least 1, got " + oversample);
         }
+        if (this.search.equals("sentences") && (long) oversample * k > MAX_K) {  // documents mode does not use it
+            throw new IllegalArgumentException("[oversample] x [k] must be at most " + MAX_K + " in [search] sentences, got "
+                + oversample + " x " + k);
+        }
+        checkWork(source.sentences(), k, efSearch, this.search, oversample);
         this.oversample = oversample;
     }
 
@@ -163,138 +167,164 @@ public class SdrCandidatesQueryBuilder extends AbstractQueryBuilder<SdrCandidate
     }
 
     public static SdrCandidatesQueryBuilder fromXContent(XContentParser parser) throws IOException {
-        String vectorsB64 = null;
-        float[][] rows = null;
-        int[] sizes = null;
-        double[] mu = null;
-        double[] sigma = null;
-        int k = 30;
-        int efSearch = 100;
-        String aggregation = "weighted-sum";
-        QueryBuilder filter = null;
-        List<String> exclude = new ArrayList<>();
-        String idField = null;
-        String field = null;
-        String search = "documents";
-        int oversample = 4;
-        float boost = DEFAULT_BOOST;
-        String queryName = null;
-        String name = null;
-        XContentParser.Token token;
-        while ((token = parser.nextToken()) != XContentParser.Token.END_OBJECT) {
-            if (token == XContentParser.Token.FIELD_NAME) {
-                name = parser.currentName();
-                continue;
+        try (SourceParser vectors = new SourceParser()) {
+            int[] sizes = null;
+            double[] mu = null;
+            double[] sigma = null;
+            int k = 30;
+            int efSearch = 100;
+            String aggregation = "weighted-sum";
+            QueryBuilder filter = null;
+            List<String> exclude = new ArrayList<>();
+            String idField = null;
+            String field = null;
+            String search = "documents";
+            int oversample = 4;
+            float boost = DEFAULT_BOOST;
+            String queryName = null;
+            String name = null;
+            XContentParser.Token token;
+            while ((token = parser.nextToken()) != XContentParser.Token.END_OBJECT) {
+                if (token == XContentParser.Token.FIELD_NAME) {
+                    name = parser.currentName();
+                    continue;
+                }
+                if (name == null) {
+                    throw error(parser, "unexpected " + token);
+                }
+                try {
+                    switch (name) {
+                        case "vectors":
+                            vectors.readVectors(parser);
+                            break;
+                        case "paragraph_sizes":
+                            sizes = SdrRescorerBuilder.parseInts(parser, name);
+                            break;
+                        case "mu":
+                            mu = SdrRescorerBuilder.parseDoubles(parser, name);
+                            break;
+                        case "sigma":
+                            sigma = SdrRescorerBuilder.parseDoubles(parser, name);
+                            break;
+                        case "k":
+                            k = intValue(parser, name, token);
+                            break;
+                        case "ef_search":
+                            efSearch = intValue(parser, name, token);
+                            break;
+                        case "aggregation":
+                            aggregation = SdrRescorerBuilder.parseString(parser, name);
+                            break;
+                        case "filter":
+                            if (token != XContentParser.Token.START_OBJECT) {
+                                throw error(parser, "[filter] must be a query object, got " + token);
+                            }
+                            filter = parseInnerQueryBuilder(parser);
+                            break;
+                        case "exclude":
+                            if (token != XContentParser.Token.START_ARRAY) {
+                                throw error(parser, "[exclude] must be an array of document ids, got " + token);
+                            }
+                            while ((token = parser.nextToken()) != XContentParser.Token.END_ARRAY) {
+                                if (token != XContentParser.Token.VALUE_STRING && token != XContentParser.Token.VALUE_NUMBER) {
+                                    throw error(parser, "[exclude] value " + exclude.size() + " must be a string, got " + token);
+                                }
+                                exclude.add(parser.text());
+                            }
+                            break;
+                        case "id_field":
+                            idField = SdrRescorerBuilder.parseString(parser, name);
+                            break;
+                        case "field":
+                            field = SdrRescorerBuilder.parseString(parser, name);
+                            break;
+                        case "search":
+                            search = SdrRescorerBuilder.parseString(parser, name);
+                            break;
+                        case "oversample":
+                            oversample = intValue(parser, name, token);
+                            break;
+                        case "boost":
+                            boost = boostValue(parser, token);
+                            break;
+                        case "_name":
+                            queryName = SdrRescorerBuilder.parseString(parser, name);
+                            break;
+                        default:
+                            throw error(parser, "does not support [" + name + "]: its keys are " + KEYS);
+                    }
+                } catch (IllegalArgumentException e) {
+                    throw error(parser, e.getMessage());
+                }
             }
-            if (name == null) {
-                throw error(parser, "unexpected " + token);
-            }
-            switch (name) {
-                case "vectors":
-                    if (token == XContentParser.Token.VALUE_STRING) {
-                        vectorsB64 = parser.text();
-                    } else if (token == XContentParser.Token.START_ARRAY) {
-                        rows = SdrRescorerBuilder.parseRows(parser);
-                    } else {
-                        throw error(parser, "[vectors] must be a base64 string of little-endian float32 values or an array of "
-                            + "float arrays, got " + token);
-                    }
-                    break;
-                case "paragraph_sizes":
-                    sizes = SdrRescorerBuilder.parseInts(parser, name);
-                    break;
-                case "mu":
-                    mu = SdrRescorerBuilder.parseDoubles(parser, name);
-                    break;
-                case "sigma":
-                    sigma = SdrRescorerBuilder.parseDoubles(parser, name);
-                    break;
-                case "k":
-                    k = intValue(parser, name, token);
-                    break;
-                case "ef_search":
-                    efSearch = intValue(parser, name, token);
-                    break;
-                case "aggregation":
-                    aggregation = SdrRescorerBuilder.parseString(parser, name);
-                    break;
-                case "filter":
-                    if (token != XContentParser.Token.START_OBJECT) {
-                        throw error(parser, "[filter] must be a query object, got " + token);
-                    }
-                    filter = parseInnerQueryBuilder(parser);
-                    break;
-                case "exclude":
-                    if (token != XContentParser.Token.START_ARRAY) {
-                        throw error(parser, "[exclude] must be an array of document ids, got " + token);
-                    }
-                    while ((token = parser.nextToken()) != XContentParser.Token.END_ARRAY) {
-                        if (token != XContentParser.Token.VALUE_STRING && token != XContentParser.Token.VALUE_NUMBER) {
-                            throw error(parser, "[exclude] value " + exclude.size() + " must be a string, got " + token);
-                        }
-                        exclude.add(parser.text());
-                    }
-                    break;
-                case "id_field":
-                    idField = SdrRescorerBuilder.parseString(parser, name);
-                    break;
-                case "field":
-                    field = SdrRescorerBuilder.parseString(parser, name);
-                    break;
-                case "search":
-                    search = SdrRescorerBuilder.parseString(parser, name);
-                    break;
-                case "oversample":
-                    oversample = intValue(parser, name, token);
-                    break;
-                case "boost":
-                    boost = parser.floatValue();
-                    break;
-                case "_name":
-                    queryName = parser.text();
-                    break;
-                default:
-                    throw error(parser, "does not support [" + name + "]");
+            try {
+                if (vectors.hasVectors() == false) {
+                    throw new IllegalArgumentException("[vectors] is required: the source's sentence vectors");
+                }
+                if (sizes == null) {
+                    throw new IllegalArgumentException("[paragraph_sizes] is required: the number of sentences of each source "
+                        + "paragraph");
+                }
+                if ((mu == null) != (sigma == null)) {
+                    throw new IllegalArgumentException("[mu] and [sigma] go together: give both (the source paragraphs' corpus "
+                        + "statistics) or neither");
+                }
+                long sentences = SdrRescorerBuilder.sentencesOf(sizes);
+                // the candidate hits bound the work before the rows are built: they do not depend on the dimension
+                checkWork(sentences, k, efSearch, search, oversample);
+                float[][] rows = vectors.rows(sentences);
+                boolean statistics = mu != null;
+                if (statistics == false) {
+                    mu = new double[sizes.length];
+                    sigma = new double[sizes.length];
+                    Arrays.fill(sigma, 1.0);
+                }
+                SdrSource source = SdrSource.of(rows, sizes, mu, sigma, null);
+                SdrCandidatesQueryBuilder built = new SdrCandidatesQueryBuilder(source, statistics, k, efSearch, aggregation,
+                    filter, exclude, idField, field, search, oversample);
+                built.boost(boost);
+                if (queryName != null) {
+                    built.queryName(queryName);
+                }
+                return built;
+            } catch (IllegalArgumentException e) {
+                throw error(parser, e.getMessage());
             }
         }
+    }
+
+    static final String KEYS = "vectors, paragraph_sizes, mu, sigma, k, ef_search, aggregation, filter, exclude, id_field, "
+        + "field, search, oversample, boost, _name";
+
+    /** Hits each source sentence's search collects: max(k, ef_search) documents, or max(k x oversample, ef_search) sentences. */
+    static long hitsPerSentence(int k, int efSearch, String search, int oversample) {
+        return "sentences".equals(search) ? Math.max((long) k * oversample, efSearch) : Math.max(k, efSearch);
+    }
+
+    /** Refuses (IllegalArgumentException) a request whose candidate hits pass {@code sdr.limits.max_candidate_hits}. */
+    static void checkWork(long sentences, int k, int efSearch, String search, int oversample) {
+        if (k < 1 || efSearch < 1 || oversample < 1) {
+            return;  // refused by name in the constructor
+        }
+        String which = "sentences".equals(search) ? "max(k x oversample, ef_search)" : "max(k, ef_search)";
+        SdrLimits.checkCandidateHits(sentences, hitsPerSentence(k, efSearch, search, oversample), which);
+    }
+
+    /** {@code boost}: a number (or a string holding one, as OpenSearch's own queries take it). */
+    private static float boostValue(XContentParser parser, XContentParser.Token token) throws IOException {
+        if (token != XContentParser.Token.VALUE_NUMBER && token != XContentParser.Token.VALUE_STRING) {
+            throw new IllegalArgumentException("[boost] must be a number, got " + token);
+        }
+        float boost;
         try {
-            if (vectorsB64 == null && rows == null) {
-                throw new IllegalArgumentException("[vectors] is required: the source's sentence vectors");
-            }
-            if (sizes == null) {
-                throw new IllegalArgumentException("[paragraph_sizes] is required: the number of sentences of each source paragraph");
-            }
-            if ((mu == null) != (sigma == null)) {
-                throw new IllegalArgumentException("[mu] and [sigma] go together: give both (the source paragraphs' corpus "
-                    + "statistics) or neither");
-            }
-            if (vectorsB64 != null) {
-                long total = 0;
-                for (int size : sizes) {
-                    total += Math.max(size, 0);
-                }
-                if (total > Integer.MAX_VALUE) {
-                    throw new IllegalArgumentException("[paragraph_sizes] add up to " + total + " sentences");
-                }
-                rows = SdrSource.decodeBase64(vectorsB64, (int) total);
-            }
-            boolean statistics = mu != null;
-            if (statistics == false) {
-                mu = new double[sizes.length];
-                sigma = new double[sizes.length];
-                Arrays.fill(sigma, 1.0);
-            }
-            SdrSource source = SdrSource.of(rows, sizes, mu, sigma, null);
-            SdrCandidatesQueryBuilder built = new SdrCandidatesQueryBuilder(source, statistics, k, efSearch, aggregation, filter,
-                exclude, idField, field, search, oversample);
-            built.boost(boost);
-            if (queryName != null) {
-                built.queryName(queryName);
-            }
-            return built;
-        } catch (IllegalArgumentException e) {
-            throw error(parser, e.getMessage());
+            boost = parser.floatValue();
+        } catch (IllegalArgumentException e) {  // NumberFormatException: a string that is no number
+            throw new IllegalArgumentException("[boost] must be a number, got [" + parser.text() + "]");
         }
+        if (Float.isFinite(boost) == false || boost < 0) {
+            throw new IllegalArgumentException("[boost] must be a finite number of 0 or more, got " + boost);
+        }
+        return boost;
     }
 
     private static ParsingException error(XContentParser parser, String message) {
@@ -303,11 +333,11 @@ public class SdrCandidatesQueryBuilder extends AbstractQueryBuilder<SdrCandidate
 
     private static int intValue(XContentParser parser, String name, XContentParser.Token token) throws IOException {
         if (token != XContentParser.Token.VALUE_NUMBER) {
-            throw error(parser, "[" + name + "] must be an integer, got " + token);
+            throw new IllegalArgumentException("[" + name + "] must be an integer, got " + token);
         }
         double value = parser.doubleValue();
         if (value != Math.rint(value) || Math.abs(value) > Integer.MAX_VALUE) {
-            throw error(parser, "[" + name + "] must be an integer, got " + value);
+            throw new IllegalArgumentException("[" + name + "] must be an integer, got " + value);
         }
         return (int) value;
     }

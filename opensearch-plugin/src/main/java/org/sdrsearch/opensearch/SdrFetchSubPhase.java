@@ -57,12 +57,23 @@ final class SdrFetchSubPhase implements FetchSubPhase {
         if (found == null && vectors == null) {
             return null;
         }
+        ShardGuard guard = ShardGuard.of(fetchContext.searcher());
+        int hits = guard.hitsToFetch();
         if (vectors != null) {
-            checkVectorsField(fetchContext.getQueryShardContext(), vectors.field());
+            int dim = checkVectorsField(fetchContext.getQueryShardContext(), vectors.field());
+            if (dim > 0 && vectors.centroids() != null) {
+                checkCentroids(vectors, dim, hits);
+            } else if (dim > 0 && vectors.mean() && hits > 0) {
+                SdrLimits.checkFetchValues("[mean]", (long) hits * dim, hits);
+            }
         }
-        FetchSubPhaseProcessor explain = found == null ? null : explainProcessor(found);
+        if (found != null && found.request().explain() && hits > 0) {
+            // hits the rescore did not explain (a fetch run apart from the query phase) are explained here
+            SdrLimits.checkExplainPairs(SdrRescorerBuilder.EXPLAIN, hits, found.request().source().sentences());
+        }
+        FetchSubPhaseProcessor explain = found == null ? null : explainProcessor(found, guard);
         FetchSubPhaseProcessor read = vectors == null ? null
-            : vectorsProcessor(vectors, fetchContext.getQueryShardContext().bitsetFilter(Queries.newNonNestedFilter()));
+            : vectorsProcessor(vectors, fetchContext.getQueryShardContext().bitsetFilter(Queries.newNonNestedFilter()), guard);
         return new FetchSubPhaseProcessor() {
             @Override
             public void setNextReader(LeafReaderContext readerContext) throws IOException {
@@ -91,7 +102,7 @@ final class SdrFetchSubPhase implements FetchSubPhase {
      * mapping lacks or that is not a knn_vector, rather than answering "no sentences" for every hit. A field
      * in the mapping but absent from a segment (no document of it has a vector) still reads as no sentences.
      */
-    static void checkVectorsField(QueryShardContext context, String field) {
+    static int checkVectorsField(QueryShardContext context, String field) {
         MappedFieldType type = context.fieldMapper(field);
         if (type == null) {
             throw new IllegalArgumentException("[" + SdrVectorsExt.NAME + "] field [" + field + "] is not in the mapping of index ["
@@ -101,9 +112,37 @@ final class SdrFetchSubPhase implements FetchSubPhase {
             throw new IllegalArgumentException("[" + SdrVectorsExt.NAME + "] field [" + field + "] is of type [" + type.typeName()
                 + "], not knn_vector");
         }
+        Map<String, Object> mapping = SdrRescorerBuilder.mappingOf(context, field);
+        Object dimension = mapping == null ? null : mapping.get("dimension");
+        try {
+            return dimension == null ? -1 : Integer.parseInt(String.valueOf(dimension));
+        } catch (NumberFormatException e) {
+            return -1;
+        }
     }
 
-    private static FetchSubPhaseProcessor explainProcessor(SdrRescoreContext context) {
+    /**
+     * Refuses (a 400 naming the setting) centroids of more rows than a source may have, or whose rows over the
+     * {@code hits} of this fetch (when known) pass {@code sdr.limits.max_fetch_values}.
+     */
+    static void checkCentroids(SdrVectorsExt ext, int dim, int hits) {
+        if (ext.centroids().length % dim != 0) {
+            throw new IllegalArgumentException("[" + SdrVectorsExt.NAME + "] [centroids] has " + ext.centroids().length
+                + " values, not a whole number of rows of the " + dim + " dimensions of field [" + ext.field() + "]");
+        }
+        int rows = ext.centroids().length / dim;
+        try {
+            SdrLimits.checkSourceSentences("centroids", rows);
+        } catch (IllegalArgumentException e) {
+            throw new IllegalArgumentException("[" + SdrVectorsExt.NAME + "] " + e.getMessage(), e);
+        }
+        if (hits > 1) {
+            SdrLimits.checkFetchValues("[centroids] of " + rows + " rows", (long) hits * rows, hits);
+        }
+    }
+
+    private static FetchSubPhaseProcessor explainProcessor(SdrRescoreContext context, ShardGuard guard) {
+        ShardGuard.Charges kept = guard.contextCharges("<sdr explain>");
         return new FetchSubPhaseProcessor() {
             private CandidateReader reader;
             private final CandidateSentences candidate = new CandidateSentences(context.request().source().dim());
@@ -120,6 +159,7 @@ final class SdrFetchSubPhase implements FetchSubPhase {
 
             @Override
             public void process(HitContext hitContext) throws IOException {
+                guard.checkCancelled();
                 int doc = hitContext.docId();
                 Map<String, Object> breakdown = context.takeExplained(leaf.docBase + doc);  // computed by the rescore
                 if (breakdown == null && context.request().explain() == false) {
@@ -131,6 +171,7 @@ final class SdrFetchSubPhase implements FetchSubPhase {
                     }
                     last = doc;
                     reader.read(doc, candidate);
+                    kept.add(SdrRescorer.breakdownBytes(context.request().source()));
                     breakdown = scorer.explain(candidate);
                 }
                 hitContext.hit().setDocumentField(FIELD, new DocumentField(FIELD, Collections.singletonList(breakdown)));
@@ -138,8 +179,14 @@ final class SdrFetchSubPhase implements FetchSubPhase {
         };
     }
 
-    private static FetchSubPhaseProcessor vectorsProcessor(SdrVectorsExt ext, BitSetProducer parents) {
+    /** Bytes one returned float value holds until the response is sent (its float32, its base64 text, the buffers). */
+    static final long BYTES_PER_VALUE = 12;
+
+    private static FetchSubPhaseProcessor vectorsProcessor(SdrVectorsExt ext, BitSetProducer parents, ShardGuard guard) {
+        ShardGuard.Charges returned = guard.contextCharges("<sdr_vectors>");
         return new FetchSubPhaseProcessor() {
+            private long values;   // float values returned so far by this fetch
+            private int hits;      // hits processed so far
             private CandidateReader reader;
             private CandidateSentences candidate;
             private LeafReaderContext leaf;
@@ -163,9 +210,8 @@ final class SdrFetchSubPhase implements FetchSubPhase {
                 leaf = readerContext;
                 FieldInfo info = readerContext.reader().getFieldInfos().fieldInfo(ext.field());
                 dim = info == null ? 0 : info.getVectorDimension();
-                if (dim > 0 && ext.centroids() != null && ext.centroids().length % dim != 0) {
-                    throw new IllegalArgumentException("[" + SdrVectorsExt.NAME + "] [centroids] has " + ext.centroids().length
-                        + " values, not a whole number of rows of the " + dim + " dimensions of field [" + ext.field() + "]");
+                if (dim > 0 && ext.centroids() != null) {
+                    checkCentroids(ext, dim, -1);
                 }
                 reader = dim == 0 ? null : open();
                 last = -1;
@@ -180,19 +226,30 @@ final class SdrFetchSubPhase implements FetchSubPhase {
 
             @Override
             public void process(HitContext hitContext) throws IOException {
+                guard.checkCancelled();
                 int doc = hitContext.docId();
                 Map<String, Object> out;
                 if (reader == null) {
-                    out = ext.centroids() != null ? centroidRows(null, 0, new float[0][]) : ext.mean() ? encodeMean(null, 0) : encode(null, 0);
+                    out = ext.centroids() != null ? centroidRows(null, 0, new float[0][], guard) : ext.mean() ? encodeMean(null, 0)
+                        : encode(null, 0);
                 } else {
                     if (doc <= last) {
                         reader = open();
                     }
                     last = doc;
                     reader.read(doc, candidate);
-                    out = ext.centroids() != null ? centroidRows(candidate, dim, sourceRows())
+                    long own = ext.centroids() != null ? ext.centroids().length / dim : ext.mean() ? dim : (long) candidate.size() * dim;
+                    // one hit alone is always returned (the index's nested-objects limit bounds it); more, within the limit
+                    if (hits > 0) {
+                        SdrLimits.checkFetchValues(ext.centroids() != null ? "[centroids]" : ext.mean() ? "[mean]" : "the vectors",
+                            values + own, hits + 1L);
+                    }
+                    returned.add(own * BYTES_PER_VALUE);
+                    values += own;
+                    out = ext.centroids() != null ? centroidRows(candidate, dim, sourceRows(), guard)
                         : ext.mean() ? encodeMean(candidate, dim) : encode(candidate, dim);
                 }
+                hits++;
                 hitContext.hit().setDocumentField(VECTORS_FIELD, new DocumentField(VECTORS_FIELD, Collections.singletonList(out)));
             }
         };
@@ -207,6 +264,10 @@ final class SdrFetchSubPhase implements FetchSubPhase {
      * double sums and a scalar norm this took 15 % of a node's samples on IRLeD's 200-document pools.
      */
     static Map<String, Object> centroidRows(CandidateSentences c, int dim, float[][] rows) {
+        return centroidRows(c, dim, rows, ShardGuard.NONE);
+    }
+
+    static Map<String, Object> centroidRows(CandidateSentences c, int dim, float[][] rows, ShardGuard guard) {
         int m = c == null ? 0 : c.size();
         long[] keys = new long[m];
         for (int r = 0; r < m; r++) {
@@ -242,7 +303,11 @@ final class SdrFetchSubPhase implements FetchSubPhase {
             return out;
         }
         ByteBuffer buffer = ByteBuffer.allocate(rows.length * Float.BYTES).order(ByteOrder.LITTLE_ENDIAN);
-        for (float[] row : rows) {
+        for (int i = 0; i < rows.length; i++) {
+            if ((i & 1023) == 1023) {
+                guard.checkCancelled();  // rows x paragraphs dot products: one hit can be long
+            }
+            float[] row = rows[i];
             float best = Float.NEGATIVE_INFINITY;
             for (float[] unit : own) {
                 best = Math.max(best, simd != null ? simd.dot(row, unit) : VectorUtil.dotProduct(row, unit));

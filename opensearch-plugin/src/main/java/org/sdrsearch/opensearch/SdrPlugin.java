@@ -5,10 +5,15 @@ package org.sdrsearch.opensearch;
 
 import org.opensearch.common.settings.Setting;
 import org.opensearch.common.settings.Settings;
+import org.opensearch.core.common.breaker.CircuitBreaker;
+import org.opensearch.index.IndexModule;
+import org.opensearch.indices.breaker.BreakerSettings;
+import org.opensearch.plugins.CircuitBreakerPlugin;
 import org.opensearch.plugins.SearchPlugin;
 import org.opensearch.search.fetch.FetchSubPhase;
 import org.opensearch.threadpool.ExecutorBuilder;
 
+import java.util.ArrayList;
 import java.util.Collections;
 import java.util.List;
 
@@ -16,9 +21,12 @@ import java.util.List;
  * The {@code sdr} plugin: exact SDR as a rescorer ({@code "rescore": {"sdr": {...}}}) with its
  * per-hit explanation as the {@code _sdr} field, SDR's candidate stage as one query
  * ({@code "sdr_candidates"}), and each hit's sentence vectors as the {@code _sdr_vectors} field
- * ({@code "ext": {"sdr_vectors": {}}}). See README.md.
+ * ({@code "ext": {"sdr_vectors": {}}}). See README.md. Its limits ({@link SdrLimits}) are dynamic cluster
+ * settings; its breaker {@code sdr_parse} ({@link ParseBreaker}) charges the sources being parsed; a search
+ * operation listener on every index ({@link SdrSearchListener}) gives its loops the search's cancellation,
+ * time-out and request breaker ({@link ShardGuard}).
  */
-public class SdrPlugin extends SdrPluginBase implements SearchPlugin {
+public class SdrPlugin extends SdrPluginBase implements SearchPlugin, CircuitBreakerPlugin {
     @Override
     public List<RescorerSpec<?>> getRescorers() {
         return Collections.singletonList(
@@ -50,6 +58,24 @@ public class SdrPlugin extends SdrPluginBase implements SearchPlugin {
 
     @Override
     public List<Setting<?>> getSettings() {
-        return Collections.singletonList(SdrThreads.THREADS);
+        List<Setting<?>> settings = new ArrayList<>(SdrLimits.settings());
+        settings.add(SdrThreads.THREADS);
+        settings.add(ParseBreaker.LIMIT);
+        return settings;
+    }
+
+    @Override
+    public void onIndexModule(IndexModule indexModule) {
+        indexModule.addSearchOperationListener(SdrSearchListener.INSTANCE);
+    }
+
+    @Override
+    public BreakerSettings getCircuitBreaker(Settings settings) {
+        return ParseBreaker.settings(settings);
+    }
+
+    @Override
+    public void setCircuitBreaker(CircuitBreaker circuitBreaker) {
+        ParseBreaker.set(circuitBreaker);
     }
 }

@@ -10,6 +10,7 @@ import org.apache.lucene.search.IndexSearcher;
 import org.apache.lucene.search.ScoreDoc;
 import org.apache.lucene.search.TopDocs;
 import org.opensearch.search.rescore.RescoreContext;
+import org.opensearch.search.query.QueryPhase;
 import org.opensearch.search.rescore.Rescorer;
 
 import java.io.IOException;
@@ -20,6 +21,7 @@ import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
+import java.util.concurrent.atomic.AtomicBoolean;
 
 /**
  * Replaces the score of each hit of the rescore window with its exact SDR score against the
@@ -45,70 +47,136 @@ final class SdrRescorer implements Rescorer {
     /** Fewest candidates in one run of a window split over threads (SdrThreads#run). */
     static final int MIN_CHUNK = 8;
 
+    /**
+     * Bytes one breakdown ({@link SdrScorer#explain}: maps of boxed numbers, one per source sentence and paragraph)
+     * holds on the heap, estimated: what the request breaker is charged for each breakdown kept.
+     */
+    static long breakdownBytes(SdrSource source) {
+        return 256 + 320L * source.paragraphs() + 360L * source.sentences();
+    }
+
     @Override
     public TopDocs rescore(TopDocs topDocs, IndexSearcher searcher, RescoreContext rescoreContext) throws IOException {
         if (topDocs == null || topDocs.scoreDocs.length == 0) {
             return topDocs;
         }
         SdrRescoreContext context = (SdrRescoreContext) rescoreContext;
+        ShardGuard guard = ShardGuard.of(searcher);
+        SdrSource source = context.request().source();
         int size = Math.min(topDocs.scoreDocs.length, context.getWindowSize());
+        // the breakdowns kept: with explain those of the hits this shard returns (from + size of the search, when known),
+        // with explain_top those of its best explain_top; bounded (a 400) and charged for as long as the search lives
+        boolean explainAll = context.request().explain();
+        int presented = guard.presented();
+        int explained = explainAll ? (presented < 0 ? size : Math.min(size, presented))
+            : Math.min(context.request().explainTop(), size);
+        if (explained > 0) {
+            SdrLimits.checkExplainPairs(explainAll ? SdrRescorerBuilder.EXPLAIN : SdrRescorerBuilder.EXPLAIN_TOP, explained,
+                source.sentences());
+            guard.reserve(explained * breakdownBytes(source), "<sdr explain>");
+        }
         ScoreDoc[] window = Arrays.copyOf(topDocs.scoreDocs, size);
         ScoreDoc[] byDoc = window.clone();
         Arrays.sort(byDoc, Comparator.comparingInt(d -> d.doc));
         List<LeafReaderContext> leaves = searcher.getIndexReader().leaves();
-        // an explained window (the hits to present) is small and each hit costs more: one hit per chunk
-        boolean explainAll = context.request().explain();
-        runInChunks(size, explainAll ? 1 : MIN_CHUNK, context,
-            (from, to) -> score(byDoc, from, to, leaves, context, explainAll, true));
+        // every hit of the window explained (the hits to present): each hit's breakdown with its score, one hit per chunk
+        boolean onePass = explainAll && explained == size;
+        boolean[] scored = new boolean[size];
+        AtomicBoolean timedOut = new AtomicBoolean();
+        runInChunks(size, onePass ? 1 : MIN_CHUNK, context, timedOut,
+            (from, to) -> score(byDoc, from, to, leaves, context, onePass, true, guard, scored, timedOut));
+        if (timedOut.get() && noneScored(scored)) {  // OpenSearch's own time-out before any hit: the first one still
+            score(byDoc, 0, 1, leaves, context, onePass, true, ShardGuard.NONE, scored, new AtomicBoolean());
+        }
         Set<Integer> rescored = new HashSet<>();
-        for (ScoreDoc hit : byDoc) {
-            rescored.add(hit.doc);
+        for (int i = 0; i < size; i++) {
+            if (scored[i]) {
+                rescored.add(byDoc[i].doc);
+            }
+        }
+        if (timedOut.get()) {  // the hits scored so far (each run scores one at least), as OpenSearch keeps what it collected
+            window = Arrays.stream(window).filter(hit -> rescored.contains(hit.doc)).toArray(ScoreDoc[]::new);
         }
         Arrays.sort(window, BY_SCORE);
-        int top = explainAll ? 0 : Math.min(context.request().explainTop(), size);
+        int top = onePass || timedOut.get() ? 0 : Math.min(explained, window.length);
         if (top > 0) {  // the breakdown of this shard's best hits, scored above: read and explained again, one hit per chunk
             ScoreDoc[] best = Arrays.copyOf(window, top);
             Arrays.sort(best, Comparator.comparingInt(d -> d.doc));
-            runInChunks(top, 1, context, (from, to) -> score(best, from, to, leaves, context, true, false));
+            runInChunks(top, 1, context, timedOut,
+                (from, to) -> score(best, from, to, leaves, context, true, false, guard, null, timedOut));
+        }
+        if (timedOut.get()) {
+            guard.reportTimeout();
         }
         context.setRescoredDocs(rescored);
         return new TopDocs(topDocs.totalHits, window);
     }
 
-    /** Runs {@code work} over [0, size) on this thread and the plugin's pool ({@link SdrThreads#run}). */
-    private static void runInChunks(int size, int minChunk, SdrRescoreContext context, SdrThreads.Range work) throws IOException {
-        SdrThreads.run(size, minChunk, context.executor(), context.threads(), "scoring SDR", work);
+    private static boolean noneScored(boolean[] scored) {
+        for (boolean s : scored) {
+            if (s) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    /**
+     * Runs {@code work} over [0, size) on this thread and the plugin's pool ({@link SdrThreads#run}); OpenSearch's
+     * own time-out, should the search's reader throw it, counts as the plugin's ({@code timedOut}).
+     */
+    private static void runInChunks(int size, int minChunk, SdrRescoreContext context, AtomicBoolean timedOut,
+                                    SdrThreads.Range work) throws IOException {
+        try {
+            SdrThreads.run(size, minChunk, context.executor(), context.threads(), "scoring SDR", work);
+        } catch (QueryPhase.TimeExceededException e) {
+            timedOut.set(true);
+        }
     }
 
     /**
      * Scores byDoc[from, to) (doc-id order) in this thread, with its own scorer and segment readers.
      * {@code explain}: computes each hit's breakdown and keeps it for the fetch phase; {@code rescore}: sets
-     * each hit's score (from the breakdown when explaining: the breakdown computes it).
+     * each hit's score (from the breakdown when explaining: the breakdown computes it) and marks it in
+     * {@code scored}. Between two hits it stops when the search is cancelled (throws) or timed out (sets
+     * {@code timedOut}; the first hit of a run is always scored, so a timed-out window keeps one hit at least).
+     * The scorer's scratch is charged to the request breaker while the run lasts.
      */
     private static void score(ScoreDoc[] byDoc, int from, int to, List<LeafReaderContext> leaves, SdrRescoreContext context,
-                              boolean explain, boolean rescore) throws IOException {
-        SdrScorer scorer = new SdrScorer(context.request().source());
-        CandidateSentences candidate = new CandidateSentences(context.request().source().dim());
-        int leafEnd = 0;
-        LeafReaderContext leaf = null;
-        CandidateReader reader = null;
-        for (int i = from; i < to; i++) {
-            ScoreDoc hit = byDoc[i];
-            if (hit.doc >= leafEnd) {
-                leaf = leaves.get(ReaderUtil.subIndex(hit.doc, leaves));
-                leafEnd = leaf.docBase + leaf.reader().maxDoc();
-                reader = context.reader(leaf);
-            }
-            reader.read(hit.doc - leaf.docBase, candidate);
-            if (explain) {
-                Map<String, Object> breakdown = scorer.explain(candidate);
-                context.explained(hit.doc, breakdown);
-                if (rescore) {
-                    hit.score = candidate.size() == 0 ? NO_SENTENCES : (float) (double) (Double) breakdown.get("score");
+                              boolean explain, boolean rescore, ShardGuard guard, boolean[] scored, AtomicBoolean timedOut)
+        throws IOException {
+        try (ShardGuard.Charges charges = guard.scope("<sdr scoring>")) {
+            SdrScorer scorer = new SdrScorer(context.request().source()).charging(charges::add);
+            CandidateSentences candidate = new CandidateSentences(context.request().source().dim());
+            int leafEnd = 0;
+            LeafReaderContext leaf = null;
+            CandidateReader reader = null;
+            for (int i = from; i < to; i++) {
+                guard.checkCancelled();
+                if (i > from && (timedOut.get() || guard.timedOut())) {
+                    timedOut.set(true);
+                    return;
                 }
-            } else if (rescore) {
-                double score = scorer.score(candidate);
-                hit.score = candidate.size() == 0 ? NO_SENTENCES : (float) score;
+                ScoreDoc hit = byDoc[i];
+                if (hit.doc >= leafEnd) {
+                    leaf = leaves.get(ReaderUtil.subIndex(hit.doc, leaves));
+                    leafEnd = leaf.docBase + leaf.reader().maxDoc();
+                    reader = context.reader(leaf);
+                }
+                reader.read(hit.doc - leaf.docBase, candidate);
+                if (explain) {
+                    Map<String, Object> breakdown = scorer.explain(candidate);
+                    context.explained(hit.doc, breakdown);
+                    if (rescore) {
+                        hit.score = candidate.size() == 0 ? NO_SENTENCES : (float) (double) (Double) breakdown.get("score");
+                    }
+                } else if (rescore) {
+                    double score = scorer.score(candidate);
+                    hit.score = candidate.size() == 0 ? NO_SENTENCES : (float) score;
+                }
+                if (scored != null) {
+                    scored[i] = true;
+                }
             }
         }
     }

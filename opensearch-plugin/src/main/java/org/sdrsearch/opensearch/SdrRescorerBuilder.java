@@ -182,99 +182,98 @@ public class SdrRescorerBuilder extends RescorerBuilder<SdrRescorerBuilder> {
         if (token != XContentParser.Token.START_OBJECT) {
             throw new ParsingException(parser.getTokenLocation(), "[" + NAME + "] expected an object, got " + token);
         }
-        String vectorsB64 = null;
-        float[][] vectorRows = null;
-        int[] sizes = null;
-        double[] mu = null;
-        double[] sigma = null;
-        int[] parts = null;
-        boolean explain = false;
-        int explainTop = 0;
-        String field = null;
-        String paragraphField = null;
-        String positionField = null;
-        String name = null;
-        while ((token = parser.nextToken()) != XContentParser.Token.END_OBJECT) {
-            if (token == XContentParser.Token.FIELD_NAME) {
-                name = parser.currentName();
-                continue;
-            }
-            if (name == null) {
-                throw new ParsingException(parser.getTokenLocation(), "[" + NAME + "] unexpected " + token);
-            }
-            switch (name) {
-                case VECTORS:
-                    if (token == XContentParser.Token.VALUE_STRING) {
-                        vectorsB64 = parser.text();
-                    } else if (token == XContentParser.Token.START_ARRAY) {
-                        vectorRows = parseRows(parser);
-                    } else {
-                        throw error(parser, "[" + VECTORS + "] must be a base64 string of little-endian float32 values or an "
-                            + "array of float arrays, got " + token);
+        try (SourceParser vectors = new SourceParser()) {
+            int[] sizes = null;
+            double[] mu = null;
+            double[] sigma = null;
+            int[] parts = null;
+            boolean explain = false;
+            int explainTop = 0;
+            String field = null;
+            String paragraphField = null;
+            String positionField = null;
+            String name = null;
+            while ((token = parser.nextToken()) != XContentParser.Token.END_OBJECT) {
+                if (token == XContentParser.Token.FIELD_NAME) {
+                    name = parser.currentName();
+                    continue;
+                }
+                if (name == null) {
+                    throw new ParsingException(parser.getTokenLocation(), "[" + NAME + "] unexpected " + token);
+                }
+                try {
+                    switch (name) {
+                        case VECTORS:
+                            vectors.readVectors(parser);
+                            break;
+                        case PARAGRAPH_SIZES:
+                            sizes = parseInts(parser, PARAGRAPH_SIZES);
+                            break;
+                        case MU:
+                            mu = parseDoubles(parser, MU);
+                            break;
+                        case SIGMA:
+                            sigma = parseDoubles(parser, SIGMA);
+                            break;
+                        case PARTS:
+                            parts = parseInts(parser, PARTS);
+                            break;
+                        case EXPLAIN:
+                            if (token != XContentParser.Token.VALUE_BOOLEAN) {
+                                throw error(parser, "[" + EXPLAIN + "] must be true or false, got " + token);
+                            }
+                            explain = parser.booleanValue();
+                            break;
+                        case EXPLAIN_TOP:
+                            if (token != XContentParser.Token.VALUE_NUMBER || parser.doubleValue() != Math.rint(parser.doubleValue())
+                                || parser.doubleValue() < 0 || parser.doubleValue() > Integer.MAX_VALUE) {
+                                throw error(parser, "[" + EXPLAIN_TOP + "] must be an integer of 0 or more, got "
+                                    + (token == XContentParser.Token.VALUE_NUMBER ? parser.text() : token));
+                            }
+                            explainTop = parser.intValue();
+                            break;
+                        case FIELD:
+                            field = parseString(parser, FIELD);
+                            break;
+                        case PARAGRAPH_FIELD:
+                            paragraphField = parseString(parser, PARAGRAPH_FIELD);
+                            break;
+                        case POSITION_FIELD:
+                            positionField = parseString(parser, POSITION_FIELD);
+                            break;
+                        default:
+                            throw error(parser, "does not support [" + name + "]: its keys are " + KEYS);
                     }
-                    break;
-                case PARAGRAPH_SIZES:
-                    sizes = parseInts(parser, PARAGRAPH_SIZES);
-                    break;
-                case MU:
-                    mu = parseDoubles(parser, MU);
-                    break;
-                case SIGMA:
-                    sigma = parseDoubles(parser, SIGMA);
-                    break;
-                case PARTS:
-                    parts = parseInts(parser, PARTS);
-                    break;
-                case EXPLAIN:
-                    if (token != XContentParser.Token.VALUE_BOOLEAN) {
-                        throw error(parser, "[" + EXPLAIN + "] must be true or false, got " + token);
-                    }
-                    explain = parser.booleanValue();
-                    break;
-                case EXPLAIN_TOP:
-                    if (token != XContentParser.Token.VALUE_NUMBER || parser.doubleValue() != Math.rint(parser.doubleValue())
-                        || parser.doubleValue() < 0 || parser.doubleValue() > Integer.MAX_VALUE) {
-                        throw error(parser, "[" + EXPLAIN_TOP + "] must be an integer of 0 or more, got "
-                            + (token == XContentParser.Token.VALUE_NUMBER ? parser.text() : token));
-                    }
-                    explainTop = parser.intValue();
-                    break;
-                case FIELD:
-                    field = parseString(parser, FIELD);
-                    break;
-                case PARAGRAPH_FIELD:
-                    paragraphField = parseString(parser, PARAGRAPH_FIELD);
-                    break;
-                case POSITION_FIELD:
-                    positionField = parseString(parser, POSITION_FIELD);
-                    break;
-                default:
-                    throw error(parser, "[" + NAME + "] does not support [" + name + "]");
+                } catch (IllegalArgumentException e) {
+                    throw error(parser, e.getMessage());
+                }
             }
-        }
-        try {
-            if (vectorsB64 == null && vectorRows == null) {
-                throw new IllegalArgumentException("[" + VECTORS + "] is required: the source's sentence vectors");
-            }
-            if (vectorsB64 != null) {
+            try {
+                if (vectors.hasVectors() == false) {
+                    throw new IllegalArgumentException("[" + VECTORS + "] is required: the source's sentence vectors");
+                }
                 if (sizes == null) {
                     throw new IllegalArgumentException("[" + PARAGRAPH_SIZES + "] is required: the number of sentences of each "
                         + "source paragraph");
                 }
-                long total = 0;
-                for (int size : sizes) {
-                    total += Math.max(size, 0);
-                }
-                if (total > Integer.MAX_VALUE) {
-                    throw new IllegalArgumentException("[" + PARAGRAPH_SIZES + "] add up to " + total + " sentences");
-                }
-                vectorRows = SdrSource.decodeBase64(vectorsB64, (int) total);
+                SdrSource source = SdrSource.of(vectors.rows(sentencesOf(sizes)), sizes, mu, sigma, parts);
+                return new SdrRescorerBuilder(source, field, paragraphField, positionField, explain, explainTop);
+            } catch (IllegalArgumentException e) {
+                throw error(parser, e.getMessage());
             }
-            SdrSource source = SdrSource.of(vectorRows, sizes, mu, sigma, parts);
-            return new SdrRescorerBuilder(source, field, paragraphField, positionField, explain, explainTop);
-        } catch (IllegalArgumentException e) {
-            throw error(parser, e.getMessage());
         }
+    }
+
+    static final String KEYS = String.join(", ", VECTORS, PARAGRAPH_SIZES, MU, SIGMA, PARTS, EXPLAIN, EXPLAIN_TOP, FIELD,
+        PARAGRAPH_FIELD, POSITION_FIELD);
+
+    /** The number of sentences {@code sizes} add up to (negative sizes count 0: SdrSource refuses them by name). */
+    static long sentencesOf(int[] sizes) {
+        long total = 0;
+        for (int size : sizes) {
+            total += Math.max(size, 0);
+        }
+        return total;
     }
 
     static ParsingException error(XContentParser parser, String message) {
@@ -283,61 +282,30 @@ public class SdrRescorerBuilder extends RescorerBuilder<SdrRescorerBuilder> {
 
     static String parseString(XContentParser parser, String name) throws IOException {
         if (parser.currentToken() != XContentParser.Token.VALUE_STRING) {
-            throw error(parser, "[" + name + "] must be a string, got " + parser.currentToken());
+            throw new IllegalArgumentException("[" + name + "] must be a string, got " + parser.currentToken());
         }
         return parser.text();
     }
 
-    static float[][] parseRows(XContentParser parser) throws IOException {
-        List<float[]> rows = new ArrayList<>();
-        XContentParser.Token token;
-        while ((token = parser.nextToken()) != XContentParser.Token.END_ARRAY) {
-            if (token != XContentParser.Token.START_ARRAY) {
-                throw error(parser, "[" + VECTORS + "] sentence " + rows.size() + " must be an array of numbers, got " + token);
-            }
-            double[] values = parseNumbers(parser, VECTORS + "] sentence [" + rows.size());
-            float[] row = new float[values.length];
-            for (int x = 0; x < values.length; x++) {
-                row[x] = (float) values[x];
-            }
-            rows.add(row);
-        }
-        return rows.toArray(new float[0][]);
-    }
-
+    /** Per-paragraph numbers (mu, sigma): at most one per source sentence. */
     static double[] parseDoubles(XContentParser parser, String name) throws IOException {
         if (parser.currentToken() != XContentParser.Token.START_ARRAY) {
-            throw error(parser, "[" + name + "] must be an array of numbers, got " + parser.currentToken());
+            throw new IllegalArgumentException("[" + name + "] must be an array of numbers, got " + parser.currentToken());
         }
-        return parseNumbers(parser, name);
+        return SourceParser.parseNumbers(parser, name, SdrLimits.maxSourceSentences(),
+            n -> SdrLimits.checkSourceSentences(name, n));
     }
 
-    /** The numbers of the array the parser is on (START_ARRAY); NaN and infinities pass here and are refused by SdrSource. */
-    private static double[] parseNumbers(XContentParser parser, String name) throws IOException {
-        double[] out = new double[16];
-        int size = 0;
-        XContentParser.Token token;
-        while ((token = parser.nextToken()) != XContentParser.Token.END_ARRAY) {
-            if (token != XContentParser.Token.VALUE_NUMBER) {
-                throw error(parser, "[" + name + "] value " + size + " must be a number, got " + token);
-            }
-            if (size == out.length) {
-                out = Arrays.copyOf(out, size * 2);
-            }
-            out[size++] = parser.doubleValue();
-        }
-        return Arrays.copyOf(out, size);
-    }
-
+    /** Per-paragraph integers (paragraph_sizes, parts): at most one per source sentence. */
     static int[] parseInts(XContentParser parser, String name) throws IOException {
         if (parser.currentToken() != XContentParser.Token.START_ARRAY) {
-            throw error(parser, "[" + name + "] must be an array of integers, got " + parser.currentToken());
+            throw new IllegalArgumentException("[" + name + "] must be an array of integers, got " + parser.currentToken());
         }
-        double[] values = parseNumbers(parser, name);
+        double[] values = parseDoubles(parser, name);
         int[] out = new int[values.length];
         for (int i = 0; i < values.length; i++) {
             if (values[i] != Math.rint(values[i]) || Math.abs(values[i]) > Integer.MAX_VALUE) {
-                throw error(parser, "[" + name + "] value " + i + " must be an integer, got " + values[i]);
+                throw new IllegalArgumentException("[" + name + "] value " + i + " must be an integer, got " + values[i]);
             }
             out[i] = (int) values[i];
         }
@@ -350,25 +318,51 @@ public class SdrRescorerBuilder extends RescorerBuilder<SdrRescorerBuilder> {
         if (windowSize < 1) {
             throw new IllegalArgumentException("[" + NAME + "] window_size must be at least 1, got " + windowSize);
         }
+        if (explain == false && explainTop > 0) {  // explain: the hits returned, known when the rescore runs (SdrRescorer)
+            try {
+                SdrLimits.checkExplainPairs(EXPLAIN_TOP, Math.min(windowSize, explainTop), source.sentences());
+            } catch (IllegalArgumentException e) {
+                throw new IllegalArgumentException("[" + NAME + "] " + e.getMessage(), e);
+            }
+        }
         checkMapping(context);
         return new SdrRescoreContext(windowSize, this, context.bitsetFilter(Queries.newNonNestedFilter()));
     }
 
+    /** Integer field types whose doc values the candidate reader reads (SORTED_NUMERIC). */
+    private static final java.util.Set<String> INTEGER_TYPES = java.util.Set.of("integer", "long", "short", "byte");
+
     /**
      * Refuses, as a 400, a request that cannot be scored against this index: the vector field is not
      * a knn_vector inside a nested object, it holds another dimension or non-float vectors, or the
-     * paragraph field is missing or has no doc values. Reads the index mapping (the k-NN plugin's own
-     * classes are not visible to this plugin) and the segments' field infos.
+     * paragraph or position field is missing, is not an integer field with doc values, or is not beside the
+     * vector field in its nested object. Reads the index mapping (the k-NN plugin's own classes are not
+     * visible to this plugin) and the segments' field infos.
      */
     private void checkMapping(QueryShardContext context) {
         checkVectorField(context, NAME, field, source.dim());
-        MappedFieldType paragraphType = context.fieldMapper(paragraphField);
-        if (paragraphType == null) {
-            throw new IllegalArgumentException("[" + NAME + "] paragraph field [" + paragraphField + "] is not in the mapping");
+        checkSiblingField(context, PARAGRAPH_FIELD, paragraphField);
+        checkSiblingField(context, POSITION_FIELD, positionField);
+    }
+
+    private void checkSiblingField(QueryShardContext context, String key, String name) {
+        MappedFieldType type = context.fieldMapper(name);
+        String what = "[" + NAME + "] [" + key + "] [" + name + "]";
+        if (type == null) {
+            throw new IllegalArgumentException(what + " is not in the mapping of index [" + context.index().getName() + "]");
         }
-        Map<String, Object> paragraphMapping = mappingOf(context, paragraphField);
-        if (paragraphMapping != null && "false".equals(String.valueOf(paragraphMapping.get("doc_values")))) {
-            throw new IllegalArgumentException("[" + NAME + "] paragraph field [" + paragraphField + "] has no doc values");
+        if (INTEGER_TYPES.contains(type.typeName()) == false) {
+            throw new IllegalArgumentException(what + " is of type [" + type.typeName() + "], not an integer field ("
+                + String.join(", ", new java.util.TreeSet<>(INTEGER_TYPES)) + ")");
+        }
+        String path = nestedPath();
+        if (name.startsWith(path + ".") == false) {
+            throw new IllegalArgumentException(what + " must be a field of the nested object [" + path + "], beside [" + field
+                + "]");
+        }
+        Map<String, Object> mapping = mappingOf(context, name);
+        if (mapping != null && "false".equals(String.valueOf(mapping.get("doc_values")))) {
+            throw new IllegalArgumentException(what + " has no doc values");
         }
     }
 
@@ -428,7 +422,7 @@ public class SdrRescorerBuilder extends RescorerBuilder<SdrRescorerBuilder> {
 
     /** The mapping entry of a dotted field path ({@code sentences.vector}), or null where it cannot be read. */
     @SuppressWarnings("unchecked")
-    private static Map<String, Object> mappingOf(QueryShardContext context, String path) {
+    static Map<String, Object> mappingOf(QueryShardContext context, String path) {
         DocumentMapper mapper = context.getMapperService() == null ? null : context.getMapperService().documentMapper();
         if (mapper == null) {
             return null;

@@ -46,9 +46,24 @@ final class SdrScorer {
     private final int[] bestGroup;
     private final double[] bestP;
     private final double[] bestZ;
+    // charged when the scratch grows (null: not charged); it grows with the candidates' sizes, up to source
+    // sentences x candidate paragraphs cells
+    private java.util.function.LongConsumer budget;
 
     SdrScorer(SdrSource source) {
         this(source, MatchKernel.create());
+    }
+
+    /** Charges every growth of the scratch to {@code budget} (a breaker; it may throw before the arrays grow). */
+    SdrScorer charging(java.util.function.LongConsumer budget) {
+        this.budget = budget;
+        return this;
+    }
+
+    private void grow(long bytes) {
+        if (budget != null) {
+            budget.accept(bytes);
+        }
     }
 
     SdrScorer(SdrSource source, MatchKernel kernel) {
@@ -122,7 +137,9 @@ final class SdrScorer {
     private void group(CandidateSentences c) {
         int m = c.size();
         if (order.length < m) {
-            order = new Integer[Math.max(m, order.length * 2)];
+            int grown = Math.max(m, order.length * 2);
+            grow((long) (grown - order.length) * 28);
+            order = new Integer[grown];
             sorted = new int[order.length];
             groupOf = new int[order.length];
         }
@@ -153,9 +170,16 @@ final class SdrScorer {
 
     /** best[k][g] = max over group g's sentences of dot(s^k, c^r), bestAt the first sorted index t reaching it. */
     private void match(CandidateSentences c) {
-        int cells = sentences * groups;
+        long wanted = (long) sentences * groups;
+        if (wanted > Integer.MAX_VALUE - 16) {
+            throw new IllegalArgumentException("a candidate of " + groups + " paragraphs against " + sentences
+                + " source sentences is more than one scorer can hold");
+        }
+        int cells = (int) wanted;
         if (best.length < cells) {
-            best = new float[Math.max(cells, best.length * 2)];
+            int grown = (int) Math.min(Integer.MAX_VALUE - 16, Math.max((long) cells, best.length * 2L));
+            grow((long) (grown - best.length) * 8);
+            best = new float[grown];
             bestAt = new int[best.length];
         }
         kernel.match(source, c.rows(), sorted, groupOf, c.size(), groups, best, bestAt);

@@ -156,6 +156,11 @@ public final class SdrSource implements Writeable {
         } catch (IllegalArgumentException e) {
             throw new IllegalArgumentException("[vectors] is not valid base64: " + e.getMessage());
         }
+        return rowsOf(raw, sentences);
+    }
+
+    /** Rows of {@code sentences} vectors from little-endian float32 values, row-major ({@link #decodeBase64}'s bytes). */
+    static float[][] rowsOf(byte[] raw, int sentences) {
         if (raw.length == 0) {
             throw new IllegalArgumentException("empty source: [vectors] holds no sentence");
         }

@@ -121,17 +121,32 @@ public class SdrVectorsExt extends SearchExtBuilder {
         float[] centroids = null;
         XContentParser.Token token;
         String name = null;
-        while ((token = parser.nextToken()) != XContentParser.Token.END_OBJECT) {
-            if (token == XContentParser.Token.FIELD_NAME) {
-                name = parser.currentName();
-            } else if ("field".equals(name) && token == XContentParser.Token.VALUE_STRING) {
-                field = parser.text();
-            } else if ("mean".equals(name) && token == XContentParser.Token.VALUE_BOOLEAN) {
-                mean = parser.booleanValue();
-            } else if ("centroids".equals(name) && token == XContentParser.Token.VALUE_STRING) {
-                centroids = decode(parser, parser.text());
-            } else {
-                throw new ParsingException(parser.getTokenLocation(), "[" + NAME + "] does not support [" + name + "]");
+        try (ShardGuard.Charges charges = ParseBreaker.charges("<sdr_vectors centroids>")) {
+            while ((token = parser.nextToken()) != XContentParser.Token.END_OBJECT) {
+                if (token == XContentParser.Token.FIELD_NAME) {
+                    name = parser.currentName();
+                    continue;
+                }
+                try {
+                    if ("field".equals(name)) {
+                        field = SdrRescorerBuilder.parseString(parser, "field");
+                    } else if ("mean".equals(name)) {
+                        if (token != XContentParser.Token.VALUE_BOOLEAN) {
+                            throw new IllegalArgumentException("[mean] must be true or false, got " + token);
+                        }
+                        mean = parser.booleanValue();
+                    } else if ("centroids".equals(name)) {
+                        if (token != XContentParser.Token.VALUE_STRING) {
+                            throw new IllegalArgumentException("[centroids] must be a base64 string of little-endian float32 "
+                                + "values, got " + token);
+                        }
+                        centroids = decode(parser, charges);
+                    } else {
+                        throw new IllegalArgumentException("does not support [" + name + "]: its keys are field, mean, centroids");
+                    }
+                } catch (IllegalArgumentException e) {
+                    throw new ParsingException(parser.getTokenLocation(), "[" + NAME + "] " + e.getMessage());
+                }
             }
         }
         try {
@@ -141,17 +156,15 @@ public class SdrVectorsExt extends SearchExtBuilder {
         }
     }
 
-    private static float[] decode(XContentParser parser, String text) {
-        byte[] bytes;
-        try {
-            bytes = Base64.getDecoder().decode(text);
-        } catch (IllegalArgumentException e) {
-            throw new ParsingException(parser.getTokenLocation(), "[" + NAME + "] [centroids] is not base64: " + e.getMessage());
-        }
+    /** The centroids the parser is on (base64 float32, decoded from the body), within {@code sdr.limits.max_source_values}. */
+    private static float[] decode(XContentParser parser, ShardGuard.Charges charges) throws IOException {
+        byte[] bytes = SourceParser.decodeBase64(parser, "centroids");
+        charges.add(bytes.length);
         if (bytes.length % Float.BYTES != 0) {
-            throw new ParsingException(parser.getTokenLocation(), "[" + NAME + "] [centroids] has " + bytes.length
-                + " bytes, not a whole number of float32 values");
+            throw new IllegalArgumentException("[centroids] has " + bytes.length + " bytes, not a whole number of float32 values");
         }
+        SdrLimits.checkSourceValues("centroids", bytes.length / Float.BYTES);
+        charges.add(bytes.length);
         float[] out = new float[bytes.length / Float.BYTES];
         ByteBuffer.wrap(bytes).order(ByteOrder.LITTLE_ENDIAN).asFloatBuffer().get(out);
         return out;

@@ -38,6 +38,11 @@ final class DocScoresQuery extends Query {
         return scores;
     }
 
+    /** The reader these documents belong to (its context id). */
+    Object readerKey() {
+        return readerKey;
+    }
+
     @Override
     public Weight createWeight(IndexSearcher searcher, ScoreMode scoreMode, float boost) {
         if (searcher.getIndexReader().getContext().id() != readerKey) {

@@ -22,7 +22,8 @@ import java.util.function.Supplier;
 
 /**
  * The part of the plugin class whose signature differs between release lines (2.x here: the
- * client's package in {@code createComponents}). It hands the node's thread pool to {@link SdrThreads}.
+ * client's package in {@code createComponents}). It hands the node's thread pool to {@link SdrThreads}
+ * and its cluster settings to {@link SdrLimits}.
  */
 abstract class SdrPluginBase extends Plugin {
     @Override
@@ -33,6 +34,7 @@ abstract class SdrPluginBase extends Plugin {
                                                IndexNameExpressionResolver indexNameExpressionResolver,
                                                Supplier<RepositoriesService> repositoriesServiceSupplier) {
         SdrThreads.start(threadPool, environment.settings());
+        SdrLimits.follow(clusterService.getClusterSettings());
         return Collections.emptyList();
     }
 }

@@ -141,7 +141,7 @@ public class SdrCandidatesQueryBuilderTests extends LuceneTestCase {
             { "{\"centroids\": \"" + nan + "\"}", "[centroids] must be finite" },
             { "{\"centroids\": \"AAA=\"}", "not a whole number of float32 values" },
             { "{\"centroids\": \"\"}", "[centroids] is empty" },
-            { "{\"centroids\": \"%%\"}", "[centroids] is not base64" },
+            { "{\"centroids\": \"%%\"}", "[centroids] is not valid base64" },
         };
         for (String[] b : bad) {
             try (XContentParser p = JsonXContent.jsonXContent.createParser(REGISTRY, DeprecationHandler.THROW_UNSUPPORTED_OPERATION, b[0])) {
