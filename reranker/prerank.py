@@ -21,7 +21,7 @@ paragraphs``, about 1/20 of the exact rerank's ``source sentences x candidate se
 The centroids come from the store (:meth:`sdr_search.indexer.store.DocumentStore.paragraph_centroids`):
 the embedded store keeps them in memory, derived from its vector file; computing them from the
 candidates' sentence vectors at query time cost more than the rerank itself on IRLeD.
-Measured with exact nested k-NN on IRLeD dev (``bench/candidates_exact.py``, ties kept): top-10
+Measured with exact nested k-NN on IRLeD dev (``bench/experiments/candidates_exact.py``, ties kept): top-10
 recall at K = 100 0.988 -> 0.996 at k = 50, 0.976 -> 0.994 at k = 20, with a pool of 2K; the
 docs/results/two-stage.md has the two-stage figures (HNSW, default k = 30: 0.988 -> 0.992).
 """
