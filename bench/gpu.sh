@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/gpu.sh: the GPU day of issue 35, in one device command of under 10 minutes (bench/gpu.py
-# does the work: encoder throughput on CUDA, `sdr reindex` through Celery workers on the GPU with a
-# Redis it starts, `sdr train` sized to the time left and `sdr eval` of each encoder on IRLeD dev).
+# and its stages, one module each in bench/gpu_stages/, do the work: encoder throughput on CUDA,
+# `sdr reindex` through Celery workers on the GPU with a Redis it starts, `sdr train` sized to the
+# time left and `sdr eval` of each encoder on IRLeD dev).
 #
 #   bench/gpu.sh --prepare        here, once (needs .venv and PyPI): writes .gpu/ (git-ignored)
 #   run(command='bash bench/gpu.sh', carry=['.gpu'], timeout_s=600)     on a task lent a device

@@ -21,8 +21,8 @@ and no ``../shared`` data. A call carries at most 64 MiB (working tree included)
   the dev queries and the dev qrels;
 - ``MANIFEST.json``: what is in it, sizes, versions, and whether the corpus is whole.
 
-:func:`unpack` (run by ``bench/gpu.py`` on the device) turns ``.gpu/`` into an environment folder
-(site, model, bin, data) and :func:`package_farm` makes ``sdr_search`` importable from the working
+:func:`unpack` (run on the device by stage env, ``bench/gpu_stages/env.py``) turns ``.gpu/`` into
+an environment folder (site, model, bin, data) and :func:`package_farm` makes ``sdr_search`` importable from the working
 tree without installing the project (the package-dir mapping of pyproject.toml as symbolic links).
 Standard library only, except numpy for the model's weights.
 """
