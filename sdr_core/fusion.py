@@ -332,11 +332,11 @@ def adaptive_weights(
 ADAPTIVE_PARAMS = AdaptiveParams()
 """The shipped adaptive parameters: ``n0 = 32`` sentences, no mean-vector share, no evidence term.
 Every fold of the 5-fold cross-validation on IRLeD dev (full and short sources) chose ``n0 = 32,
-m = 0``; the evidence power (0, 1 or 2) changed the mean MAP by under 0.001, so it is left out
+m = 0``; the evidence power (0, 1 or 2) changed nothing measurable, so it is left out
 (docs/results/relevance.md, "Adaptive fusion: full and short sources"). Document feedback
 ``k = 3, f = 1, h = 8``: the best point of ``bench/experiments/feedback.py``'s grid on all queries and the
-choice of most folds (short sources 0.144 -> 0.161 MAP cross-validated, full sources level;
-docs/results/relevance.md, "Document feedback for short sources")."""
+choice of most folds (better on short sources, full sources level: docs/results/relevance.md,
+"Document feedback for short sources")."""
 
 
 @dataclass(frozen=True)
