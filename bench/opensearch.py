@@ -15,7 +15,7 @@ the encoder is not what is timed. Then, in this order:
    node's document index plus its state index (``_stats`` store size of the primaries, flushed,
    no merge running; with the document index's Lucene file types) and the embedded store's
    directory (``store.sqlite``, ``vectors.float32``, ``faiss.index``; no lexical index, which
-   ``sdr index`` adds: 18 MB for IRLeD).
+   ``sdr index`` adds: docs/results/opensearch.md, "Size on disk").
 3. **Fidelity** on IRLeD dev (``--queries``, new text; statistics from the reference sample,
    identical in both stores): the fraction of the exhaustive SDR top-10 (every document, the same
    statistics; ``bench/two_stage.py``'s ``exhaustive_top``) found in the engine's two-stage

@@ -7,14 +7,14 @@ document, and the top K documents go to the exact rerank. Aggregations:
 - ``votes``: in how many source sentences' hit lists the document appears;
 - ``sum``: sum over source sentences of the document's best similarity (0 when absent);
 - ``weighted-sum`` (the engine's default, ``SDR_AGGREGATION``, chosen by measurement in
-  ``bench/two_stage.py`` and ``bench/candidates_exact.py``): the ``sum`` with each source sentence
+  ``bench/two_stage.py`` and ``bench/experiments/candidates_exact.py``): the ``sum`` with each source sentence
   weighted as SDR's normalisation weighs it: ``1 / (n_i * sigma_i)`` for a sentence of source
   paragraph ``i`` (``n_i`` sentences, statistics ``sigma_i``; without statistics, ``1 / n_i``). It is SDR with the paragraph max
   relaxed to a document max and absent hits counted as 0, so paragraphs whose scores vary little
   over the corpus, and sentences of short paragraphs, count for more, and a paragraph of
   boilerplate sentences (which match many documents equally) counts for less. On IRLeD dev at
   K = 100 it has the best top-10 recall for k >= 50 in ``bench/two_stage.py`` and at every k in
-  ``bench/candidates_exact.py`` (exact k-NN); ``sum`` ties it at k = 20 and at K >= 200.
+  ``bench/experiments/candidates_exact.py`` (exact k-NN); ``sum`` ties it at k = 20 and at K >= 200.
 - ``sdr-bound``: an SDR-shaped upper bound. For source sentence k and document c,
   ``b_k(c)`` is the hit similarity when c was returned for k, otherwise the lowest similarity
   in k's hit list (with exact k-NN, c's best sentence scores at most that). Then

@@ -55,7 +55,7 @@ class MLTSettings(HybridSettings):
     aggregation: str = Field(
         "weighted-sum",
         description=f"Candidate aggregation: {', '.join(AGGREGATIONS)}. 'weighted-sum' is the default by "
-        "measurement (bench/two_stage.py, bench/candidates_exact.py: best or tied-best top-10 recall on IRLeD dev "
+        "measurement (bench/two_stage.py, bench/experiments/candidates_exact.py: best or tied-best top-10 recall on IRLeD dev "
         "at K=100 with the default knn_k).",
     )
     in_store: bool = Field(

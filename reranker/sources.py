@@ -238,7 +238,7 @@ class SourceResolver:
         """The store's state for one query. A reference sample newer than this engine's copy is
         adopted at once, whether or not this query needs it, so the next query's read skips the
         sample (a query by id with stored statistics never needs it, and read and decoded it on
-        every request: 44 % of a by-id request on the wiki store)."""
+        every request, a large share of a by-id request: docs/results/service.md)."""
         state = self.store.query_state(reference_version=self._sample_version)
         if state.reference is not None:
             self._reference(state)

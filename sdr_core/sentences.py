@@ -205,10 +205,10 @@ white space and a token (NLTK's ``PunktLanguageVars.period_context_re``, written
 def possible_sentence_ends(texts: Iterable[str], *, stop: int | None = None) -> int:
     """How many places of ``texts`` Punkt would weigh as a sentence end: a cheap upper estimate of
     the splitter's sentences (one pass of a regular expression, no Punkt), and the measure of its
-    work, which is mostly a fixed cost per such place (~60-75 us). Counted before splitting, it
-    bounds that work by the sentence limits (:data:`sdr_search.core.documents.MAX_ENDS_PER_SENTENCE`).
-    On 400 IRLeD judgments and 300 Wikipedia articles it was at most 2.8 x the sentences
-    segmentation kept (median 1.45 and 1.06: fragments are joined, citations hold several periods).
+    work, which is mostly a fixed cost per such place. Counted before splitting, it bounds that
+    work by the sentence limits (:data:`sdr_search.core.documents.MAX_ENDS_PER_SENTENCE`). On IRLeD
+    and Wikipedia it is a small multiple of the sentences segmentation keeps (fragments are joined,
+    citations hold several periods; the figures: docs/results/splitting.md).
     ``stop``: counting ends once the count is over it (the answer is then ``stop + 1``), so that
     refusing a text costs no more than accepting one at the bound."""
     n = 0

@@ -22,7 +22,7 @@ README_MAX_LINES = 320
 
 
 def doc_files() -> list[Path]:
-    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    return [ROOT / "README.md", ROOT / "bench" / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
 def _ids(paths: list[Path]) -> list[str]:
@@ -149,6 +149,25 @@ def test_no_link_leaves_the_repository(path):
     assert not outside, f"{path.relative_to(ROOT)} links outside the repository: {outside}"
 
 
+# a script under bench/ (.py or .sh) as docs, docstrings and comments name it
+_BENCH_PATH = re.compile(r"(?<![\w./-])bench/[\w./-]*?\.(?:py|sh)\b")
+_CODE_DIRS = ("sdr_core", "indexer", "reranker", "workers", "sdr_search", "bench", "scripts", "tests")
+
+
+def named_bench_paths(path: Path) -> list[tuple[int, str]]:
+    return [(lineno, m.group(0)) for lineno, line in enumerate(_text(path).splitlines(), 1)
+            for m in _BENCH_PATH.finditer(line)]
+
+
+def test_every_bench_script_named_exists():
+    """A bench script moved (bench/experiments/) or split leaves no doc, docstring or comment
+    naming its old path."""
+    sources = [*DOCS, *(p for d in _CODE_DIRS for p in sorted((ROOT / d).rglob("*.py")))]
+    missing = [f"{p.relative_to(ROOT)}:{lineno} {name}" for p in sources for lineno, name in named_bench_paths(p)
+               if not (ROOT / name).is_file()]
+    assert not missing, f"these name bench scripts that do not exist: {missing}"
+
+
 def test_readme_is_short():
     n = len(_text(ROOT / "README.md").splitlines())
     assert n <= README_MAX_LINES, f"README.md has {n} lines (at most {README_MAX_LINES}); move detail to docs/"
@@ -196,6 +215,13 @@ def test_command_finder(tmp_path):
         encoding="utf-8",
     )
     assert [(n, f) for _, n, f in named_commands(doc)] == [("compact", None), ("mlt", None), ("dashboards", "import")]
+
+
+def test_bench_path_finder(tmp_path):
+    doc = tmp_path / "x.md"
+    doc.write_text("Run `python bench/two_stage.py --reuse`, bench/experiments/feedback.py and bench/gpu.sh;\n"
+                   "not tests/bench/test_gpu_script.py, /var/tmp/sdr-bench/irled or bench/ alone.\n", encoding="utf-8")
+    assert [n for _, n in named_bench_paths(doc)] == ["bench/two_stage.py", "bench/experiments/feedback.py", "bench/gpu.sh"]
 
 
 def test_link_finder(tmp_path):

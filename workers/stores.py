@@ -52,8 +52,8 @@ def _bulk_embedded_store_class():
 
         The FAISS index is a cache of the vector file that the store catches up on first use.
         Maintained by every worker process, each would insert every row of every worker into its
-        own in-memory HNSW graph (measured ~2,500 rows/s per core: ~10 % of the encoder's time
-        per worker, and the work multiplies with the workers). A bulk load builds it once at the
+        own in-memory HNSW graph (a share of the encoder's time per worker that multiplies with the
+        workers: docs/results/indexing.md, "The FAISS index"). A bulk load builds it once at the
         end instead (:meth:`build_ann`, multi-threaded for large additions).
 
         TODO(sdr_search.indexer.embedded): this overrides two private methods; replace it with a public

@@ -10,7 +10,7 @@ Nested k-NN (:func:`knn_rounds`) fetches ``k * oversample`` sentence hits per qu
 (optionally adding the twins of each hit: identical rows, :mod:`.twins`), drops dead rows and
 excluded documents and keeps each document's best hit: the top ``k`` documents and any tied with
 the k-th (IRLeD's boilerplate sentences tie across many documents; cutting such a tie at an
-arbitrary k cost top-10 fidelity: 0.968 -> 0.992 at K = 100, ``bench/two_stage.py``). A row
+arbitrary k cost top-10 fidelity: docs/results/two-stage.md, "Ties, twins and aggregations"). A row
 whose hits hold fewer than k documents keeps those, or is searched again with 4x the hits when
 more rounds are allowed (``SDR_STORE_KNN_ROUNDS``; one by default: the same fidelity, half the
 candidate time on the wiki latency store).
@@ -76,7 +76,8 @@ def add_rows(index, start: int, stop: int, source: np.ndarray) -> None:
     """Add rows ``[start, stop)`` of ``source`` (the vector file's rows) to ``index``.
 
     Small additions (one ``put``) run on one OpenMP thread: for a few hundred rows the thread
-    start-up of HNSW's parallel insert costs more than it saves (measured 10x slower).
+    start-up of HNSW's parallel insert costs more than it saves (docs/results/indexing.md,
+    "The FAISS index").
     """
     with _serial_faiss(stop - start <= _SERIAL_ADD_ROWS):
         for a in range(start, stop, CHUNK_ROWS):
@@ -261,8 +262,7 @@ def _first_hits_rows(
 
     ``dist``, ``rows``: ``(n, hits)``, each row best first (FAISS order). Vectorised over the rows
     (one stable sort of the document numbers per row): calling :func:`_first_hits` row by row
-    cost about 0.12 ms a row, 25 ms for a 200-sentence source (profiled on the 1.13M-sentence
-    bench store), most of the candidate stage's time outside FAISS.
+    was most of the candidate stage's time outside FAISS (docs/results/two-stage.md, "Latency").
     """
     n, width = rows.shape
     if n == 0 or width == 0:

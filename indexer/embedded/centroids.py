@@ -2,11 +2,10 @@
 (:mod:`sdr_search.reranker.prerank`).
 
 Like the FAISS index, they are derived from the vector file and never written: the first request
-after opening computes the centroids of every live document (one pass over the vector file,
-about a second per million sentences on 2 cores), and documents put later are added as they are
-asked for. They are held as float32 (a paragraph costs ``4 * dim`` bytes: about 400 MB per
-million wiki sentences; float16 halved that but its conversion back cost more than the pre-rank's
-product, 22-150 ms per IRLeD query) and keyed by a document's first row: rows are append-only within an
+after opening computes the centroids of every live document (one pass over the vector file),
+and documents put later are added as they are asked for. They are held as float32 (a paragraph
+costs ``4 * dim`` bytes; float16 halved that but its conversion back cost more than the pre-rank's
+product: docs/results/two-stage.md, "Tried and not adopted") and keyed by a document's first row: rows are append-only within an
 epoch, so a first row names one version of one document. A compaction starts a new epoch and a
 new cache; entries of replaced or deleted documents are dropped when they outnumber the live ones.
 """

@@ -531,7 +531,7 @@ class EmbeddedStore(DocumentStore):
         rows) when they hold at most ``filter_exact_rows`` sentences, else the HNSW search with the
         other documents' rows masked out, fetching ``1 / selectivity`` times as many hits (and up
         to 4x more in up to three rounds for rows left short). A FAISS ID selector was measured
-        slower: a graph search that skips 90 % of what it visits (bench/filters.py). ``filter``
+        slower: a graph search that skips 90 % of what it visits (docs/results/filters.md). ``filter``
         (a metadata filter) is the same restriction to :meth:`ids_matching` (with ``allowed_ids``
         too: the documents in both).
         """
@@ -699,7 +699,7 @@ class EmbeddedStore(DocumentStore):
     def fetch_documents(self, ids: Sequence[str]) -> list[DocVectors]:
         """Read-only views of the memory-mapped vector file, one per document (float32 files; a
         float16 file gives converted copies): the rerank reads the page cache directly instead of
-        first copying every candidate into one fresh array (measured 53 of 400 ms at p50)."""
+        first copying every candidate into one fresh array (docs/results/two-stage.md, "Latency")."""
         ids = [str(i) for i in ids]
         with self._snapshot() as conn:
             located = self._located(conn, ids, "fetch_documents")

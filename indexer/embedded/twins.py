@@ -7,7 +7,7 @@ arbitrary ``k`` of them: exhaustive SDR credits every document containing the se
 candidate stage only some. :class:`Twins` lets :func:`.ann.knn_rounds` expand a hit to all of its
 twins, so ties at the k-th place are kept whole (``SDR_STORE_KNN_TWINS``, off by default). On IRLeD
 dev, where 8% of sentence rows have a twin in another document, exact nested k-NN gains from it
-(``bench/candidates_exact.py``), but with HNSW, keeping the ties already among the returned hits
+(``bench/experiments/candidates_exact.py``), but with HNSW, keeping the ties already among the returned hits
 measured as well or better (``bench/two_stage.py``).
 
 Twins are found by a 64-bit hash of each row's bytes (integer arithmetic, so identical rows hash

@@ -171,7 +171,7 @@ class OpenSearchSettings(BaseSettings):
         "terms",
         description="Lexical (BM25) query of hybrid search. 'terms': the source's most frequent terms as term "
         "queries boosted by their counts, which reproduces the embedded store's BM25 (top-100 overlap 0.98 "
-        "on IRLeD dev with 1000 terms, bench/lexical_variants.py). 'more_like_this': OpenSearch's "
+        "on IRLeD dev with 1000 terms, bench/experiments/lexical_variants.py). 'more_like_this': OpenSearch's "
         "more_like_this (terms chosen by count x idf, each counted once; overlap 0.67).",
     )
     lexical_max_terms: int = Field(

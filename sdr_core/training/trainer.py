@@ -26,7 +26,7 @@ makes the backward pass cheaper.
 
 AdamW with linear warm-up and decay, gradient clipping at 1.0. The forward pass runs under
 autocast: bf16 on CUDA (fp16 with a gradient scaler where bf16 is missing) and on CPUs with native
-bf16 (AVX512-BF16/AMX: measured 7.1 s against 10.0 s per 32-pair step in fp32 on 2 cores), fp32
+bf16 (AVX512-BF16/AMX: faster than fp32 per step, docs/results/training.md), fp32
 otherwise; weights and optimiser state stay fp32. Every ``checkpoint_every`` steps the
 weights, optimiser, scheduler, sampler and random states are written to
 ``OUT/checkpoints/step-NNNNNNN`` (temporary directory, then rename); a new run with the same

@@ -20,8 +20,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
-import gpu  # noqa: E402
 import gpu_env  # noqa: E402
+from gpu_stages.evaluation import average_precision, paired  # noqa: E402
+from gpu_stages.reindex import input_rejections  # noqa: E402
+from gpu_stages.report import render_markdown  # noqa: E402
 
 
 def _env() -> dict[str, str]:
@@ -200,17 +202,17 @@ def test_summary_of_a_partial_run():
     r = {"mode": "full", "started": "t", "budget_s": 540, "elapsed_s": 3.0, "host": {"python": "3.12", "cores": 16},
          "stages": {"env": {"status": "failed", "reason": "modules missing: celery", "fix": "bench/gpu.sh --prepare"}},
          "timeline": [{"t": 1.0, "event": "env: modules missing: celery"}], "stages_asked": ["env", "encoder"]}
-    md = gpu.render_markdown(r)
+    md = render_markdown(r)
     assert "stage env: **failed** modules missing: celery (bench/gpu.sh --prepare)" in md
     assert "| 1.0 | env: modules missing: celery |" in md
 
 
 @pytest.mark.unit
 def test_paired_differences():
-    p = gpu.paired({"a": 0.5, "b": 0.2, "c": 0.1}, {"a": 0.6, "b": 0.1, "c": 0.1, "d": 1.0})
+    p = paired({"a": 0.5, "b": 0.2, "c": 0.1}, {"a": 0.6, "b": 0.1, "c": 0.1, "d": 1.0})
     assert p["queries"] == 3 and p["up"] == 1 and p["down"] == 1
     assert p["mean_diff"] == pytest.approx(0.0, abs=1e-9)
-    assert gpu.average_precision(["x", "r1", "y", "r2"], {"r1", "r2", "r3"}) == pytest.approx((1 / 2 + 2 / 4) / 3)
+    assert average_precision(["x", "r1", "y", "r2"], {"r1", "r2", "r3"}) == pytest.approx((1 / 2 + 2 / 4) / 3)
 
 
 @pytest.mark.unit
@@ -219,7 +221,7 @@ def test_a_reindex_that_rejected_empty_documents_still_counts():
     though it swapped in a complete store: the device run of 2026-11-27 lost its evaluation to that.
     Only input rejections pass; a failure of any other kind, or one not listed, does not."""
     empty = {"id": "a", "error": "document 'a': no sentence (empty document)"}
-    assert gpu.input_rejections({"failed": 1, "failures": [empty]}) == [empty]
-    assert gpu.input_rejections({"failed": 0, "failures": []}) == []
-    assert gpu.input_rejections({"failed": 2, "failures": [empty, {"id": "b", "error": "worker lost"}]}) is None
-    assert gpu.input_rejections({"failed": 3, "failures": [empty]}) is None
+    assert input_rejections({"failed": 1, "failures": [empty]}) == [empty]
+    assert input_rejections({"failed": 0, "failures": []}) == []
+    assert input_rejections({"failed": 2, "failures": [empty, {"id": "b", "error": "worker lost"}]}) is None
+    assert input_rejections({"failed": 3, "failures": [empty]}) is None

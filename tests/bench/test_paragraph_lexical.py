@@ -1,4 +1,4 @@
-"""bench/paragraph_lexical.py: the paragraph-level lexical matrix against a brute-force loop, its
+"""bench/experiments/paragraph_lexical.py: the paragraph-level lexical matrix against a brute-force loop, its
 SDR-style aggregation against the definition, and the fourth-signal fusion wrapper (issue 35)."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def bench():
     sys.path.insert(0, str(ROOT / "bench"))
-    spec = importlib.util.spec_from_file_location("paragraph_lexical_bench", ROOT / "bench" / "paragraph_lexical.py")
+    spec = importlib.util.spec_from_file_location("paragraph_lexical_bench", ROOT / "bench" / "experiments" / "paragraph_lexical.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -331,7 +331,7 @@ HITS_BY_DOC_ID: dict[str, Any] = {"_source": False, "stored_fields": "_none_", "
 """What a search's hits carry when no ``_source`` field is wanted (k-NN, lexical and plugin
 searches): ``fields.doc_id`` (doc values) and nothing read from stored fields. Without ``stored_fields: _none_`` the fetch phase still reads each
 hit's stored fields for its ``_id``, which decompresses the document's whole stored source: on IRLeD's
-long judgments 44 of the 141 ms of a 200-hit ``sdr_candidates`` search (docs/results/opensearch.md)."""
+long judgments a large share of a 200-hit ``sdr_candidates`` search (docs/results/opensearch.md)."""
 
 
 def hit_doc_id(hit: Mapping[str, Any]) -> str | None:

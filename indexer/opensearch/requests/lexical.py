@@ -68,7 +68,7 @@ def build_more_like_this_query(
     (25 terms, ``min_term_freq`` 2, ``min_doc_freq`` 5, ``minimum_should_match`` 30%) suit short
     documents; for whole-document sources these defaults keep up to ``max_query_terms`` terms
     chosen by count x idf, each scored once by BM25 (no count weighting), and a document matching
-    any one of them is a hit (``bench/lexical_variants.py`` compares this with
+    any one of them is a hit (``bench/experiments/lexical_variants.py`` compares this with
     :func:`build_terms_query`)."""
     if (like_text is None) == (not like_ids):
         raise ValueError("give like_text or like_ids, not both")

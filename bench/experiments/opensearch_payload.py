@@ -13,7 +13,7 @@ For each: the body size in bytes (and gzip level 1, as with ``http_compress``), 
 and ``json.dumps`` the body (encode), and the time to ``json.loads`` it and turn every document
 into a float32 array (decode). Times are the best of ``--repeat`` runs.
 
-    python bench/opensearch_payload.py [--candidates 100] [--sentences 200] [--dim 384] [--repeat 3]
+    python bench/experiments/opensearch_payload.py [--candidates 100] [--sentences 200] [--dim 384] [--repeat 3]
 """
 
 from __future__ import annotations

@@ -20,9 +20,9 @@ ranked documents (what a store's vector file holds; a float16 store halves it).
 
 Usage:
 
-    python bench/encoder_relevance.py --model default --model DIR --queries-n 10 --distractors 5
-    python bench/encoder_relevance.py --model default --model DIR        # whole corpus, 50 queries
-    python bench/encoder_relevance.py --backends auto:bf16,auto:fp32,onnx,onnx-int8 --queries-n 10 --distractors 3
+    python bench/experiments/encoder_relevance.py --model default --model DIR --queries-n 10 --distractors 5
+    python bench/experiments/encoder_relevance.py --model default --model DIR        # whole corpus, 50 queries
+    python bench/experiments/encoder_relevance.py --backends auto:bf16,auto:fp32,onnx,onnx-int8 --queries-n 10 --distractors 3
 
 ``--backends`` measures each model with several encoder backends (``SDR_ENCODER_BACKEND``, with
 ``:PRECISION`` for the torch ones). Backends whose vectors share an encoder tag (torch fp32 and
@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from sdr_search.core.cache import EmbeddingCache  # noqa: E402

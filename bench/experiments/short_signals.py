@@ -17,7 +17,7 @@ changes.
 Reads the per-query signals ``bench/adaptive_fusion.py`` caches (run it first) and the corpus
 vectors through the embedding cache (max-sim only). About 10 minutes on 2 cores.
 
-    python bench/adaptive_fusion.py && python bench/short_signals.py
+    python bench/adaptive_fusion.py && python bench/experiments/short_signals.py
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 

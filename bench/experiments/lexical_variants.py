@@ -20,7 +20,7 @@ corpus (no OpenSearch node is needed; Lucene's per-document length quantisation 
 Prints, per variant, MAP and nDCG@10 on the qrels and the mean overlap of its top-100 with the
 exact BM25 top-100. Usage (about 2 minutes on 2 cores, most of it reading and splitting text):
 
-    python bench/lexical_variants.py [--docs N] [--queries N]
+    python bench/experiments/lexical_variants.py [--docs N] [--queries N]
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from sdr_search.core.documents import read_documents  # noqa: E402

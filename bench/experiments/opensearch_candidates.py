@@ -20,7 +20,7 @@ For each way and pool size P (``--pools``, default 100 and 200): recall = |its t
 every document and the source's statistics. The node's index (with the plugin: vectors once) is
 written from ``--store`` unless ``--keep-index`` finds it there; ``--force-merge`` merges it first.
 
-Usage: python bench/opensearch_candidates.py --url http://127.0.0.1:9221 --store DIR [--sources 30]
+Usage: python bench/experiments/opensearch_candidates.py --url http://127.0.0.1:9221 --store DIR [--sources 30]
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 

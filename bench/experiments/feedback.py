@@ -15,7 +15,7 @@ with statistics over every other corpus paragraph, the mean-vector cosine) are c
 cached in ``--signals-dir`` (about 0.8 s each on 2 cores; some 600 documents for the full grid).
 
     python bench/adaptive_fusion.py --check-cut sentences:12 --check-cut sentences:30 --check-cut paragraphs:3
-    python bench/feedback.py --check-cut sentences:12 --check-cut sentences:30 --check-cut paragraphs:3
+    python bench/experiments/feedback.py --check-cut sentences:12 --check-cut sentences:30 --check-cut paragraphs:3
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 

@@ -51,10 +51,10 @@ corpus (as here), and as a reranker would compute it (the source against a refer
 5,000 paragraphs for the row statistics and against the paragraphs of 200 candidates, whose term
 vectors are either built from their text at query time or assumed stored).
 
-    python bench/paragraph_lexical.py                                # IRLeD dev, full and short sources
-    python bench/paragraph_lexical.py --check-cut sentences:30       # and a source length never chosen on
-    python bench/paragraph_lexical.py --docs 60 --queries-n 4        # a quick check on a slice
-    python bench/paragraph_lexical.py --cost-only                    # the cost per source
+    python bench/experiments/paragraph_lexical.py                                # IRLeD dev, full and short sources
+    python bench/experiments/paragraph_lexical.py --check-cut sentences:30       # and a source length never chosen on
+    python bench/experiments/paragraph_lexical.py --docs 60 --queries-n 4        # a quick check on a slice
+    python bench/experiments/paragraph_lexical.py --cost-only                    # the cost per source
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ from typing import Callable, Iterator, Mapping, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 

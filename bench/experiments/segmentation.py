@@ -22,9 +22,9 @@ Rows give exact SDR (statistics over every corpus paragraph) and the single-vect
 
 Usage:
 
-    python bench/segmentation.py --docs 298 --queries-n 20   # the slice of docs/results/relevance.md
-    python bench/segmentation.py                             # the full dev split
-    python bench/segmentation.py --model models/irled-sdr    # a trained encoder
+    python bench/experiments/segmentation.py --docs 298 --queries-n 20   # the slice of docs/results/relevance.md
+    python bench/experiments/segmentation.py                             # the full dev split
+    python bench/experiments/segmentation.py --model models/irled-sdr    # a trained encoder
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from typing import Callable
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 

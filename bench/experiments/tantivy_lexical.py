@@ -35,10 +35,10 @@ Sections (``--only`` picks some; default all):
 
 Usage:
 
-    python bench/tantivy_lexical.py                           # everything (about 30 min on a loaded 2-core VM)
-    python bench/tantivy_lexical.py --only relevance --hybrid
-    python bench/tantivy_lexical.py --only crash --kills 8
-    python bench/tantivy_lexical.py --json runs/tantivy.json
+    python bench/experiments/tantivy_lexical.py                           # everything (about 30 min on a loaded 2-core VM)
+    python bench/experiments/tantivy_lexical.py --only relevance --hybrid
+    python bench/experiments/tantivy_lexical.py --only crash --kills 8
+    python bench/experiments/tantivy_lexical.py --json runs/tantivy.json
 """
 
 from __future__ import annotations
@@ -60,8 +60,9 @@ from typing import Sequence
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))  # lexical_writes
 
 from sdr_search.core.documents import Document, read_documents  # noqa: E402
 from sdr_search.core.lexical import BM25Ranker  # noqa: E402

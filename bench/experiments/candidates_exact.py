@@ -22,11 +22,12 @@ For every IRLeD dev query (new text), with statistics over every corpus paragrap
 
 Prints the mean fraction of the exhaustive top-10 inside the top K candidates, for several k and
 K. Takes about 3 minutes on 2 cores once the embedding cache holds IRLeD.
-Usage: python bench/candidates_exact.py
+Usage: python bench/experiments/candidates_exact.py
 """
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 import time
@@ -34,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from sdr_search.reranker.candidates import aggregate_hits  # noqa: E402
@@ -108,6 +109,7 @@ def centroid_scores(source: DocVectors, corpus_centroids: np.ndarray, doc_par_of
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()  # no options: --help
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     encoder = SentenceEncoder()
     cache = EmbeddingCache(CacheSettings().cache_dir / "embeddings.sqlite")
