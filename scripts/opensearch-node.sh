@@ -18,6 +18,11 @@
 #   SDR_NODE_JAVA_HOME the JDK to run it with (default: the first of JAVA_HOME, the java on PATH,
 #                      /usr/lib/jvm/* that fits: Java 17-23 for 2.x, Java 21+ for 3.x)
 #   SDR_NODE_ARGS      extra -E settings, e.g. "-E thread_pool.write.queue_size=2"
+#   SDR_NODE_CLUSTER   the HTTP ports of every node of a local cluster this node belongs to, comma-separated
+#                      (e.g. 9250,9251,9252; scripts/opensearch-cluster.sh sets it): instead of a single-node
+#                      cluster, the node joins cluster sdr-cluster-<first port> with discovery.seed_hosts and
+#                      cluster.initial_cluster_manager_nodes naming those nodes, and `start` returns once the
+#                      node's process runs (a cluster cannot answer before a majority of its nodes is up).
 #   SDR_NODE_HEAP_DUMP 1 (default): a JVM that runs out of memory writes its heap dump to the node's own
 #                      log directory, <run dir>/logs/heap-dump.hprof (one file: the JVM never overwrites
 #                      it, so there is at most one dump, of about the heap's size; delete it to let a later
@@ -61,6 +66,14 @@ case "$PLUGIN" in 0|1) ;; *) echo "opensearch-node: SDR_NODE_PLUGIN must be 0 or
 HEAP_DUMP=${SDR_NODE_HEAP_DUMP:-1}
 case "$HEAP_DUMP" in 0|1) ;; *) echo "opensearch-node: SDR_NODE_HEAP_DUMP must be 0 or 1, not '$HEAP_DUMP'" >&2; exit 2 ;; esac
 PLUGIN_SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/opensearch-plugin
+CLUSTER=${SDR_NODE_CLUSTER:-}
+if [ -n "$CLUSTER" ]; then
+  [[ "$CLUSTER" =~ ^[0-9]+(,[0-9]+)*$ ]] || { echo "opensearch-node: SDR_NODE_CLUSTER must be HTTP ports separated by commas, not '$CLUSTER'" >&2; exit 2; }
+  [[ ",$CLUSTER," == *",$PORT,"* ]] || { echo "opensearch-node: SDR_NODE_CLUSTER ($CLUSTER) does not list this node's port $PORT" >&2; exit 2; }
+  CLUSTER_NAME=sdr-cluster-${CLUSTER%%,*}
+else
+  CLUSTER_NAME=sdr-local
+fi
 
 die() { echo "opensearch-node: $*" >&2; exit 1; }
 log() { echo "opensearch-node: $*" >&2; }
@@ -272,6 +285,15 @@ start() {
   fi
   rm -f "$PID_FILE"
   echo "$home" >"$RUN_DIR/home"
+  # Data written by a node of another layout (single node, or a cluster of other ports) would keep this
+  # one out of its cluster (another cluster UUID): a local node's data follows the layout asked for.
+  if [ "$(cat "$RUN_DIR/layout" 2>/dev/null || echo "${CLUSTER:+none}")" != "$CLUSTER" ] \
+      && [ -n "$(ls -A "$RUN_DIR/data" 2>/dev/null)" ]; then
+    log "the data in $RUN_DIR/data belongs to another layout than '${CLUSTER:-single node}': starting this node afresh"
+    rm -rf "$RUN_DIR/data" && mkdir -p "$RUN_DIR/data"
+    [ "$(id -u)" -eq 0 ] && chown "$NODE_USER" "$RUN_DIR/data"
+  fi
+  echo "$CLUSTER" >"$RUN_DIR/layout"
   # The sdr plugin's fast kernel uses the JDK's vector API; OpenSearch's jvm.options adds the module on
   # Java 20+ only, so a 2.x node on Java 17 gets it here (without it the plugin falls back to its scalar kernel).
   local vector_opts=""
@@ -286,17 +308,29 @@ start() {
   else
     crash_opts="$crash_opts -XX:-HeapDumpOnOutOfMemoryError"
   fi
+  local discovery="-E discovery.type=single-node" p seeds="" managers=""
+  if [ -n "$CLUSTER" ]; then
+    for p in ${CLUSTER//,/ }; do
+      seeds="$seeds${seeds:+,}127.0.0.1:$((p + 100))"
+      managers="$managers${managers:+,}sdr-local-$p"
+    done
+    discovery="-E discovery.seed_hosts=$seeds -E cluster.initial_cluster_manager_nodes=$managers"
+  fi
   # shellcheck disable=SC2086
   "${runner[@]}" env OPENSEARCH_JAVA_HOME="$java_home" OPENSEARCH_PATH_CONF="$home/config" \
     OPENSEARCH_JAVA_OPTS="-Xms$HEAP -Xmx$HEAP $vector_opts $crash_opts ${OPENSEARCH_JAVA_OPTS:-}" \
     "$home/bin/opensearch" -d -p "$PID_FILE" \
-    -E cluster.name=sdr-local -E node.name=sdr-local-$PORT -E discovery.type=single-node \
+    -E cluster.name=$CLUSTER_NAME -E node.name=sdr-local-$PORT $discovery \
     -E network.host=127.0.0.1 -E http.port="$PORT" -E transport.port=$((PORT + 100)) \
     -E path.data="$RUN_DIR/data" -E path.logs="$RUN_DIR/logs" \
     -E cluster.routing.allocation.disk.threshold_enabled=false \
     -E action.destructive_requires_name=false ${SDR_NODE_ARGS:-} >"$RUN_DIR/start.log" 2>&1 \
     || die "the node did not start: $(tail -5 "$RUN_DIR/start.log")"
   local i
+  if [ -n "$CLUSTER" ]; then  # the cluster's script waits for the cluster; here, only for the process
+    for i in $(seq 60); do running_pid >/dev/null && { echo "$URL"; return; }; sleep 1; done
+    die "the node at $URL did not start: $(tail -5 "$RUN_DIR/start.log")"
+  fi
   for i in $(seq 180); do
     if curl -fsS -m 2 "$URL/_cluster/health?wait_for_status=yellow&timeout=1s" >/dev/null 2>&1; then
       echo "$URL"
@@ -306,7 +340,7 @@ start() {
     sleep 1
   done
   die "the node at $URL did not come up; last log lines:
-$(tail -20 "$RUN_DIR/logs/sdr-local.log" 2>/dev/null || tail -20 "$RUN_DIR/start.log")"
+$(tail -20 "$RUN_DIR/logs/$CLUSTER_NAME.log" 2>/dev/null || tail -20 "$RUN_DIR/start.log")"
 }
 
 stop() {
