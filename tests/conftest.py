@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 # the shared test modules (not test files themselves) get pytest's assertion messages too
-pytest.register_assert_rewrite("factories", "store_contract", "worker_harness")
+pytest.register_assert_rewrite("factories", "store_contract", "worker_harness", "cluster_harness")
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
