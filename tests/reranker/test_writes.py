@@ -25,8 +25,8 @@ NEW_TEXT = ("The river flooded the northern valley in spring. Farmers lost their
 def served(tmp_path):
     from fastapi.testclient import TestClient
 
-    from sdr_search.reranker.service import create_app
-    from sdr_search.reranker.settings import ServiceSettings
+    from sdr_search.reranker.service.app import create_app
+    from sdr_search.reranker.service.settings import ServiceSettings
 
     with EmbeddedStore(tmp_path / "s", create=True) as store:
         index_documents(store, [d for d, _ in make_docs(30, seed=5)], FakeEncoder())
@@ -141,8 +141,8 @@ def test_bulk_delete_ids_follow_the_id_rule(served):
 def test_bulk_is_bounded(tmp_path):
     from fastapi.testclient import TestClient
 
-    from sdr_search.reranker.service import create_app
-    from sdr_search.reranker.settings import ServiceSettings
+    from sdr_search.reranker.service.app import create_app
+    from sdr_search.reranker.service.settings import ServiceSettings
 
     with EmbeddedStore(tmp_path / "s", create=True) as store:
         index_documents(store, [d for d, _ in make_docs(5)], FakeEncoder())

@@ -28,7 +28,7 @@ from sdr_search.indexer.pipeline import WriteReport, write_documents
 from sdr_search.indexer.stats_job import refresh_stats
 from sdr_search.indexer.store import DocumentStore
 
-from .query import NonBlank, Section, _drop_null_defaults
+from ..query import NonBlank, Section, _drop_null_defaults
 
 __all__ = ["DocumentBody", "WriteResponse", "BulkResponse", "StatsResponse", "StatsRefresher", "put_document",
            "delete_document", "bulk", "parse_ndjson", "BulkItem"]
