@@ -187,7 +187,7 @@ class _Service:
 
     def bulk(self, index_name: str, raw: bytes) -> writes.BulkResponse:
         self.budget.apply()
-        actions = writes.parse_ndjson(raw, max_documents=self.settings.max_bulk_documents)
+        actions = writes.bulk_actions(raw, max_documents=self.settings.max_bulk_documents)
         index = self.indices.get(index_name)
         out = writes.bulk(index.store, index.engine, self.encoder, actions)
         if any(item["result"] in ("created", "updated", "deleted") for item in out["items"]):

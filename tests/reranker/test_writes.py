@@ -138,6 +138,25 @@ def test_bulk_delete_ids_follow_the_id_rule(served):
     assert bad.status_code == 422 and "line 1" in bad.json()["error"]["message"]
 
 
+@pytest.mark.parametrize("raw, message", [
+    (b"\xff\n", "the bulk body is not UTF-8 (byte 0)"),
+    (b'{"id": "a", "text": "x."}\nnot json\n', "bulk line 2: invalid JSON (Expecting value)"),
+    (b'{"id": "a", "text": "x."}\n\n[1]\n', "bulk line 3: expected a JSON object"),
+    (b'{"delete": "a", "id": "b"}\nnot json\n', 'bulk line 1: a delete is {"delete": "<id>"} and nothing else'),
+    (b"[" * 100_000 + b"\n", "bulk line 1: invalid JSON (maximum recursion depth exceeded"),
+    (b" \n\n", "the bulk body has no action"),
+])
+def test_a_bulk_body_is_refused_naming_its_first_bad_line(raw, message):
+    from sdr_search.core.errors import InvalidInputError
+    from sdr_search.reranker.service.writes import bulk_actions
+
+    with pytest.raises(InvalidInputError) as e:
+        bulk_actions(raw, max_documents=10)
+    assert str(e.value).startswith(message), str(e.value)
+    assert bulk_actions(b'\n{"delete": "a"}\n\n{"id": "b", "text": "x."}\n', max_documents=2) == [
+        (2, {"delete": "a"}), (4, {"id": "b", "text": "x."})]
+
+
 def test_bulk_is_bounded(tmp_path):
     from fastapi.testclient import TestClient
 
