@@ -154,7 +154,7 @@ def main() -> int:
     args = ap.parse_args()
 
     from sdr_search.indexer.embedded import EmbeddedStore
-    from sdr_search.reranker.compute import available_cores
+    from sdr_search.reranker.service.compute import available_cores
 
     cores = available_cores()
     configs = [parse_config(c) for c in (args.config or ["now:", OLD_DEFAULTS % cores])]

@@ -38,6 +38,7 @@ from sdr_search.core.errors import (
     InputReadError,
     InvalidInputError,
 )
+from sdr_search.core.ndjson import ndjson_objects
 
 __all__ = [
     "IMPORT_PATH",
@@ -110,23 +111,14 @@ class ImportRequest(NamedTuple):
 
 
 def read_saved_objects(ndjson_bytes: bytes, *, source: str = "<ndjson>") -> list[dict[str, Any]]:
-    """Parse saved objects, one JSON object per line (blank lines ignored); each needs ``type`` and ``id``.
+    """Parse saved objects, one JSON object per line (blank lines ignored, :func:`~sdr_search.core.ndjson.ndjson_objects`);
+    each needs ``type`` and ``id``.
 
     Raises :class:`InvalidInputError` naming the line of the first bad object.
     """
-    try:
-        text = ndjson_bytes.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise InvalidInputError(f"{source}: not UTF-8 ({e})") from e
     objects: list[dict[str, Any]] = []
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise InvalidInputError(f"{source}:{lineno}: invalid JSON ({e.msg})") from e
-        if not isinstance(obj, dict) or not isinstance(obj.get("type"), str) or not isinstance(obj.get("id"), str):
+    for lineno, obj in ndjson_objects(ndjson_bytes, name=source, line=lambda n: f"{source}:{n}"):
+        if not isinstance(obj.get("type"), str) or not isinstance(obj.get("id"), str):
             raise InvalidInputError(f"{source}:{lineno}: a saved object needs string 'type' and 'id' fields")
         objects.append(obj)
     if not objects:

@@ -12,10 +12,9 @@ one module per stage:
 - :mod:`~sdr_search.reranker.explain`, :mod:`~sdr_search.reranker.offsets` - explanations, snippets, offsets
 - :mod:`~sdr_search.reranker.results` - the one ``Hit`` model and ``MLTResult``
 
-The HTTP service: :mod:`~sdr_search.reranker.service` (FastAPI, ``sdr serve``), its response models
-(:mod:`~sdr_search.reranker.api_models`), writes (:mod:`~sdr_search.reranker.writes`), errors mapped to
-HTTP status in one place (:mod:`~sdr_search.reranker.errors`), limits, metrics, compute slots, settings,
-and the bind policy (:mod:`~sdr_search.reranker.bind`).
+The HTTP service (``sdr serve``) is the subpackage :mod:`sdr_search.reranker.service`: the FastAPI app,
+its response models, writes, errors mapped to HTTP status in one place, limits, Prometheus metrics,
+compute slots, its settings and the bind policy. It imports the engine; the engine never imports it.
 
 The scoring maths is in :mod:`sdr_search.core.scoring`, shared with the indexer and the workers.
 """

@@ -26,7 +26,7 @@ SETTINGS = [
     ("sdr_search.reranker.engine", "MLTSettings", "Query engine (`sdr mlt`, `sdr eval --store`, `sdr serve`)"),
     ("sdr_search.indexer.settings", "EmbeddedStoreSettings", "Embedded store (`--store DIR`)"),
     ("sdr_search.indexer.opensearch.settings", "OpenSearchSettings", "OpenSearch store (`--opensearch URL`)"),
-    ("sdr_search.reranker.settings", "ServiceSettings", "HTTP service (`sdr serve`)"),
+    ("sdr_search.reranker.service.settings", "ServiceSettings", "HTTP service (`sdr serve`)"),
     ("sdr_search.workers.settings", "WorkerSettings", "Workers and `sdr reindex` (Celery over Redis)"),
     ("sdr_search.core.training.settings", "TrainSettings", "Training (`sdr train`)"),
 ]

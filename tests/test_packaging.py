@@ -1,7 +1,8 @@
 """One import package: everything is importable as ``sdr_search.*`` (the design card's folders
 mapped by setuptools), nothing imports the old top-level names, the package has no import cycle
-(imports anywhere in a module, function-level ones included), and imports go one way: only the
-CLI (``sdr_search.cli``) knows argparse, and no subpackage imports the top package back."""
+(imports anywhere in a module, function-level ones included), and imports go one way: the layers
+(core, indexer, the engine, its HTTP service, workers) import only downward, only the CLI
+(``sdr_search.cli``) knows argparse, and no subpackage imports the top package back."""
 
 from __future__ import annotations
 
@@ -91,6 +92,46 @@ def test_only_the_cli_knows_argparse_and_nothing_imports_the_top_package_back():
                 bad.append(f"{path.relative_to(REPO)}:{line} {name} (the CLI imported back)")
             elif target in top and mod not in top and not in_cli(mod):
                 bad.append(f"{path.relative_to(REPO)}:{line} {name} (the top package imported back)")
+    assert bad == []
+
+
+# Each layer and the layers it may import (itself included); a module belongs to the longest layer
+# name it starts with. The engine (sdr_search.reranker) never imports its HTTP service.
+LAYERS = {
+    "sdr_search.core": {"sdr_search.core"},
+    "sdr_search.indexer": {"sdr_search.core", "sdr_search.indexer"},
+    "sdr_search.reranker": {"sdr_search.core", "sdr_search.indexer", "sdr_search.reranker"},
+    "sdr_search.reranker.service": {"sdr_search.core", "sdr_search.indexer", "sdr_search.reranker", "sdr_search.reranker.service"},
+    "sdr_search.workers": {"sdr_search.core", "sdr_search.indexer", "sdr_search.workers"},
+}
+
+
+def _layer(module: str) -> str | None:
+    return max((name for name in LAYERS if module == name or module.startswith(name + ".")), key=len, default=None)
+
+
+def test_the_layers_import_downward():
+    """core imports no other layer, indexer only core, the engine (reranker) indexer and core, the
+    HTTP service (reranker.service) the engine too, workers indexer and core; imports anywhere in a
+    module, function-level ones included (the top package and the CLI: the test above)."""
+    found = modules(REPO)
+    assert "sdr_search.reranker.service.app" in found and "sdr_search.reranker.engine" in found
+
+    def resolve(name: str) -> str | None:
+        while name and name not in found:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    bad = []
+    for mod, path in sorted(found.items()):
+        layer = _layer(mod)
+        if layer is None:
+            continue
+        for line, name in _imported_names(mod, path):
+            target = resolve(name)
+            to = _layer(target) if target else None
+            if to is not None and to not in LAYERS[layer]:
+                bad.append(f"{path.relative_to(REPO)}:{line} {name} ({layer} imports {to})")
     assert bad == []
 
 

@@ -207,7 +207,7 @@ def test_building_the_package_warns_of_nothing(tmp_path):
     assert "sdr_search/indexer/opensearch/mappings/index.json" in wheel
     assert "sdr_search/indexer/opensearch/mappings/state.json" in wheel
     for name in ("index.html", "app.js", "app.css"):  # the /ui page, served from the installed package
-        assert f"sdr_search/reranker/static/{name}" in wheel
+        assert f"sdr_search/reranker/service/static/{name}" in wheel
     # setup.sh filters that notice, and only that one
     setup = (ROOT / "scripts" / "setup.sh").read_text()
     filters = re.findall(r'PYTHONWARNINGS="([^"]*)"', setup)

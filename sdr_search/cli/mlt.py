@@ -94,7 +94,7 @@ def cmd_mlt(args) -> int:
         encoder = encoder_for_store(args, store) if query.needs_encoder else None
         result = MoreLikeThis(store=store, encoder=encoder, settings=settings).run(query)
     if args.json:
-        from sdr_search.reranker.api_models import response_from  # the HTTP schema (pydantic models): only for --json
+        from sdr_search.reranker.service.api_models import response_from  # the HTTP schema (pydantic models): only for --json
 
         body = response_from(result, index_name(args)).model_dump(mode="json", exclude_none=True, by_alias=True)
         sys.stdout.write(json.dumps(body) + "\n")

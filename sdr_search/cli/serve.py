@@ -2,7 +2,7 @@
 
 Binding: without an API key (``SDR_SERVICE_API_KEY``) the server binds to 127.0.0.1 by default, and
 binding to any non-loopback interface without a key is refused (exit status 2) unless
-``--insecure`` is given, which logs a warning instead (:mod:`sdr_search.reranker.bind`).
+``--insecure`` is given, which logs a warning instead (:mod:`sdr_search.reranker.service.bind`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import logging
 import re
 
 from sdr_search.core.errors import SDRError
-from sdr_search.reranker.bind import check_bind
+from sdr_search.reranker.service.bind import check_bind
 
 from .args import encoder_for_store, open_store
 
@@ -23,10 +23,10 @@ logger = logging.getLogger("sdr")
 def cmd_serve(args) -> int:
     import uvicorn
 
-    from sdr_search.reranker.api_models import INDEX_PATTERN
+    from sdr_search.reranker.service.api_models import INDEX_PATTERN
     from sdr_search.reranker.engine import MLTSettings
-    from sdr_search.reranker.service import create_app
-    from sdr_search.reranker.settings import ServiceSettings
+    from sdr_search.reranker.service.app import create_app
+    from sdr_search.reranker.service.settings import ServiceSettings
 
     overrides = {k: v for k, v in {"host": args.host, "port": args.port}.items() if v is not None}
     settings = ServiceSettings(**overrides)

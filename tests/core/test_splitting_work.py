@@ -194,8 +194,8 @@ def test_a_query_of_too_many_possible_sentence_ends_is_a_413_before_splitting(tm
     from sdr_search.indexer.embedded import EmbeddedStore
     from sdr_search.indexer.pipeline import index_documents
     from sdr_search.indexer.stats_job import refresh_stats
-    from sdr_search.reranker.service import create_app
-    from sdr_search.reranker.settings import ServiceSettings
+    from sdr_search.reranker.service.app import create_app
+    from sdr_search.reranker.service.settings import ServiceSettings
 
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
     from factories import FakeEncoder

@@ -309,6 +309,11 @@ def test_read_saved_objects_names_the_bad_line():
         read_saved_objects(b'{"id":"a"}\n')
     with pytest.raises(InvalidInputError, match="no saved object"):
         read_saved_objects(b"\n\n")
+    # lines json.loads refuses with ValueError or RecursionError, not JSONDecodeError: named too
+    with pytest.raises(InvalidInputError, match=r"f\.ndjson:2: invalid JSON \(Exceeds the limit"):
+        read_saved_objects(b'{"type":"search","id":"a"}\n{"n":' + b"1" * 5000 + b"}\n", source="f.ndjson")
+    with pytest.raises(InvalidInputError, match=r"f\.ndjson:1: invalid JSON \(maximum recursion"):
+        read_saved_objects(b"[" * 100_000 + b"\n", source="f.ndjson")
 
 
 # ------------------------------------------------ request tests against a recording local server

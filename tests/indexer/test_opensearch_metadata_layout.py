@@ -113,8 +113,8 @@ def test_the_service_answers_409_for_a_filter_or_a_write_on_a_layout_1_index(lay
     from fastapi.testclient import TestClient
 
     from sdr_search.indexer.stats_job import refresh_stats
-    from sdr_search.reranker.service import create_app
-    from sdr_search.reranker.settings import ServiceSettings
+    from sdr_search.reranker.service.app import create_app
+    from sdr_search.reranker.service.settings import ServiceSettings
 
     store, _ = layout_1
     refresh_stats(store, exact=True, sample_size=10, seed=0)

@@ -77,8 +77,8 @@ def test_a_vector_file_cut_short_is_damage(tmp_path, caplog):
 def test_service_health_and_queries_answer_503_with_the_reason(damaged_store):
     from fastapi.testclient import TestClient
 
-    from sdr_search.reranker.service import create_app
-    from sdr_search.reranker.settings import ServiceSettings
+    from sdr_search.reranker.service.app import create_app
+    from sdr_search.reranker.service.settings import ServiceSettings
 
     with EmbeddedStore(damaged_store) as store:
         app = create_app(stores={"default": store}, encoder=FakeEncoder(),

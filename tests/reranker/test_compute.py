@@ -8,8 +8,8 @@ import time
 import numpy as np
 import pytest
 
-from sdr_search.reranker.compute import BatchingEncoder, ThreadBudget, available_cores, estimate_tokens
-from sdr_search.reranker.settings import ServiceSettings
+from sdr_search.reranker.service.compute import BatchingEncoder, ThreadBudget, available_cores, estimate_tokens
+from sdr_search.reranker.service.settings import ServiceSettings
 
 pytestmark = pytest.mark.unit
 
@@ -117,7 +117,7 @@ def test_thread_budget_limits_blas_in_this_process():
 
 # -- the CPU gate: an encoder batch holds the CPU whole --------------------------------------------------
 def test_an_encoder_batch_waits_for_running_computations_and_holds_back_new_ones():
-    from sdr_search.reranker.compute import CpuGate
+    from sdr_search.reranker.service.compute import CpuGate
 
     gate = CpuGate()
     events: list[str] = []
@@ -154,7 +154,7 @@ def test_an_encoder_batch_waits_for_running_computations_and_holds_back_new_ones
 
 
 def test_requests_holding_the_gate_that_wait_for_the_encoder_do_not_block_it():
-    from sdr_search.reranker.compute import CpuGate
+    from sdr_search.reranker.service.compute import CpuGate
 
     gate = CpuGate()
     slow = _SlowEncoder(delay=0.05)

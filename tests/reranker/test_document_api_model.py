@@ -221,8 +221,8 @@ class DocumentApiMachine(RuleBasedStateMachine):
     def _start(self) -> None:
         from fastapi.testclient import TestClient
 
-        from sdr_search.reranker.service import create_app
-        from sdr_search.reranker.settings import ServiceSettings
+        from sdr_search.reranker.service.app import create_app
+        from sdr_search.reranker.service.settings import ServiceSettings
 
         self.store = self.open_store()
         app = create_app(stores={"default": self.store}, encoder=FakeEncoder(),

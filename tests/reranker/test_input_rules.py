@@ -559,8 +559,8 @@ def test_one_document_size_limit_on_text_for_every_door(tmp_path, monkeypatch):
 def test_http_put_and_sdr_index_refuse_the_same_document_by_the_same_limit(tmp_path, monkeypatch):
     from fastapi.testclient import TestClient
 
-    from sdr_search.reranker.service import create_app
-    from sdr_search.reranker.settings import ServiceSettings
+    from sdr_search.reranker.service.app import create_app
+    from sdr_search.reranker.service.settings import ServiceSettings
 
     monkeypatch.setenv("SDR_MAX_DOCUMENT_BYTES", "2000")
     big = "A sentence about the appeal. " * 100  # 2900 bytes of text

@@ -221,8 +221,8 @@ def test_bad_several_source_queries_are_refused_clearly(store_path):
 def test_http_like_and_unlike(store_path):
     from fastapi.testclient import TestClient
 
-    from sdr_search.reranker.service import create_app
-    from sdr_search.reranker.settings import ServiceSettings
+    from sdr_search.reranker.service.app import create_app
+    from sdr_search.reranker.service.settings import ServiceSettings
 
     store = EmbeddedStore(store_path)
     app = create_app(stores={"s": store}, encoder=FakeEncoder(), settings=ServiceSettings(api_key=None))
@@ -308,7 +308,7 @@ def test_document_feedback_mixes_the_top_hits_rankings_in_by_their_share(store_p
     x the source's fused score + share x the mean of the feedback documents' own fused scores (a
     feedback document's own: its row's best other), each as a single-source query gives it."""
     from sdr_search.core.fusion import ADAPTIVE_PARAMS, SourceShape, feedback_share
-    from sdr_search.reranker.api_models import MoreLikeThisRequest, response_from
+    from sdr_search.reranker.service.api_models import MoreLikeThisRequest, response_from
 
     with EmbeddedStore(store_path) as store:
         engine = _engine(store)

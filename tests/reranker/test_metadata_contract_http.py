@@ -28,8 +28,8 @@ def client(request, tmp_path):
 
     from sdr_search.core.documents import parse_record
     from sdr_search.indexer.pipeline import index_documents
-    from sdr_search.reranker.service import create_app
-    from sdr_search.reranker.settings import ServiceSettings
+    from sdr_search.reranker.service.app import create_app
+    from sdr_search.reranker.service.settings import ServiceSettings
 
     if request.param == "embedded":
         from sdr_search.indexer.embedded import EmbeddedStore

@@ -26,7 +26,7 @@ from sdr_search.indexer.embedded import EmbeddedStore
 from sdr_search.indexer.pipeline import index_documents
 from sdr_search.indexer.stats_job import refresh_stats
 from sdr_search.indexer.store import DocumentStore
-from sdr_search.reranker.api_models import DocumentResponse, response_from
+from sdr_search.reranker.service.api_models import DocumentResponse, response_from
 from sdr_search.cli.mlt import EXPLAIN_LEGEND, format_result
 from sdr_search.reranker.engine import MoreLikeThis, Query, aligned_spans, sentence_spans
 

@@ -27,15 +27,15 @@ MAX_BODY_BYTES = 200_000
 # =============================================================================================
 @pytest.mark.unit
 def test_committed_openapi_json_equals_the_generated_spec():
-    from sdr_search.reranker.openapi import openapi_json
+    from sdr_search.reranker.service.openapi import openapi_json
 
     committed = (REPO / "openapi.json").read_text(encoding="utf-8")
-    assert committed == openapi_json(), "openapi.json is out of date: run `python -m sdr_search.reranker.openapi > openapi.json`"
+    assert committed == openapi_json(), "openapi.json is out of date: run `python -m sdr_search.reranker.service.openapi > openapi.json`"
 
 
 @pytest.mark.unit
 def test_error_statuses_come_from_one_table_most_specific_class_first():
-    from sdr_search.reranker.errors import AuthenticationError, RequestTooLargeError, status_for
+    from sdr_search.reranker.service.errors import AuthenticationError, RequestTooLargeError, status_for
     from sdr_search.core import errors as e
 
     assert status_for(e.InvalidInputError("x")) == 422
@@ -71,7 +71,7 @@ def test_filter_semantics():
 
 @pytest.mark.unit
 def test_bind_refuses_a_public_host_without_an_api_key_unless_insecure():
-    from sdr_search.reranker.bind import check_bind, is_loopback
+    from sdr_search.reranker.service.bind import check_bind, is_loopback
     from sdr_search.core.errors import SDRError
 
     assert is_loopback("127.0.0.1") and is_loopback("localhost") and is_loopback("::1")
@@ -89,7 +89,7 @@ def test_an_empty_api_key_is_refused_at_start_not_served_open(key, monkeypatch, 
     from pydantic import ValidationError
 
     from sdr_search.cli import main
-    from sdr_search.reranker.settings import ServiceSettings
+    from sdr_search.reranker.service.settings import ServiceSettings
 
     with pytest.raises(ValidationError, match="set but empty"):
         ServiceSettings(api_key=key)
@@ -125,7 +125,7 @@ def test_a_setting_out_of_range_in_the_environment_is_one_line(monkeypatch, capl
 
 @pytest.mark.unit
 def test_concurrency_limiter_answers_overload_at_once_beyond_cap_and_queue():
-    from sdr_search.reranker.limits import ConcurrencyLimiter
+    from sdr_search.reranker.service.limits import ConcurrencyLimiter
     from sdr_search.core.errors import OverloadedError
 
     async def scenario():
@@ -172,8 +172,8 @@ class _DownStore:
 def test_unreachable_store_is_503_and_health_says_which(tmp_path):
     from fastapi.testclient import TestClient
 
-    from sdr_search.reranker.service import create_app
-    from sdr_search.reranker.settings import ServiceSettings
+    from sdr_search.reranker.service.app import create_app
+    from sdr_search.reranker.service.settings import ServiceSettings
     from sdr_search.core.errors import IndexNotFoundError
 
     app = create_app(stores={"down": _DownStore()}, settings=ServiceSettings(api_key=None))
@@ -275,7 +275,7 @@ def test_health_and_spec_are_served(client, server):
     assert r.status_code == 200
     assert r.json()["indices"]["default"] == {"status": "ok", "documents": 20}
     assert r.json()["encoder"]["status"] == "ok"
-    from sdr_search.reranker.openapi import openapi_spec
+    from sdr_search.reranker.service.openapi import openapi_spec
 
     assert httpx.get(f"{server}/openapi.json").json() == json.loads(json.dumps(openapi_spec()))
 

@@ -17,9 +17,9 @@ from sdr_search.core.documents import parse_record
 from sdr_search.indexer.embedded import EmbeddedStore
 from sdr_search.indexer.pipeline import index_documents
 from sdr_search.indexer.stats_job import refresh_stats
-from sdr_search.reranker.service import create_app
-from sdr_search.reranker.settings import ServiceSettings
-from sdr_search.reranker.ui import CSP, STATIC_DIR
+from sdr_search.reranker.service.app import create_app
+from sdr_search.reranker.service.settings import ServiceSettings
+from sdr_search.reranker.service.ui import CSP, STATIC_DIR
 
 pytestmark = pytest.mark.unit
 
@@ -71,7 +71,7 @@ def test_the_page_is_served_without_the_key_with_a_strict_policy(client):
         assert "connect-src 'self'" in CSP and "default-src 'none'" in CSP
         assert r.headers["x-content-type-options"] == "nosniff"
     assert client.get("/ui/../openapi.json").status_code in (200, 404)  # never a file outside the folder
-    assert client.get("/ui/%2e%2e/reranker/ui.py").status_code == 404
+    assert client.get("/ui/%2e%2e/ui.py").status_code == 404  # ui.py lies next to static/
 
 
 def test_the_page_can_be_turned_off(store):

@@ -183,8 +183,8 @@ def test_concurrent_writes_never_fail_an_unrelated_query(tmp_path):
     from fastapi.testclient import TestClient
 
     from sdr_search.indexer.embedded import EmbeddedStore
-    from sdr_search.reranker.service import create_app
-    from sdr_search.reranker.settings import ServiceSettings
+    from sdr_search.reranker.service.app import create_app
+    from sdr_search.reranker.service.settings import ServiceSettings
 
     store = EmbeddedStore(Path(tmp_path) / "store", create=True)
     _fill(store)

@@ -25,8 +25,8 @@ NEW_TEXT = ("The river flooded the northern valley in spring. Farmers lost their
 def served(tmp_path):
     from fastapi.testclient import TestClient
 
-    from sdr_search.reranker.service import create_app
-    from sdr_search.reranker.settings import ServiceSettings
+    from sdr_search.reranker.service.app import create_app
+    from sdr_search.reranker.service.settings import ServiceSettings
 
     with EmbeddedStore(tmp_path / "s", create=True) as store:
         index_documents(store, [d for d, _ in make_docs(30, seed=5)], FakeEncoder())
@@ -138,11 +138,30 @@ def test_bulk_delete_ids_follow_the_id_rule(served):
     assert bad.status_code == 422 and "line 1" in bad.json()["error"]["message"]
 
 
+@pytest.mark.parametrize("raw, message", [
+    (b"\xff\n", "the bulk body is not UTF-8 (byte 0)"),
+    (b'{"id": "a", "text": "x."}\nnot json\n', "bulk line 2: invalid JSON (Expecting value)"),
+    (b'{"id": "a", "text": "x."}\n\n[1]\n', "bulk line 3: expected a JSON object"),
+    (b'{"delete": "a", "id": "b"}\nnot json\n', 'bulk line 1: a delete is {"delete": "<id>"} and nothing else'),
+    (b"[" * 100_000 + b"\n", "bulk line 1: invalid JSON (maximum recursion depth exceeded"),
+    (b" \n\n", "the bulk body has no action"),
+])
+def test_a_bulk_body_is_refused_naming_its_first_bad_line(raw, message):
+    from sdr_search.core.errors import InvalidInputError
+    from sdr_search.reranker.service.writes import bulk_actions
+
+    with pytest.raises(InvalidInputError) as e:
+        bulk_actions(raw, max_documents=10)
+    assert str(e.value).startswith(message), str(e.value)
+    assert bulk_actions(b'\n{"delete": "a"}\n\n{"id": "b", "text": "x."}\n', max_documents=2) == [
+        (2, {"delete": "a"}), (4, {"id": "b", "text": "x."})]
+
+
 def test_bulk_is_bounded(tmp_path):
     from fastapi.testclient import TestClient
 
-    from sdr_search.reranker.service import create_app
-    from sdr_search.reranker.settings import ServiceSettings
+    from sdr_search.reranker.service.app import create_app
+    from sdr_search.reranker.service.settings import ServiceSettings
 
     with EmbeddedStore(tmp_path / "s", create=True) as store:
         index_documents(store, [d for d, _ in make_docs(5)], FakeEncoder())

@@ -1,6 +1,6 @@
 """The service's OpenAPI spec, as committed in ``openapi.json`` at the repository root.
 
-``python -m sdr_search.reranker.openapi > openapi.json`` regenerates it; a test checks the committed file
+``python -m sdr_search.reranker.service.openapi > openapi.json`` regenerates it; a test checks the committed file
 equals :func:`openapi_json`. The spec does not depend on settings or the environment.
 """
 
@@ -14,7 +14,7 @@ __all__ = ["openapi_spec", "openapi_json", "main"]
 
 
 def openapi_spec() -> dict[str, Any]:
-    from .service import create_app
+    from .app import create_app
     from .settings import ServiceSettings
 
     return create_app(stores={}, encoder=None, settings=ServiceSettings.model_construct()).openapi()

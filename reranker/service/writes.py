@@ -13,7 +13,6 @@ demand.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from dataclasses import dataclass
@@ -24,14 +23,15 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sdr_search.core.documents import Document, check_id, parse_record, text_problem
 from sdr_search.core.errors import DocumentNotFoundError, InvalidInputError, SDRError
 from sdr_search.core.metadata import MAX_DEPTH, MAX_KEY_LENGTH, MAX_KEYS, MAX_PATH_LENGTH, MAX_VALUES
+from sdr_search.core.ndjson import ndjson_objects
 from sdr_search.indexer.pipeline import WriteReport, write_documents
 from sdr_search.indexer.stats_job import refresh_stats
 from sdr_search.indexer.store import DocumentStore
 
-from .query import NonBlank, Section, _drop_null_defaults
+from ..query import NonBlank, Section, _drop_null_defaults
 
 __all__ = ["DocumentBody", "WriteResponse", "BulkResponse", "StatsResponse", "StatsRefresher", "put_document",
-           "delete_document", "bulk", "parse_ndjson", "BulkItem"]
+           "delete_document", "bulk", "bulk_actions", "BulkItem"]
 
 logger = logging.getLogger(__name__)
 
@@ -152,28 +152,14 @@ def delete_document(store: DocumentStore, doc_id: str) -> None:
         raise DocumentNotFoundError(doc_id)
 
 
-def parse_ndjson(raw: bytes, *, max_documents: int) -> list[tuple[int, dict[str, Any]]]:
+def bulk_actions(raw: bytes, *, max_documents: int) -> list[tuple[int, dict[str, Any]]]:
     """The actions of a bulk body: one JSON object per line, a document record to add or replace
     (``{"id": ..., "text" | "paragraphs" | "sections": ..., "title"?, "metadata"?}``) or
     ``{"delete": <id>}``. Blank lines are skipped; a line that is not a JSON object is refused
     with its line number, before anything is written (a well-formed line with a bad id or body is
     refused alone, by :func:`bulk`)."""
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise InvalidInputError(f"the bulk body is not UTF-8 (byte {e.start})") from e
     actions: list[tuple[int, dict[str, Any]]] = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise InvalidInputError(f"bulk line {n}: invalid JSON ({e.msg})") from e
-        except (ValueError, RecursionError) as e:  # an integer of > 4300 digits, nesting too deep
-            raise InvalidInputError(f"bulk line {n}: invalid JSON ({e})") from e
-        if not isinstance(obj, dict):
-            raise InvalidInputError(f"bulk line {n}: expected a JSON object")
+    for n, obj in ndjson_objects(raw, name="the bulk body", line=lambda i: f"bulk line {i}"):
         if "delete" in obj and len(obj) != 1:
             raise InvalidInputError(f"bulk line {n}: a delete is {{\"delete\": \"<id>\"}} and nothing else")
         actions.append((n, obj))

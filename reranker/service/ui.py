@@ -1,4 +1,4 @@
-"""The "more like this" page, ``/ui``: static files shipped in the package (``reranker/static/``:
+"""The "more like this" page, ``/ui``: static files shipped in the package (``reranker/service/static/``:
 one HTML page, one script, one style sheet; no build step, nothing fetched from elsewhere).
 
 The files hold no data, so they are served without the API key, like ``/docs``; everything the

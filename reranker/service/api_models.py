@@ -1,8 +1,8 @@
-"""Response schemas of the HTTP service (pydantic; with the query contract of :mod:`.query`, whose
-:class:`~.query.MoreLikeThisRequest` is the request body, they define the OpenAPI spec).
+"""Response schemas of the HTTP service (pydantic; with the query contract of :mod:`sdr_search.reranker.query`, whose
+:class:`~sdr_search.reranker.query.MoreLikeThisRequest` is the request body, they define the OpenAPI spec).
 
 Bounds are part of the API contract and fixed (they appear in ``openapi.json``); operational limits
-(body bytes, source sentences, concurrency) are :class:`sdr_search.reranker.settings.ServiceSettings`.
+(body bytes, source sentences, concurrency) are :class:`sdr_search.reranker.service.settings.ServiceSettings`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from .query import (  # the query contract (the request body is its public model)
+from ..query import (  # the query contract (the request body is its public model)
     MAX_CANDIDATES,
     MAX_FILTER_FIELDS,
     MAX_FROM,
@@ -23,7 +23,7 @@ from .query import (  # the query contract (the request body is its public model
     Weights,
 )
 
-from .results import (  # the hit schema (one Hit for the engine and the response)
+from ..results import (  # the hit schema (one Hit for the engine and the response)
     Explanation,
     Hit,
     HybridExplanation,

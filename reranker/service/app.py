@@ -49,14 +49,14 @@ from pydantic import BeforeValidator
 from sdr_search.core.documents import ID_PATTERN, ID_RULE, MAX_ID_LENGTH, check_id
 from sdr_search.core.errors import IndexNotFoundError, InvalidInputError, SDRError
 
+from ..engine import MLTResult, MLTSettings, MoreLikeThis
+from ..query import Query
 from . import api_models as m
 from . import writes
 from .compute import BatchingEncoder, CpuGate, ThreadBudget
-from .engine import MLTResult, MLTSettings, MoreLikeThis
 from .errors import AuthenticationError, error_body, install_error_handlers
 from .limits import BodyLimitMiddleware, ConcurrencyLimiter
-from .metrics import CONTENT_TYPE_LATEST, MetricsMiddleware, ServiceMetrics
-from .query import Query
+from .prometheus import CONTENT_TYPE_LATEST, MetricsMiddleware, ServiceMetrics
 from .settings import ServiceSettings
 from .ui import mount_ui
 
@@ -187,7 +187,7 @@ class _Service:
 
     def bulk(self, index_name: str, raw: bytes) -> writes.BulkResponse:
         self.budget.apply()
-        actions = writes.parse_ndjson(raw, max_documents=self.settings.max_bulk_documents)
+        actions = writes.bulk_actions(raw, max_documents=self.settings.max_bulk_documents)
         index = self.indices.get(index_name)
         out = writes.bulk(index.store, index.engine, self.encoder, actions)
         if any(item["result"] in ("created", "updated", "deleted") for item in out["items"]):
@@ -268,7 +268,7 @@ def _service(request: Request) -> _Service:
 
 async def _compute(request: Request, work: Callable[..., Any], *args: Any) -> Any:
     """``work(*args)`` in a worker thread, in one of the service's bounded compute slots, holding the
-    CPU gate shared (an encoder batch holds it whole; :class:`~sdr_search.reranker.compute.CpuGate`)."""
+    CPU gate shared (an encoder batch holds it whole; :class:`~sdr_search.reranker.service.compute.CpuGate`)."""
     service = _service(request)
     async with service.limiter.slot():
         gate = service.encoder.gate if service.encoder is not None else None
