@@ -135,6 +135,42 @@ public class SdrCandidatesQueryBuilder extends AbstractQueryBuilder<SdrCandidate
         return filter;
     }
 
+    boolean statistics() {
+        return statistics;
+    }
+
+    int k() {
+        return k;
+    }
+
+    int efSearch() {
+        return efSearch;
+    }
+
+    String aggregation() {
+        return aggregation;
+    }
+
+    List<String> exclude() {
+        return exclude;
+    }
+
+    String idField() {
+        return idField;
+    }
+
+    String field() {
+        return field;
+    }
+
+    String search() {
+        return search;
+    }
+
+    int oversample() {
+        return oversample;
+    }
+
     @Override
     protected void doXContent(XContentBuilder builder, Params params) throws IOException {
         builder.startObject(NAME);
@@ -159,11 +195,6 @@ public class SdrCandidatesQueryBuilder extends AbstractQueryBuilder<SdrCandidate
         builder.field("oversample", oversample);
         printBoostAndQueryName(builder);
         builder.endObject();
-    }
-
-    /** The XContent of the query (its {@code "sdr_candidates": {...}} field), for tests. */
-    void doXContentForTest(XContentBuilder builder) throws IOException {
-        doXContent(builder, EMPTY_PARAMS);
     }
 
     public static SdrCandidatesQueryBuilder fromXContent(XContentParser parser) throws IOException {

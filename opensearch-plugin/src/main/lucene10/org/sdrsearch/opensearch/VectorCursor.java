@@ -11,9 +11,9 @@ import java.io.IOException;
 
 /**
  * A forward-only cursor over one segment's float vectors of one field (Lucene 10: a doc-id iterator
- * that gives each document's vector ordinal, and the values read by ordinal). The only class whose
- * code differs between the 3.x line and the 2.x line (Lucene 9, {@code src/main/lucene9}); both offer
- * the same methods.
+ * that gives each document's vector ordinal, and the values read by ordinal). One of the four classes
+ * whose code differs between the 3.x line and the 2.x line (Lucene 9, {@code src/main/lucene9}; pom.xml
+ * names them); both copies offer the same methods.
  */
 final class VectorCursor {
     static final int NO_MORE_DOCS = Integer.MAX_VALUE;

@@ -10,8 +10,9 @@ import java.io.IOException;
 
 /**
  * A forward-only cursor over one segment's float vectors of one field (Lucene 9: the values are
- * themselves the doc-id iterator). The only class whose code differs between the 2.x line (Lucene 9)
- * and the 3.x line (Lucene 10, {@code src/main/lucene10}); both offer the same methods.
+ * themselves the doc-id iterator). One of the four classes whose code differs between the 2.x line
+ * (Lucene 9) and the 3.x line (Lucene 10, {@code src/main/lucene10}; pom.xml names them); both copies
+ * offer the same methods.
  */
 final class VectorCursor {
     static final int NO_MORE_DOCS = Integer.MAX_VALUE;

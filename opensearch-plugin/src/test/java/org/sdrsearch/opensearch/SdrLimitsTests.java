@@ -67,7 +67,7 @@ public class SdrLimitsTests extends LuceneTestCase {
         for (int i = 0; i < v.length; i++) {
             v[i] = (i % 97) / 100f;
         }
-        return SdrRescorerBuilderTests.b64(v);
+        return TestSources.b64(v);
     }
 
     private static String arrayRows(int n, int dim) {

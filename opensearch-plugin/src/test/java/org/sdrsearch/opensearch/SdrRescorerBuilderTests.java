@@ -3,33 +3,89 @@
  */
 package org.sdrsearch.opensearch;
 
-import org.apache.lucene.tests.util.LuceneTestCase;
-import org.opensearch.common.io.stream.BytesStreamOutput;
 import org.opensearch.common.xcontent.XContentFactory;
 import org.opensearch.common.xcontent.json.JsonXContent;
 import org.opensearch.core.ParseField;
 import org.opensearch.core.common.ParsingException;
-import org.opensearch.core.common.io.stream.StreamInput;
+import org.opensearch.core.common.io.stream.Writeable;
 import org.opensearch.core.xcontent.DeprecationHandler;
 import org.opensearch.core.xcontent.NamedXContentRegistry;
 import org.opensearch.core.xcontent.ToXContent;
 import org.opensearch.core.xcontent.XContentBuilder;
 import org.opensearch.core.xcontent.XContentParser;
 import org.opensearch.search.rescore.RescorerBuilder;
+import org.opensearch.test.AbstractSerializingTestCase;
 
 import java.io.IOException;
-import java.nio.ByteBuffer;
-import java.nio.ByteOrder;
-import java.util.Base64;
 import java.util.List;
 import java.util.Locale;
-import java.util.Random;
 
-/** Parsing, validation (every bad input is a 400 with a message naming the field) and the wire format of the clause. */
-public class SdrRescorerBuilderTests extends LuceneTestCase {
+/**
+ * The {@code sdr} rescore clause: its wire format, its XContent (the whole rescore element, through
+ * OpenSearch's own {@code RescorerBuilder.parseFromXContent}) and equals/hashCode by OpenSearch's
+ * serialization tests; parsing and validation (every bad input is a 400 with a message naming the field).
+ */
+public class SdrRescorerBuilderTests extends AbstractSerializingTestCase<SdrRescorerBuilder> {
     private static final NamedXContentRegistry REGISTRY = new NamedXContentRegistry(List.of(
         new NamedXContentRegistry.Entry(RescorerBuilder.class, new ParseField(SdrRescorerBuilder.NAME),
             (p, c) -> SdrRescorerBuilder.fromXContent(p))));
+
+    @Override
+    protected NamedXContentRegistry xContentRegistry() {
+        return REGISTRY;
+    }
+
+    @Override
+    protected SdrRescorerBuilder createTestInstance() {
+        return build(TestSources.random(random(), true, true), randomBoolean() ? null : randomField(),
+            randomBoolean() ? null : randomField(), randomBoolean() ? null : randomField(), randomBoolean(),
+            randomBoolean() ? 0 : randomIntBetween(1, 1000), randomBoolean() ? null : randomIntBetween(1, 10_000));
+    }
+
+    private static String randomField() {
+        return randomAlphaOfLengthBetween(1, 8) + "." + randomAlphaOfLengthBetween(1, 8);
+    }
+
+    private static SdrRescorerBuilder build(SdrSource source, String field, String paragraphField, String positionField,
+                                            boolean explain, int explainTop, Integer windowSize) {
+        SdrRescorerBuilder built = new SdrRescorerBuilder(source, field, paragraphField, positionField, explain, explainTop);
+        return windowSize == null ? built : built.windowSize(windowSize);
+    }
+
+    @Override
+    protected SdrRescorerBuilder mutateInstance(SdrRescorerBuilder b) {
+        SdrSource source = b.source();
+        String field = b.field();
+        String paragraphField = b.paragraphField();
+        String positionField = b.positionField();
+        boolean explain = b.explain();
+        int explainTop = b.explainTop();
+        Integer windowSize = b.windowSize();
+        switch (randomIntBetween(0, 6)) {
+            case 0: source = TestSources.mutate(random(), source, true, true); break;
+            case 1: field = randomValueOtherThan(field, SdrRescorerBuilderTests::randomField); break;
+            case 2: paragraphField = randomValueOtherThan(paragraphField, SdrRescorerBuilderTests::randomField); break;
+            case 3: positionField = randomValueOtherThan(positionField, SdrRescorerBuilderTests::randomField); break;
+            case 4: explain = explain == false; break;
+            case 5: explainTop = randomValueOtherThan(explainTop, () -> randomIntBetween(0, 1000)); break;
+            default: windowSize = randomValueOtherThan(windowSize, () -> randomBoolean() ? null : randomIntBetween(1, 10_000));
+        }
+        return build(source, field, paragraphField, positionField, explain, explainTop, windowSize);
+    }
+
+    @Override
+    protected Writeable.Reader<SdrRescorerBuilder> instanceReader() {
+        return SdrRescorerBuilder::new;
+    }
+
+    /** A whole rescore element: {"window_size": .., "sdr": {..}}, through OpenSearch's own parser. */
+    @Override
+    protected SdrRescorerBuilder doParseInstance(XContentParser parser) throws IOException {
+        assertEquals(XContentParser.Token.START_OBJECT, parser.nextToken());
+        RescorerBuilder<?> parsed = RescorerBuilder.parseFromXContent(parser);
+        assertTrue(parsed instanceof SdrRescorerBuilder);
+        return (SdrRescorerBuilder) parsed;
+    }
 
     private static XContentParser parser(String json) throws IOException {
         return JsonXContent.jsonXContent.createParser(REGISTRY, DeprecationHandler.THROW_UNSUPPORTED_OPERATION, json);
@@ -49,14 +105,6 @@ public class SdrRescorerBuilderTests extends LuceneTestCase {
             p.nextToken();
             return RescorerBuilder.parseFromXContent(p);
         }
-    }
-
-    static String b64(float... values) {
-        ByteBuffer buffer = ByteBuffer.allocate(values.length * 4).order(ByteOrder.LITTLE_ENDIAN);
-        for (float v : values) {
-            buffer.putFloat(v);
-        }
-        return Base64.getEncoder().encodeToString(buffer.array());
     }
 
     private static String rows(float[][] rows) {
@@ -86,7 +134,7 @@ public class SdrRescorerBuilderTests extends LuceneTestCase {
     public void testBase64AndArraysGiveTheSameSource() throws IOException {
         float[][] v = { { 1, 0, 0 }, { 0, 1, 0 }, { 0.6f, 0.8f, 0 } };
         SdrRescorerBuilder fromArrays = parse(body(rows(v), STATS_2));
-        SdrRescorerBuilder fromBase64 = parse(body("\"" + b64(1, 0, 0, 0, 1, 0, 0.6f, 0.8f, 0) + "\"", STATS_2));
+        SdrRescorerBuilder fromBase64 = parse(body("\"" + TestSources.b64(1, 0, 0, 0, 1, 0, 0.6f, 0.8f, 0) + "\"", STATS_2));
         assertEquals(fromArrays, fromBase64);
         assertEquals(fromArrays.hashCode(), fromBase64.hashCode());
         SdrSource source = fromBase64.source();
@@ -104,7 +152,7 @@ public class SdrRescorerBuilderTests extends LuceneTestCase {
     }
 
     public void testWholeRescoreElementAndOptions() throws IOException {
-        String json = "{\"window_size\": 50, \"sdr\": " + body("\"" + b64(1, 0, 0, 1, 1, 0) + "\"",
+        String json = "{\"window_size\": 50, \"sdr\": " + body("\"" + TestSources.b64(1, 0, 0, 1, 1, 0) + "\"",
             STATS_2 + ", \"explain\": true, \"explain_top\": 7, \"field\": \"s.v\", \"parts\": [1, 1]") + "}";
         RescorerBuilder<?> rescore = parseRescore(json);
         assertTrue(rescore instanceof SdrRescorerBuilder);
@@ -116,49 +164,21 @@ public class SdrRescorerBuilderTests extends LuceneTestCase {
         assertEquals("s.paragraph", sdr.paragraphField());
         assertEquals("s.position", sdr.positionField());
         assertEquals(2, sdr.source().dim());
-    }
-
-    public void testXContentRoundTrip() throws IOException {
-        Random random = new Random(random().nextLong());
-        float[][][] doc = BruteForceSdr.document(random, 5, 1, 5, 17);
-        SdrRescorerBuilder original = new SdrRescorerBuilder(SdrSource.of(BruteForceSdr.rows(doc), BruteForceSdr.sizes(doc),
-            new double[] { 0.1, 0.2, 0.3 }, new double[] { 0.4, 1e-9, 2 }, new int[] { 2, 1 }), null, null, null, random.nextBoolean(), random.nextInt(50));
-        original.windowSize(77);
-        XContentBuilder builder = XContentFactory.jsonBuilder();
-        original.toXContent(builder, ToXContent.EMPTY_PARAMS);
-        String json = builder.toString();
-        assertTrue(json, json.startsWith("{\"window_size\":77,\"sdr\":{\"vectors\":\""));
-        assertEquals(original, parseRescore(json));
-    }
-
-    public void testWireRoundTrip() throws IOException {
-        Random random = new Random(random().nextLong());
-        float[][][] doc = BruteForceSdr.document(random, 3, 17);
-        for (int[] parts : new int[][] { null, { 1 } }) {
-            SdrRescorerBuilder original = new SdrRescorerBuilder(SdrSource.of(BruteForceSdr.rows(doc), BruteForceSdr.sizes(doc),
-                new double[] { 0.5 }, new double[] { 0.25 }, parts), "a.b", "a.p", "a.q", random.nextBoolean(),
-                random.nextInt(3) == 0 ? 0 : random.nextInt(1000));
-            original.windowSize(random.nextInt(1000) + 1);
-            try (BytesStreamOutput out = new BytesStreamOutput()) {
-                original.writeTo(out);
-                try (StreamInput in = out.bytes().streamInput()) {
-                    SdrRescorerBuilder copy = new SdrRescorerBuilder(in);
-                    assertEquals(original, copy);
-                    assertEquals(original.windowSize(), copy.windowSize());
-                }
-            }
-        }
+        XContentBuilder x = XContentFactory.jsonBuilder();
+        sdr.toXContent(x, ToXContent.EMPTY_PARAMS);
+        String written = x.toString();
+        assertTrue(written, written.startsWith("{\"window_size\":50,\"sdr\":{\"vectors\":\""));
     }
 
     public void testBadInputIsA400NamingTheField() {
-        String v3 = "\"" + b64(1, 0, 0, 1, 1, 0) + "\"";  // 3 sentences of 2, or 2 of 3, or 6 of 1
+        String v3 = "\"" + TestSources.b64(1, 0, 0, 1, 1, 0) + "\"";  // 3 sentences of 2, or 2 of 3, or 6 of 1
         assertBadRequest(body(v3, "\"paragraph_sizes\": [2, 2], \"mu\": [0, 0], \"sigma\": [1, 1]"),
             "[vectors] holds 6 float32 values, not a whole number of rows for 4 sentences");
         assertBadRequest(body("[[1,0],[0,1],[1,1]]", "\"paragraph_sizes\": [2, 2], \"mu\": [0, 0], \"sigma\": [1, 1]"),
             "[paragraph_sizes] add up to 4 sentences but [vectors] holds 3");
         assertBadRequest(body("[[1,0],[0,1,0]]", STATS_2), "[vectors] sentence 1 has 3 values, sentence 0 has 2");
-        assertBadRequest(body("\"" + b64(1, Float.NaN, 0, 1, 1, 0) + "\"", STATS_2), "[vectors] sentence 0 holds NaN at dimension 1");
-        assertBadRequest(body("\"" + b64(1, 0, 0, 1, Float.POSITIVE_INFINITY, 0) + "\"", STATS_2), "holds Infinity");
+        assertBadRequest(body("\"" + TestSources.b64(1, Float.NaN, 0, 1, 1, 0) + "\"", STATS_2), "[vectors] sentence 0 holds NaN at dimension 1");
+        assertBadRequest(body("\"" + TestSources.b64(1, 0, 0, 1, Float.POSITIVE_INFINITY, 0) + "\"", STATS_2), "holds Infinity");
         assertBadRequest(body(v3, "\"paragraph_sizes\": [1, 2], \"mu\": [1e400, 0], \"sigma\": [1, 1]"),
             "[mu] value 0 is Infinity: statistics must be finite");
         assertBadRequest(body(v3, "\"paragraph_sizes\": [1, 2], \"mu\": [0, 0], \"sigma\": [1, -1e400]"), "[sigma] value 1 is -Infinity");

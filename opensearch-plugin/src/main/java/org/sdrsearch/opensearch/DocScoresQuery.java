@@ -18,9 +18,9 @@ import java.util.Objects;
 /**
  * Matches exactly the documents of a {@link DocScores} (top-level doc ids of one reader) with their
  * scores (times the boost): what {@link SdrCandidatesQuery} rewrites to. Valid only for the reader
- * it was computed on (as Lucene's rewritten k-NN queries). The one class besides VectorCursor and
- * SdrPluginBase whose code differs between release lines (Lucene 10 builds scorers through
- * {@code scorerSupplier}, Lucene 9 through {@code scorer}).
+ * it was computed on (as Lucene's rewritten k-NN queries). How Lucene asks a weight for a segment's
+ * scorer differs between release lines: that part is {@link ScorerWeight} (src/main/lucene9 and
+ * src/main/lucene10).
  */
 final class DocScoresQuery extends Query {
     private final DocScores scores;
@@ -47,7 +47,7 @@ final class DocScoresQuery extends Query {
         if (searcher.getIndexReader().getContext().id() != readerKey) {
             throw new IllegalStateException("sdr_candidates: a rewritten candidate query was run on another reader");
         }
-        return new Weight(this) {
+        return new ScorerWeight(this) {
             @Override
             public Explanation explain(LeafReaderContext context, int doc) {
                 int at = scores.indexOf(context.docBase + doc);
@@ -58,11 +58,7 @@ final class DocScoresQuery extends Query {
             }
 
             @Override
-            public Scorer scorer(LeafReaderContext context) {
-                return scorerOf(this, context);
-            }
-
-            private Scorer scorerOf(Weight weight, LeafReaderContext context) {
+            Scorer segmentScorer(LeafReaderContext context) {
                 int from = scores.lowerBound(context.docBase);
                 int to = scores.lowerBound(context.docBase + context.reader().maxDoc());
                 if (from >= to) {
@@ -70,7 +66,7 @@ final class DocScoresQuery extends Query {
                 }
                 DocScores.Cursor cursor = scores.cursor(from, to, context.docBase);
                 float max = scores.maxScore(from, to) * boost;
-                return new Scorer(weight) {
+                return new SegmentScorer(this) {
                     @Override
                     public int docID() {
                         return cursor.docID();
