@@ -48,8 +48,9 @@ section's paragraphs) joined by a blank line. :attr:`MLTResult.source_offsets` s
 
 The stages live in their own modules and this one reads them top to bottom: the query contract
 (:mod:`.query`), the sources (:mod:`.sources`), candidates, pre-rank and fetch (:mod:`.retrieval`,
-:mod:`.candidates`, :mod:`.prerank`), the exact scores and the fusion (:mod:`.ranking`), the hits
-presented and explained (:mod:`.explain`, :mod:`.offsets`) and the result (:mod:`.results`).
+:mod:`.candidates`, :mod:`.prerank`), who scores them (:mod:`.scoring`), the exact scores and the
+fusion (:mod:`.ranking`), the hits presented and explained (:mod:`.explain`, :mod:`.offsets`) and the
+result (:mod:`.results`).
 """
 
 from __future__ import annotations
@@ -122,8 +123,7 @@ class MoreLikeThis:
         timings["rerank"] = _ms(t_present - t_rank)
 
         if hits and (query.details or query.explain):
-            hits = present(self.store, source, hits, found.vectors_of([h.id for h in hits]), spec, query.explain,
-                           explained=found.breakdowns_for(source), matrix=query.explain_matrix,
+            hits = present(self.store, source, hits, found.scoring, spec, query.explain, matrix=query.explain_matrix,
                            max_cells=self.settings.max_matrix_cells)
             timings["explain" if query.explain else "snippets"] = _ms(time.perf_counter() - t_present)
         used = {"feedback": {"ids": [f.indexed_id for f in feedback],
@@ -188,15 +188,13 @@ class MoreLikeThis:
         the candidates; each source's BM25 is computed by the ranking."""
         expanded = merge_sources([source, *feedback])
         round_two: dict[str, float] = {}
-        known = dict(zip(found.ids, found.docs)) if found.docs is not None else None
         more = self.stage.find(expanded, against=against, exclude=exclude, query=query, spec=spec, K=K,
-                               timings=round_two, known=known)
+                               timings=round_two, known=found.scoring.fetched)
         timings.update({f"feedback_{k}": v for k, v in round_two.items()})
         have = set(found.ids)
         new = [k for k, i in enumerate(more.ids) if i not in have]
         scored = expanded if against is None else merge_sources([expanded, against])
-        docs = None if found.docs is None or more.docs is None else found.docs + [more.docs[k] for k in new]
-        return scored, Candidates(found.ids + [more.ids[k] for k in new], docs)
+        return scored, Candidates(found.ids + [more.ids[k] for k in new], found.scoring.joined(more.scoring))
 
     # -- settings ---------------------------------------------------------------------------------
     def _resolve(self, state: QueryState, query: Query) -> HybridSpec | None:
