@@ -39,11 +39,11 @@ inside it:
    with ``explain_matrix`` the whole paragraph-pair matrix (:mod:`.matrix`).
 
 Character offsets (``source_start``/``source_end``, ``candidate_start``/``candidate_end``) index a
-document's *stored text*, :attr:`Document.text` (:func:`sentence_spans`): the title, then each
+document's *stored text*, :attr:`Document.text` (:func:`.offsets.sentence_spans`): the title, then each
 SDR paragraph's sentences joined by one space, blocks separated by a blank line (``"\n\n"``), in
 Python string positions (code points). The source's offsets index its stored text when it is an
 indexed (or pre-encoded) document, and the request's own text when it is new text
-(:meth:`Query.request_text`, :func:`aligned_spans`): ``text`` as sent, or the ``paragraphs`` (every
+(:meth:`Query.request_text`, :func:`.offsets.aligned_spans`): ``text`` as sent, or the ``paragraphs`` (every
 section's paragraphs) joined by a blank line. :attr:`MLTResult.source_offsets` says which.
 
 The stages live in their own modules and this one reads them top to bottom: the query contract
@@ -66,16 +66,14 @@ from sdr_search.core.settings import SegmentationSettings
 from sdr_search.indexer.store import DocumentStore, IndexMeta, QueryState
 
 from .engine_settings import MLTSettings
-from .explain import best_sentence_pair, explain_pair, present
-from .offsets import aligned_spans, sentence_spans
-from .query import MAX_SOURCES, Query
-from .ranking import Candidates, mean_cosines, rank_hits
+from .explain import present
+from .query import Query
+from .ranking import Candidates, rank_hits
 from .results import Hit, MLTResult, applied_weights, described_sources
 from .retrieval import CandidateStage
 from .sources import Source, SourceResolver, merge_sources
 
-__all__ = ["METHODS", "MAX_SOURCES", "MLTSettings", "Query", "Source", "merge_sources", "Hit", "MLTResult", "MoreLikeThis",
-           "mean_cosines", "explain_pair", "best_sentence_pair", "sentence_spans", "aligned_spans"]
+__all__ = ["MoreLikeThis", "Query", "MLTResult", "MLTSettings"]  # the engine's API: a query in, a result out, its settings
 
 logger = logging.getLogger(__name__)
 
