@@ -55,9 +55,10 @@ class CandidateStage:
     ) -> Candidates:
         """Steps 4-6 for ``source``: the candidate ids (the vector ones, then the lexical-only
         ones), who scores them (:mod:`.scoring`: their fetched vectors, those in ``known`` not fetched
-        again, or the store next to its data), and the BM25 hits of the source's text (None when each source is searched on its own, by the ranking). ``explain_top``:
-        where the store scores the K exactly itself, it also returns the breakdown of its best
-        ``explain_top`` (the hits to present) in the same request (``StoreScoring.explained``)."""
+        again, or the store next to its data), and the BM25 hits of the source's text (None when each
+        source is searched on its own, by the ranking). ``explain_top``: where the store scores the K
+        exactly itself, it also returns the breakdown of its best ``explain_top`` (the hits to present)
+        in the same request (``StoreScoring.explained``)."""
         t1 = time.perf_counter()
         lexical: LexicalHits | None = None
         everything: list[str] | None = None  # rank exactly these: no candidate generation, no pre-rank
