@@ -8,8 +8,11 @@ one module per stage:
 - :mod:`~sdr_search.reranker.sources` - sources with their statistics; the reference sample
 - :mod:`~sdr_search.reranker.retrieval` - candidates, pre-rank, fetch (:mod:`~sdr_search.reranker.candidates`,
   :mod:`~sdr_search.reranker.prerank`, :mod:`~sdr_search.reranker.filters`)
+- :mod:`~sdr_search.reranker.scoring` - who computes exact SDR: ``LocalScoring`` (fetched vectors) or
+  ``StoreScoring`` (the store, next to its data), chosen by the candidate stage
 - :mod:`~sdr_search.reranker.ranking` - exact SDR, the hybrid fusion, several sources, document feedback
-- :mod:`~sdr_search.reranker.explain`, :mod:`~sdr_search.reranker.offsets` - explanations, snippets, offsets
+- :mod:`~sdr_search.reranker.explain`, :mod:`~sdr_search.reranker.pairs`, :mod:`~sdr_search.reranker.offsets` -
+  explanations and their best pairs, snippets, offsets
 - :mod:`~sdr_search.reranker.results` - the one ``Hit`` model and ``MLTResult``
 
 The HTTP service (``sdr serve``) is the subpackage :mod:`sdr_search.reranker.service`: the FastAPI app,

@@ -39,17 +39,18 @@ inside it:
    with ``explain_matrix`` the whole paragraph-pair matrix (:mod:`.matrix`).
 
 Character offsets (``source_start``/``source_end``, ``candidate_start``/``candidate_end``) index a
-document's *stored text*, :attr:`Document.text` (:func:`sentence_spans`): the title, then each
+document's *stored text*, :attr:`Document.text` (:func:`.offsets.sentence_spans`): the title, then each
 SDR paragraph's sentences joined by one space, blocks separated by a blank line (``"\n\n"``), in
 Python string positions (code points). The source's offsets index its stored text when it is an
 indexed (or pre-encoded) document, and the request's own text when it is new text
-(:meth:`Query.request_text`, :func:`aligned_spans`): ``text`` as sent, or the ``paragraphs`` (every
+(:meth:`Query.request_text`, :func:`.offsets.aligned_spans`): ``text`` as sent, or the ``paragraphs`` (every
 section's paragraphs) joined by a blank line. :attr:`MLTResult.source_offsets` says which.
 
 The stages live in their own modules and this one reads them top to bottom: the query contract
 (:mod:`.query`), the sources (:mod:`.sources`), candidates, pre-rank and fetch (:mod:`.retrieval`,
-:mod:`.candidates`, :mod:`.prerank`), the exact scores and the fusion (:mod:`.ranking`), the hits
-presented and explained (:mod:`.explain`, :mod:`.offsets`) and the result (:mod:`.results`).
+:mod:`.candidates`, :mod:`.prerank`), who scores them (:mod:`.scoring`), the exact scores and the
+fusion (:mod:`.ranking`), the hits presented and explained (:mod:`.explain`, :mod:`.offsets`) and the
+result (:mod:`.results`).
 """
 
 from __future__ import annotations
@@ -65,16 +66,14 @@ from sdr_search.core.settings import SegmentationSettings
 from sdr_search.indexer.store import DocumentStore, IndexMeta, QueryState
 
 from .engine_settings import MLTSettings
-from .explain import best_sentence_pair, explain_pair, present
-from .offsets import aligned_spans, sentence_spans
-from .query import MAX_SOURCES, Query
-from .ranking import Candidates, mean_cosines, rank_hits
+from .explain import present
+from .query import Query
+from .ranking import Candidates, rank_hits
 from .results import Hit, MLTResult, applied_weights, described_sources
 from .retrieval import CandidateStage
 from .sources import Source, SourceResolver, merge_sources
 
-__all__ = ["METHODS", "MAX_SOURCES", "MLTSettings", "Query", "Source", "merge_sources", "Hit", "MLTResult", "MoreLikeThis",
-           "mean_cosines", "explain_pair", "best_sentence_pair", "sentence_spans", "aligned_spans"]
+__all__ = ["MoreLikeThis", "Query", "MLTResult", "MLTSettings"]  # the engine's API: a query in, a result out, its settings
 
 logger = logging.getLogger(__name__)
 
@@ -122,8 +121,7 @@ class MoreLikeThis:
         timings["rerank"] = _ms(t_present - t_rank)
 
         if hits and (query.details or query.explain):
-            hits = present(self.store, source, hits, found.vectors_of([h.id for h in hits]), spec, query.explain,
-                           explained=found.breakdowns_for(source), matrix=query.explain_matrix,
+            hits = present(self.store, source, hits, found.scoring, spec, query.explain, matrix=query.explain_matrix,
                            max_cells=self.settings.max_matrix_cells)
             timings["explain" if query.explain else "snippets"] = _ms(time.perf_counter() - t_present)
         used = {"feedback": {"ids": [f.indexed_id for f in feedback],
@@ -188,15 +186,13 @@ class MoreLikeThis:
         the candidates; each source's BM25 is computed by the ranking."""
         expanded = merge_sources([source, *feedback])
         round_two: dict[str, float] = {}
-        known = dict(zip(found.ids, found.docs)) if found.docs is not None else None
         more = self.stage.find(expanded, against=against, exclude=exclude, query=query, spec=spec, K=K,
-                               timings=round_two, known=known)
+                               timings=round_two, known=found.scoring.fetched)
         timings.update({f"feedback_{k}": v for k, v in round_two.items()})
         have = set(found.ids)
         new = [k for k, i in enumerate(more.ids) if i not in have]
         scored = expanded if against is None else merge_sources([expanded, against])
-        docs = None if found.docs is None or more.docs is None else found.docs + [more.docs[k] for k in new]
-        return scored, Candidates(found.ids + [more.ids[k] for k in new], docs)
+        return scored, Candidates(found.ids + [more.ids[k] for k in new], found.scoring.joined(more.scoring))
 
     # -- settings ---------------------------------------------------------------------------------
     def _resolve(self, state: QueryState, query: Query) -> HybridSpec | None:

@@ -9,6 +9,7 @@ centroid pre-rank (:mod:`.prerank`) narrows the pool to K, and the vectors of th
 lexical-only candidates are fetched once (a store without cheap centroids fetches the pool once and
 the pre-rank and the rerank share those vectors). A store that scores next to its data (the sdr
 plugin) computes the pre-rank's centroid rows and the K's exact scores there, and nothing is fetched.
+The candidates come with who scores them (:mod:`.scoring`), chosen here and nowhere else.
 A candidate deleted between the search that found it and a later read (a concurrent write) is
 skipped: the query answers from the others.
 """
@@ -33,6 +34,7 @@ from .filters import filter_candidates
 from .prerank import prerank_order, prerank_order_of_rows
 from .query import Query
 from .ranking import Candidates
+from .scoring import LocalScoring, StoreScoring
 from .sources import Source
 
 __all__ = ["CandidateStage"]
@@ -52,10 +54,11 @@ class CandidateStage:
         K: int, timings: dict[str, float], known: Mapping[str, DocVectors] | None = None, explain_top: int = 0,
     ) -> Candidates:
         """Steps 4-6 for ``source``: the candidate ids (the vector ones, then the lexical-only
-        ones), their vectors (those in ``known`` are not fetched again), and the BM25 hits of the
-        source's text (None when each source is searched on its own, by the ranking). ``explain_top``:
-        where the store scores the K exactly itself, it also returns the breakdown of its best
-        ``explain_top`` (the hits to present) in the same request (``Candidates.explained``)."""
+        ones), who scores them (:mod:`.scoring`: their fetched vectors, those in ``known`` not fetched
+        again, or the store next to its data), and the BM25 hits of the source's text (None when each
+        source is searched on its own, by the ranking). ``explain_top``: where the store scores the K
+        exactly itself, it also returns the breakdown of its best ``explain_top`` (the hits to present)
+        in the same request (``StoreScoring.explained``)."""
         t1 = time.perf_counter()
         lexical: LexicalHits | None = None
         everything: list[str] | None = None  # rank exactly these: no candidate generation, no pre-rank
@@ -99,8 +102,12 @@ class CandidateStage:
                 timings["filter"] = _ms(time.perf_counter() - t3)
         while True:
             try:
-                vector_ids, lexical_ids, docs, exact, explained = self._prerank_and_fetch(
-                    source, pool, pool_scores, lexical_ranked, K, timings, known, explain_top)
+                if self.in_store:  # the one place the scoring path is chosen (reranker/scoring.py)
+                    vector_ids, lexical_ids, scoring = self._prerank_in_store(
+                        source, pool, pool_scores, lexical_ranked, K, timings, explain_top)
+                else:
+                    vector_ids, lexical_ids, scoring = self._prerank_and_fetch(
+                        source, pool, pool_scores, lexical_ranked, K, timings, known)
                 break
             except DocumentNotFoundError as e:  # a candidate deleted since the search found it: skipped
                 if e.doc_id not in pool and e.doc_id not in lexical_ranked:
@@ -109,8 +116,7 @@ class CandidateStage:
                 kept = [k for k, i in enumerate(pool) if i != e.doc_id]
                 pool, pool_scores = [pool[k] for k in kept], None if pool_scores is None else pool_scores[kept]
                 lexical_ranked = [i for i in lexical_ranked if i != e.doc_id]
-        return Candidates(vector_ids + lexical_ids, docs, lexical, exact=exact, exact_for=source if exact else None,
-                          explained=explained)
+        return Candidates(vector_ids + lexical_ids, scoring, lexical)
 
     def _all_matching(self, flt: Mapping[str, Any], k: int, exclude: Sequence[str]) -> list[str] | None:
         """The documents ``flt`` matches (but ``exclude``) when they are at most ``k``, else None.
@@ -141,37 +147,42 @@ class CandidateStage:
         )
         return top_of(ids, scores, k)
 
+    def _prerank_in_store(
+        self, source: Source, pool: list[str], scores: np.ndarray | None, lexical_ranked: list[str], K: int,
+        timings: dict[str, float], explain_top: int = 0,
+    ) -> tuple[list[str], list[str], StoreScoring]:
+        """:meth:`_prerank_and_fetch` on a store that scores exactly itself (:attr:`in_store`): the same
+        pre-rank next to its data (the centroid rows of the pool, :meth:`DocumentStore.centroid_rows`), the
+        K kept scored exactly there, and nothing fetched. The :class:`StoreScoring` carries those exact
+        scores, which the ranking reuses, and the breakdowns of the best ``explain_top`` of them, which the
+        presentation reuses."""
+        t0 = time.perf_counter()
+        keep = range(len(pool) if scores is None else min(len(pool), K))
+        scoring = StoreScoring(self.store)
+        if scores is not None and len(pool) > K:
+            M = self.store.centroid_rows(paragraph_centroids(source.vectors), pool)
+            keep = prerank_order_of_rows(pool, scores, M)[:K]
+            kept = [pool[i] for i in keep]
+            scored = self.store.sdr_scores([(source.vectors, source.stats)], kept, explain_top=explain_top)
+            scoring = StoreScoring(self.store, source, exact=dict(zip(kept, map(float, scored.scores[0]))),
+                                   explained={i: why for i, why in zip(scored.ids, scored.explanations) if why is not None})
+            timings["prerank"] = _ms(time.perf_counter() - t0)
+        vector_ids = [pool[i] for i in keep]
+        chosen = set(vector_ids)
+        return vector_ids, [i for i in lexical_ranked if i not in chosen][:K], scoring
+
     def _prerank_and_fetch(
         self, source: Source, pool: list[str], scores: np.ndarray | None, lexical_ranked: list[str], K: int,
-        timings: dict[str, float], known: Mapping[str, DocVectors] | None = None, explain_top: int = 0,
-    ) -> tuple[list[str], list[str], list[DocVectors] | None, dict[str, float] | None, dict[str, Mapping[str, Any]] | None]:
+        timings: dict[str, float], known: Mapping[str, DocVectors] | None = None,
+    ) -> tuple[list[str], list[str], LocalScoring]:
         """The K vector candidates (the pool narrowed by the centroid pre-rank when it is larger),
         the lexical candidates that are not among them (at most K, in lexical order), and the vectors
-        of both, each document fetched once. A store whose centroids are not cheap
-        (``capabilities.cheap_centroids`` false) has the pool fetched once: the pre-rank's centroids
-        and the rerank share those vectors. ``known``: vectors this query fetched already (document
-        feedback's second search), not fetched again. A store that scores exactly itself
-        (:attr:`in_store`) runs the same pre-rank next to its data (the centroid rows of the pool,
-        :meth:`DocumentStore.centroid_rows`) and scores the K kept exactly there, and nothing is fetched
-        (None); the fourth value is then those exact scores, which the ranking reuses, and the fifth the
-        breakdowns of the best ``explain_top`` of them, which the presentation reuses (None otherwise)."""
+        of both (a :class:`LocalScoring`), each document fetched once. A store whose centroids are not
+        cheap (``capabilities.cheap_centroids`` false) has the pool fetched once: the pre-rank's
+        centroids and the rerank share those vectors. ``known``: vectors this query fetched already
+        (document feedback's second search), not fetched again."""
         t0 = time.perf_counter()
         prerank = scores is not None and len(pool) > K
-        if self.in_store:  # the centroid pre-rank and the exact SDR of the K kept, next to the data; nothing fetched
-            keep = range(len(pool) if scores is None else min(len(pool), K))
-            exact_of: dict[str, float] | None = None
-            explained: dict[str, Mapping[str, Any]] | None = None
-            if prerank:
-                M = self.store.centroid_rows(paragraph_centroids(source.vectors), pool)
-                keep = prerank_order_of_rows(pool, scores, M)[:K]
-                kept = [pool[i] for i in keep]
-                scored = self.store.sdr_scores([(source.vectors, source.stats)], kept, explain_top=explain_top)
-                exact_of = dict(zip(kept, map(float, scored.scores[0])))  # the ranking reuses them
-                explained = {i: why for i, why in zip(scored.ids, scored.explanations) if why is not None}
-                timings["prerank"] = _ms(time.perf_counter() - t0)
-            vector_ids = [pool[i] for i in keep]
-            chosen = set(vector_ids)
-            return vector_ids, [i for i in lexical_ranked if i not in chosen][:K], None, exact_of, explained
         fetched: dict[str, DocVectors] | None = None
         if prerank and not self.store.capabilities.cheap_centroids:
             in_pool = set(pool)
@@ -192,7 +203,7 @@ class CandidateStage:
             t1 = time.perf_counter()
             fetched = self._fetch(ids, known)
             timings.update(prerank=_ms(t1 - t0), fetch=_ms(time.perf_counter() - t1))
-        return vector_ids, lexical_ids, [fetched[i] for i in ids], None, None
+        return vector_ids, lexical_ids, LocalScoring({i: fetched[i] for i in ids})
 
     def _fetch(self, ids: list[str], known: Mapping[str, DocVectors] | None) -> dict[str, DocVectors]:
         """The vectors of ``ids``: those in ``known`` as they are, the others in one store read."""

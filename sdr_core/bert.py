@@ -33,7 +33,9 @@ _ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
 _WEIGHTS = "model.safetensors"
 
 
-def _json(path: Path) -> dict:
+def json_object(path: Path) -> dict:
+    """The JSON object in the model file ``path``; empty when it is missing, unreadable or not an
+    object (the checks of this module and of :mod:`.onnx_backend` then say what is wrong)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -41,10 +43,20 @@ def _json(path: Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
+def casing_disagreement(path: Path) -> str | None:
+    """Why the model directory ``path``'s ``tokenizer.json`` cannot stand for its tokenizer (its
+    lower-casing disagrees with ``tokenizer_config.json``'s ``do_lower_case``), or None."""
+    normalizer = json_object(path / "tokenizer.json").get("normalizer") or {}
+    wanted = json_object(path / "tokenizer_config.json").get("do_lower_case")
+    if normalizer.get("type") == "BertNormalizer" and wanted is not None and bool(normalizer.get("lowercase")) != bool(wanted):
+        return "tokenizer_config.json's do_lower_case disagrees with tokenizer.json"
+    return None
+
+
 def native_support(path: Path) -> str | None:
     """None when :class:`BertModel` and :class:`BertTokenizer` compute what transformers would
     for the model directory ``path``; otherwise why not (the encoder then loads transformers)."""
-    config = _json(path / "config.json")
+    config = json_object(path / "config.json")
     if config.get("model_type") != "bert":
         return f"model_type {config.get('model_type')!r} is not bert"
     if config.get("position_embedding_type", "absolute") != "absolute":
@@ -58,14 +70,9 @@ def native_support(path: Path) -> str | None:
         return "hidden_size, num_attention_heads or num_hidden_layers missing or inconsistent"
     if not (path / _WEIGHTS).is_file():
         return f"no {_WEIGHTS}"
-    tokenizer = _json(path / "tokenizer.json")
-    if not tokenizer:
+    if not json_object(path / "tokenizer.json"):
         return "no tokenizer.json"
-    normalizer = tokenizer.get("normalizer") or {}
-    wanted = _json(path / "tokenizer_config.json").get("do_lower_case")
-    if normalizer.get("type") == "BertNormalizer" and wanted is not None and bool(normalizer.get("lowercase")) != bool(wanted):
-        return "tokenizer_config.json's do_lower_case disagrees with tokenizer.json"
-    return None
+    return casing_disagreement(path)
 
 
 class BertTokenizer:
@@ -82,8 +89,8 @@ class BertTokenizer:
         tok.no_padding()
         tok.enable_truncation(max_length=max_tokens)
         self._tok = tok
-        config = _json(path / "config.json")
-        pad = _json(path / "tokenizer_config.json").get("pad_token")
+        config = json_object(path / "config.json")
+        pad = json_object(path / "tokenizer_config.json").get("pad_token")
         pad_id = tok.token_to_id(pad) if isinstance(pad, str) else None
         self.pad_id = int(pad_id if pad_id is not None else config.get("pad_token_id") or 0)
 
@@ -204,4 +211,4 @@ def load_bert(path: Path) -> BertModel:
     if any(k.startswith("bert.") for k in tensors):  # BertForMaskedLM and friends: the encoder under bert.
         tensors = {k[len("bert."):]: v for k, v in tensors.items() if k.startswith("bert.")}
     tensors = {k: v.float() for k, v in tensors.items()}
-    return BertModel(_json(path / "config.json"), tensors)
+    return BertModel(json_object(path / "config.json"), tensors)

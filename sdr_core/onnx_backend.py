@@ -44,6 +44,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
+from .bert import casing_disagreement
 from .errors import InvalidInputError, ModelNotFoundError
 
 __all__ = ["ONNX_BACKENDS", "INT8_TAG", "EXPORT_VERSION", "onnx_support", "onnx_dir", "ensure_onnx", "export_onnx",
@@ -70,20 +71,7 @@ def onnx_support(path: Path) -> str | None:
     """None when the ONNX backend can run the model directory ``path``; otherwise why not."""
     if not (path / "tokenizer.json").is_file():
         return "no tokenizer.json (the ONNX backend tokenises with the tokenizers library)"
-    tokenizer = _json(path / "tokenizer.json")
-    normalizer = tokenizer.get("normalizer") or {}
-    wanted = _json(path / "tokenizer_config.json").get("do_lower_case")
-    if normalizer.get("type") == "BertNormalizer" and wanted is not None and bool(normalizer.get("lowercase")) != bool(wanted):
-        return "tokenizer_config.json's do_lower_case disagrees with tokenizer.json"
-    return None
-
-
-def _json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    return casing_disagreement(path)
 
 
 def onnx_dir(fingerprint: str, root: Path | None = None) -> Path:

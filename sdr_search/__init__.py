@@ -21,15 +21,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["Query", "Like", "MoreLikeThis", "MLTResult", "open_store", "index_files", "more_like_this"]
+__all__ = ["Query", "MoreLikeThis", "MLTResult", "open_store", "index_files", "more_like_this"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from .api import index_files, more_like_this, open_store
-    from .reranker.engine import Like, MLTResult, MoreLikeThis, Query
+    from .reranker.engine import MLTResult, MoreLikeThis, Query
 
 _LAZY = {
     "Query": "sdr_search.reranker.engine",
-    "Like": "sdr_search.reranker.engine",
     "MoreLikeThis": "sdr_search.reranker.engine",
     "MLTResult": "sdr_search.reranker.engine",
     "open_store": "sdr_search.api",

@@ -66,6 +66,14 @@ def _add_hybrid_args(p: argparse.ArgumentParser, *, feedback: bool = True) -> No
 
 
 
+def _add_stats_args(p: argparse.ArgumentParser, *, skip: str) -> None:
+    """The statistics refresh a run ends with (``index``, ``reindex``): ``--no-stats`` (its help:
+    ``skip``) leaves it out; else against a reference sample of ``--sample`` paragraphs (``--seed``)."""
+    p.add_argument("--no-stats", action="store_true", help=skip)
+    p.add_argument("--sample", type=int, default=5000, metavar="R", help="reference sample size for the statistics (default 5000)")
+    p.add_argument("--seed", type=int, default=0)
+
+
 def _add_store_args(p: argparse.ArgumentParser, *, required: bool = True) -> None:
     g = p.add_argument_group("store (one of)")
     x = g.add_mutually_exclusive_group(required=required)
@@ -127,9 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_store_args(ix)
     ix.add_argument("paths", nargs="+", metavar="PATH", help=".jsonl[.gz] files or directories of .txt files")
-    ix.add_argument("--no-stats", action="store_true", help="leave statistics stale (refresh later with `sdr stats`)")
-    ix.add_argument("--sample", type=int, default=5000, metavar="R", help="reference sample size for the statistics (default 5000)")
-    ix.add_argument("--seed", type=int, default=0)
+    _add_stats_args(ix, skip="leave statistics stale (refresh later with `sdr stats`)")
     ix.add_argument("--no-progress", action="store_true")
     _add_encoder_args(ix)
     _add_segmentation_args(ix)
@@ -276,9 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
     rx.add_argument("--timeout", type=float, metavar="SECONDS", help="give up (resumable) after this long (default: wait)")
     rx.add_argument("--max-failed-fraction", type=float, default=0.01, metavar="F",
                     help="do not switch when more than this fraction of documents failed (default 0.01)")
-    rx.add_argument("--no-stats", action="store_true", help="switch without computing statistics (run `sdr stats` later)")
-    rx.add_argument("--sample", type=int, default=5000, metavar="R", help="reference sample size for the statistics (default 5000)")
-    rx.add_argument("--seed", type=int, default=0)
+    _add_stats_args(rx, skip="switch without computing statistics (run `sdr stats` later)")
     rx.add_argument("--no-progress", action="store_true")
     _add_encoder_args(rx)
     _add_segmentation_args(rx)

@@ -197,7 +197,7 @@ def test_cli_index_info_mlt_stats_and_eval_store(tmp_path, capsys):
 
 # -- hybrid ---------------------------------------------------------------------------------------
 def test_hybrid_fuses_every_signal_over_the_union_of_both_sides(built, encoder):
-    from sdr_search.reranker.engine import mean_cosines
+    from sdr_search.reranker.ranking import mean_cosines
     from sdr_search.core.evaluation import mean_vectors
     from sdr_search.core.fusion import HybridSpec, fuse
     from sdr_search.core.vectors import CorpusVectors
@@ -481,6 +481,8 @@ def test_library_front_door(tmp_path, encoder):
     from sdr_search import Query as FrontQuery, index_files, more_like_this, open_store
 
     assert FrontQuery is Query and set(sdr_search.__all__) >= {"Query", "open_store", "index_files", "more_like_this"}
+    for name in sdr_search.__all__:  # every name the front door lists is there
+        assert getattr(sdr_search, name) is not None, name
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("\n".join(json.dumps(r) for r in _records()) + "\n")
     with open_store(tmp_path / "store", create=True) as store:

@@ -26,7 +26,8 @@ from sdr_search.core.scoring import document_best, like_unlike, part_scores, sco
 from sdr_search.indexer.embedded import EmbeddedStore
 from sdr_search.indexer.pipeline import index_documents
 from sdr_search.indexer.stats_job import refresh_stats
-from sdr_search.reranker.engine import MAX_SOURCES, MLTSettings, MoreLikeThis, Query
+from sdr_search.reranker.engine import MLTSettings, MoreLikeThis, Query
+from sdr_search.reranker.query import MAX_SOURCES
 
 pytestmark = pytest.mark.unit
 

@@ -28,7 +28,8 @@ from sdr_search.indexer.stats_job import refresh_stats
 from sdr_search.indexer.store import DocumentStore
 from sdr_search.reranker.service.api_models import DocumentResponse, response_from
 from sdr_search.cli.mlt import EXPLAIN_LEGEND, format_result
-from sdr_search.reranker.engine import MoreLikeThis, Query, aligned_spans, sentence_spans
+from sdr_search.reranker.engine import MoreLikeThis, Query
+from sdr_search.reranker.offsets import aligned_spans, sentence_spans
 
 unit = pytest.mark.unit  # every test here but the OpenSearch one: no model, no service
 
