@@ -53,7 +53,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from sdr_search.indexer.provenance import library_versions
-from sdr_search.indexer.validation import check_put_items
+from sdr_search.indexer.validation import check_put_items, check_reference
 from sdr_search.indexer.store import (
     DocumentStore,
     IndexMeta,
@@ -1450,12 +1450,9 @@ class OpenSearchStore(DocumentStore):
     def set_reference(self, reference: ReferenceParagraphs) -> None:
         """Record a new reference sample: its documents under a new generation, then the header,
         then the old generation is deleted (a reader never sees a half-written sample)."""
+        check_reference(reference)
         cv = reference.vectors
         n = len(reference.doc_ids)
-        if np.asarray(reference.paragraph_index).shape != (n,) or cv.n_docs != n:
-            raise InvalidInputError("reference sample: doc_ids, paragraph_index and vectors must have one entry per paragraph")
-        if not np.array_equal(cv.doc_par_offsets, np.arange(n + 1)):
-            raise InvalidInputError("reference sample: each sampled paragraph must be its own document in vectors")
         target = self._writable_target()
         state, _ = self._read_state(target)
         old = state.get("reference")
