@@ -6,7 +6,8 @@ Layout (request bodies in :mod:`sdr_search.indexer.opensearch.requests`, mapping
   one document per SDR document, ``_id`` = its id (sha256 for ids over 512 bytes). Sentence
   vectors are stored twice on purpose: in the ``nested`` field ``sentences.vector`` (HNSW, inner
   product, engine ``lucene`` by default or ``faiss``; nested k-NN) and as one base64 float32 string ``vectors_b64`` (fetched with
-  ``_mget`` for the exact rerank: about 4x smaller and far faster to decode than JSON floats).
+  ``_mget`` for the exact rerank: smaller and faster to decode than JSON floats, measured in
+  docs/results/opensearch.md, "Candidate-vector payload").
   Provenance (:class:`~sdr_search.indexer.store.IndexMeta`, library and cluster versions, HNSW parameters)
   is the mapping's ``_meta.sdr``.
 * **State index** ``<concrete index>-sdr-state``: one ``stats`` document per document
