@@ -112,6 +112,7 @@ from .requests import (
     build_scan_query,
     build_sdr_candidates_query,
     build_sdr_scores_msearch,
+    build_sentence_hits_msearch,
     build_state_index_body,
     build_vectors_search,
     build_sentence_counts_search,
@@ -249,12 +250,36 @@ class OpenSearchStore(DocumentStore):
     # with the node's sdr plugin, the candidate stage and exact SDR run on the node (capabilities)
     _BASE_CAPABILITIES = StoreCapabilities(metadata_lookup=True, filtered_knn=True)
     _PLUGIN_CAPABILITIES = StoreCapabilities(metadata_lookup=True, filtered_knn=True, sdr_candidates=True, exact_sdr=True)
+    _SHARDED_PLUGIN_CAPABILITIES = StoreCapabilities(metadata_lookup=True, filtered_knn=True, exact_sdr=True)
 
     @property
     def capabilities(self) -> StoreCapabilities:  # type: ignore[override]
         """The interface's optional features: ``sdr_candidates`` and ``exact_sdr`` when the node has
         the sdr plugin (``settings.plugin``; detected once per store from the node's plugin list)."""
-        return self._PLUGIN_CAPABILITIES if self.has_plugin() else self._BASE_CAPABILITIES
+        if not self.has_plugin():
+            return self._BASE_CAPABILITIES
+        return self._PLUGIN_CAPABILITIES if self._one_shard() else self._SHARDED_PLUGIN_CAPABILITIES
+
+    def _one_shard(self) -> bool:
+        """Whether the index has one primary shard (read once per index, until :meth:`close`; an index not created
+        yet: ``settings.shards``). The plugin's ``sdr_candidates`` cuts each source sentence's hits to the top
+        ``k`` on each shard before aggregating, so over several shards a document gets the rows it is in the top
+        ``k`` of on its own shard, not of the index: its aggregate, and the pool, would depend on the shard
+        count. An index of several shards runs the candidate stage as :meth:`sentence_knn` instead (one search
+        per source sentence, merged by the coordinator: the index's top ``k``), aggregated by the engine
+        (docs/opensearch.md, "A cluster")."""
+        try:
+            target = self._resolve()
+        except StoreError:
+            target = None
+        if target is None or target.meta is None:
+            return self.settings.shards == 1
+        n = self._shard_counts.get(target.name)
+        if n is None:
+            r = self._call("reading the index's shard count", lambda: self._os().indices.get_settings(
+                index=target.name, name="index.number_of_shards"), index=target.name)
+            n = self._shard_counts[target.name] = int(r[target.name]["settings"]["index"]["number_of_shards"])
+        return n == 1
 
     def has_plugin(self) -> bool:
         """Whether this store uses the node's sdr plugin: ``settings.plugin`` 'off' never, 'on' always
@@ -320,6 +345,7 @@ class OpenSearchStore(DocumentStore):
         self._lock = threading.RLock()
         self._target: _Target | None = None
         self._many_shards: set[str] = set()  # indices whose searches span several shards (no explain_top there)
+        self._shard_counts: dict[str, int] = {}  # primary shards of each index read (_one_shard)
         self._state_checked = False
         self._plugin: bool | None = None  # the node has the sdr plugin (None: not asked yet)
         self._plugin_check: plugin_version.PluginCheck | None = None  # what its plugin list said
@@ -1012,6 +1038,8 @@ class OpenSearchStore(DocumentStore):
             return SentenceHits([[] for _ in range(q.shape[0])], [np.zeros(0, np.float32) for _ in range(q.shape[0])])
         ids: list[list[str]] = []
         scores: list[np.ndarray] = []
+        if self.has_plugin() and self.settings.candidate_search == "sentences":
+            return self._plugin_sentence_hits(target, q, k, [str(i) for i in exclude_ids], restriction)
         for body in build_msearch_bodies(q, k, target.name, exclude_ids=[str(i) for i in exclude_ids],
                                          batch_size=self.settings.msearch_batch, ef_search=self.settings.hnsw_ef_search,
                                          filter=restriction):
@@ -1022,6 +1050,36 @@ class OpenSearchStore(DocumentStore):
             batch_ids, batch_scores = self._call("a nested k-NN search", search, index=target.name)
             ids += batch_ids
             scores += batch_scores
+        return SentenceHits(ids, scores)
+
+    def _plugin_sentence_hits(self, target: _Target, q: np.ndarray, k: int, exclude: list[str],
+                              restriction: Mapping[str, Any] | None) -> SentenceHits:
+        """:meth:`sentence_knn` through the plugin, with ``sdr_candidates``'s search (``settings.candidate_search``
+        'sentences': the k-NN of ``k x candidate_oversample`` sentences, each document once, the first ``k``): one
+        search per row (:func:`build_sentence_hits_msearch`), ``msearch_batch`` rows per ``_msearch``. The
+        candidate stage of an index of several shards (:meth:`_one_shard`): each row's hits are the index's top
+        ``k``, as the one-shard ``sdr_candidates`` sees them."""
+        oversample = max(1, min(self.settings.candidate_oversample, MAX_KNN_K // k))
+        ef_search = self.settings.hnsw_ef_search
+        limits = self._plugin_limits()
+        check_source_limits(limits, 1, q.shape[1], "a query vector")
+        per_sentence = candidate_hits_per_sentence(k, max(ef_search, k), "sentences", oversample)
+        if per_sentence > limits.max_candidate_hits:
+            raise InvalidInputError(f"k={k} collects {per_sentence} hits per query vector, more than the "
+                                    f"{limits.max_candidate_hits} of sdr.limits.max_candidate_hits")
+        ids: list[list[str]] = []
+        scores: list[np.ndarray] = []
+        step = max(1, self.settings.msearch_batch)
+        for start in range(0, q.shape[0], step):
+            body = build_sentence_hits_msearch(target.name, q[start:start + step], k=k, ef_search=ef_search,
+                                               oversample=oversample, exclude_ids=exclude, filter=restriction)
+            r = self._call("a sentence k-NN search", lambda body=body: self._os().msearch(body=body, params=self._search_params()),
+                           index=target.name)
+            for item in r["responses"]:
+                got, values, _ = parse_sdr_hits(item, index=target.name, what="a sentence k-NN search")
+                order = sorted(range(len(got)), key=lambda i: (-values[i], got[i]))[:k]  # ties by id
+                ids.append([got[i] for i in order])
+                scores.append(np.asarray([values[i] for i in order], dtype=np.float32))
         return SentenceHits(ids, scores)
 
     def _plugin_target(self, what: str) -> _Target:
@@ -1502,6 +1560,7 @@ class OpenSearchStore(DocumentStore):
         existing = self._call("deleting the index", delete, index=name)
         self._target = None
         self._many_shards.clear()
+        self._shard_counts.clear()
         self._state_checked = False
         self._metadata_fields = None
         return bool(existing)
@@ -1514,6 +1573,7 @@ class OpenSearchStore(DocumentStore):
                 self._client = None
             self._target = None
             self._many_shards.clear()
+            self._shard_counts.clear()
             self._state_checked = False
             self._metadata_fields = None
             self._plugin = None
