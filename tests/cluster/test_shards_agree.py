@@ -217,6 +217,8 @@ def test_three_shards_answer_as_one(corpus, method, query):
     assert len(one.hits) == 10
     if method == "hybrid":
         assert one.hybrid["fusion"] == "adaptive"
+        if query != "like-unlike":  # one source: document feedback applies
+            assert one.hybrid["feedback"]["ids"], one.hybrid
         assert dict(one.hybrid, weights_applied=None) == dict(three.hybrid, weights_applied=None)
     _assert_same(three, one, f"{method} {query}: 3 shards vs 1")
     top = {h.id for h in emb.hits}
