@@ -270,15 +270,15 @@ class OpenSearchStore(DocumentStore):
         (docs/opensearch.md, "A cluster")."""
         try:
             target = self._resolve()
-        except StoreError:
-            target = None
-        if target is None or target.meta is None:
+            if target is None or target.meta is None:
+                return self.settings.shards == 1
+            n = self._shard_counts.get(target.name)
+            if n is None:
+                r = self._call("reading the index's shard count", lambda: self._os().indices.get_settings(
+                    index=target.name, name="index.number_of_shards"), index=target.name)
+                n = self._shard_counts[target.name] = int(r[target.name]["settings"]["index"]["number_of_shards"])
+        except (StoreError, BackendUnavailableError):  # not known now (asked again next time): the setting
             return self.settings.shards == 1
-        n = self._shard_counts.get(target.name)
-        if n is None:
-            r = self._call("reading the index's shard count", lambda: self._os().indices.get_settings(
-                index=target.name, name="index.number_of_shards"), index=target.name)
-            n = self._shard_counts[target.name] = int(r[target.name]["settings"]["index"]["number_of_shards"])
         return n == 1
 
     def has_plugin(self) -> bool:
