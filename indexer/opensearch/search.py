@@ -72,9 +72,10 @@ class Search:
         ``filter`` (a metadata filter) and ``allowed_ids`` (at most :data:`MAX_ALLOWED_IDS`) are
         the k-NN query's own filter: OpenSearch searches only the sentences of the documents they
         match (the k-NN plugin joins a filter on the parent documents' fields down to their
-        nested sentences, 2.12+), so a rare filter still gets ``k`` documents per row. With the sdr plugin
-        and ``settings.candidate_search`` 'sentences', the plugin's search of the candidate stage instead
-        (:meth:`.plugin.SdrPlugin.sentence_hits`: the same documents as ``sdr_candidates`` counts)."""
+        nested sentences, 2.12+), so a rare filter still gets ``k`` documents per row. On an index of
+        several shards with the sdr plugin and ``settings.candidate_search`` 'sentences' (the engine's
+        candidate stage there, :meth:`.plugin.SdrPlugin.one_shard`), the plugin's sentence search instead
+        (:meth:`.plugin.SdrPlugin.sentence_hits`: the documents a one-shard ``sdr_candidates`` counts)."""
         if k < 1:
             raise InvalidInputError(f"k must be >= 1, got {k}")
         q = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
@@ -95,7 +96,8 @@ class Search:
         if restriction == MATCH_NONE:
             return SentenceHits([[] for _ in range(q.shape[0])], [np.zeros(0, np.float32) for _ in range(q.shape[0])])
         plugin = self._plugin
-        if plugin is not None and self.settings.candidate_search == "sentences" and plugin.available():
+        if plugin is not None and self.settings.candidate_search == "sentences" and plugin.available() \
+                and not plugin.one_shard():
             return plugin.sentence_hits(target, q, k, [str(i) for i in exclude_ids], restriction)
         ids: list[list[str]] = []
         scores: list[np.ndarray] = []
