@@ -75,18 +75,19 @@ def corpus(n: int, seed: int = 0) -> list[dict]:
 
 @contextmanager
 def counting(store: OpenSearchStore, calls: list[str]):
-    """Every request the store sends (its one ``_call``), by what it is."""
-    real = store._call
+    """Every request the store sends (its transport's one ``call``), by what it is."""
+    transport = store._transport
+    real = transport.call
 
     def count(what, fn, **kw):
         calls.append(what)
         return real(what, fn, **kw)
 
-    store._call = count
+    transport.call = count
     try:
         yield
     finally:
-        del store._call
+        del transport.call
 
 
 def ms(samples: list[float]) -> str:
