@@ -23,7 +23,7 @@ from sdr_search.core.errors import (
 )
 from sdr_search.core.scoring import NormStats
 from sdr_search.core.vectors import DocVectors
-from sdr_search.indexer.store import CandidateFeatures, SdrScores
+from sdr_search.indexer.store import CandidateFeatures, SdrScores, SentenceHits
 
 from . import plugin_version
 from .indices import Indices, Target
@@ -35,6 +35,7 @@ from .requests import (
     build_sdr_candidates_query,
     build_sdr_scores_msearch,
     build_sentence_counts_search,
+    build_sentence_hits_msearch,
     build_vectors_search,
     candidate_hits_per_sentence,
     check_source_limits,
@@ -84,6 +85,7 @@ class SdrPlugin:
         self._check: plugin_version.PluginCheck | None = None  # what its plugin list said
         self._limits: PluginLimits | None = None  # the plugin's sdr.limits.* (None: not read yet)
         self.many_shards: set[str] = set()  # indices whose searches span several shards (no explain_top there)
+        self.shard_counts: dict[str, int] = {}  # primary shards of each index read (one_shard)
 
     def reset(self) -> None:
         """Ask the node again next time (the store closed)."""
@@ -91,6 +93,60 @@ class SdrPlugin:
         self._check = None
         self._limits = None
         self.many_shards.clear()
+        self.shard_counts.clear()
+
+    def one_shard(self) -> bool:
+        """Whether the index has one primary shard (read once per index, until :meth:`reset`; an index not
+        created yet, or a node not answering now: ``settings.shards``, asked again next time). ``sdr_candidates``
+        cuts each source sentence's hits to the top ``k`` on each shard before aggregating, so over several
+        shards a document gets the rows it is in the top ``k`` of on its own shard, not in the index: its
+        aggregate, and the pool, would depend on the shard count. An index of several shards runs the
+        candidate stage as :meth:`sentence_hits` instead (one search per source sentence, merged by the
+        coordinator into the index's top ``k``), aggregated by the engine (docs/opensearch.md, "Writes,
+        retries, shards")."""
+        try:
+            target = self._indices.resolve()
+            if target is None or target.meta is None:
+                return self.settings.shards == 1
+            n = self.shard_counts.get(target.name)
+            if n is None:
+                r = self._transport.call("reading the index's shard count", lambda: self._transport.os().indices.get_settings(
+                    index=target.name, name="index.number_of_shards"), index=target.name)
+                n = self.shard_counts[target.name] = int(r[target.name]["settings"]["index"]["number_of_shards"])
+        except (StoreError, BackendUnavailableError):
+            return self.settings.shards == 1
+        return n == 1
+
+    def sentence_hits(self, target: Target, q: np.ndarray, k: int, exclude: list[str],
+                      restriction: Mapping[str, Any] | None) -> SentenceHits:
+        """:meth:`OpenSearchStore.sentence_knn` through the plugin, with ``sdr_candidates``'s search
+        (``settings.candidate_search`` 'sentences': the k-NN of ``k x candidate_oversample`` sentences, each
+        document once, the first ``k``): one search per row (:func:`build_sentence_hits_msearch`),
+        ``msearch_batch`` rows per ``_msearch``. The candidate stage of an index of several shards
+        (:meth:`one_shard`): each row's hits are the index's top ``k``, as a one-shard ``sdr_candidates``
+        counts them."""
+        oversample = max(1, min(self.settings.candidate_oversample, MAX_KNN_K // k))
+        ef_search = self.settings.hnsw_ef_search
+        limits = self.limits()
+        check_source_limits(limits, 1, q.shape[1], "a query vector")
+        per_sentence = candidate_hits_per_sentence(k, max(ef_search, k), "sentences", oversample)
+        if per_sentence > limits.max_candidate_hits:
+            raise InvalidInputError(f"k={k} collects {per_sentence} hits per query vector, more than the "
+                                    f"{limits.max_candidate_hits} of sdr.limits.max_candidate_hits")
+        ids: list[list[str]] = []
+        scores: list[np.ndarray] = []
+        step = max(1, self.settings.msearch_batch)
+        for start in range(0, q.shape[0], step):
+            body = build_sentence_hits_msearch(target.name, q[start:start + step], k=k, ef_search=ef_search,
+                                               oversample=oversample, exclude_ids=exclude, filter=restriction)
+            r = self._transport.call("a sentence k-NN search", lambda body=body: self._transport.os().msearch(
+                body=body, params=self._transport.search_params()), index=target.name)
+            for item in r["responses"]:
+                got, values, _ = parse_sdr_hits(item, index=target.name, what="a sentence k-NN search")
+                order = sorted(range(len(got)), key=lambda i: (-values[i], got[i]))[:k]  # ties by id
+                ids.append([got[i] for i in order])
+                scores.append(np.asarray([values[i] for i in order], dtype=np.float32))
+        return SentenceHits(ids, scores)
 
     @property
     def url(self) -> str:

@@ -18,6 +18,7 @@ from sdr_search.core.lexical import query_terms
 from sdr_search.indexer.store import LexicalHits, SentenceHits
 
 from .indices import Indices
+from .plugin import SdrPlugin
 from .requests import (
     MATCH_NONE,
     MAX_KNN_K,
@@ -40,10 +41,12 @@ _SCORE_IDS_PER_SEARCH = 1_000  # ids scored by one filtered lexical search
 class Search:
     """The searches of the store's target (``indices``) through ``transport``."""
 
-    def __init__(self, transport: Transport, indices: Indices, settings: OpenSearchSettings) -> None:
+    def __init__(self, transport: Transport, indices: Indices, settings: OpenSearchSettings,
+                 plugin: SdrPlugin | None = None) -> None:
         self._transport = transport
         self._indices = indices
         self.settings = settings
+        self._plugin = plugin  # the k-NN through the plugin's own search where the node has it ('sentences')
 
     def ids_matching(self, flt: Mapping[str, Any], *, limit: int | None = None) -> list[str]:
         """The ids of every document whose metadata matches ``flt``, in ``doc_id`` order (a
@@ -69,7 +72,10 @@ class Search:
         ``filter`` (a metadata filter) and ``allowed_ids`` (at most :data:`MAX_ALLOWED_IDS`) are
         the k-NN query's own filter: OpenSearch searches only the sentences of the documents they
         match (the k-NN plugin joins a filter on the parent documents' fields down to their
-        nested sentences, 2.12+), so a rare filter still gets ``k`` documents per row."""
+        nested sentences, 2.12+), so a rare filter still gets ``k`` documents per row. On an index of
+        several shards with the sdr plugin and ``settings.candidate_search`` 'sentences' (the engine's
+        candidate stage there, :meth:`.plugin.SdrPlugin.one_shard`), the plugin's sentence search instead
+        (:meth:`.plugin.SdrPlugin.sentence_hits`: the documents a one-shard ``sdr_candidates`` counts)."""
         if k < 1:
             raise InvalidInputError(f"k must be >= 1, got {k}")
         q = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
@@ -89,6 +95,10 @@ class Search:
             raise InvalidInputError(f"k must be <= {MAX_KNN_K} on OpenSearch (the k-NN query's limit), got {k}")
         if restriction == MATCH_NONE:
             return SentenceHits([[] for _ in range(q.shape[0])], [np.zeros(0, np.float32) for _ in range(q.shape[0])])
+        plugin = self._plugin
+        if plugin is not None and self.settings.candidate_search == "sentences" and plugin.available() \
+                and not plugin.one_shard():
+            return plugin.sentence_hits(target, q, k, [str(i) for i in exclude_ids], restriction)
         ids: list[list[str]] = []
         scores: list[np.ndarray] = []
         for body in build_msearch_bodies(q, k, target.name, exclude_ids=[str(i) for i in exclude_ids],

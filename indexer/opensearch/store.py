@@ -89,6 +89,8 @@ class OpenSearchStore(DocumentStore):
     # with the node's sdr plugin, the candidate stage and exact SDR run on the node (capabilities)
     _BASE_CAPABILITIES = StoreCapabilities(metadata_lookup=True, filtered_knn=True)
     _PLUGIN_CAPABILITIES = StoreCapabilities(metadata_lookup=True, filtered_knn=True, sdr_candidates=True, exact_sdr=True)
+    # several shards: no one-request sdr_candidates (its per-shard cut depends on the shard count, .plugin.SdrPlugin.one_shard)
+    _SHARDED_PLUGIN_CAPABILITIES = StoreCapabilities(metadata_lookup=True, filtered_knn=True, exact_sdr=True)
 
     def __init__(
         self,
@@ -109,12 +111,13 @@ class OpenSearchStore(DocumentStore):
         self._plugin = SdrPlugin(self._transport, self._indices, self.settings)
         self._state = StateIndex(self._transport, self._indices)
         self._documents = Documents(self._transport, self._indices, self._state, self._plugin, self.settings)
-        self._search = Search(self._transport, self._indices, self.settings)
+        self._search = Search(self._transport, self._indices, self.settings, self._plugin)
 
     def _forget_index(self) -> None:
         """A request found the index missing: read its target (and its shards) again next time."""
         self._indices.forget()
         self._plugin.many_shards.clear()
+        self._plugin.shard_counts.clear()
 
     def _os(self) -> Any:
         """The opensearch-py client, created on first use (:meth:`.transport.Transport.os`)."""
@@ -122,9 +125,12 @@ class OpenSearchStore(DocumentStore):
 
     @property
     def capabilities(self) -> StoreCapabilities:  # type: ignore[override]
-        """The interface's optional features: ``sdr_candidates`` and ``exact_sdr`` when the node has
-        the sdr plugin (``settings.plugin``; detected once per store from the node's plugin list)."""
-        return self._PLUGIN_CAPABILITIES if self.has_plugin() else self._BASE_CAPABILITIES
+        """The interface's optional features: ``exact_sdr`` when the node has the sdr plugin
+        (``settings.plugin``; detected once per store from the node's plugin list), and ``sdr_candidates``
+        too on an index of one shard (:meth:`.plugin.SdrPlugin.one_shard`)."""
+        if not self.has_plugin():
+            return self._BASE_CAPABILITIES
+        return self._PLUGIN_CAPABILITIES if self._plugin.one_shard() else self._SHARDED_PLUGIN_CAPABILITIES
 
     def has_plugin(self) -> bool:
         """Whether this store uses the node's sdr plugin (:meth:`.plugin.SdrPlugin.available`)."""
@@ -152,6 +158,7 @@ class OpenSearchStore(DocumentStore):
         """Delete the document index and its state index; False when there was nothing to delete."""
         dropped = self._indices.drop()
         self._plugin.many_shards.clear()
+        self._plugin.shard_counts.clear()
         return dropped
 
     # -- documents (.documents) -------------------------------------------------------------------

@@ -61,6 +61,7 @@ from sdr_search.indexer.opensearch.requests import (
     build_document_source,
     build_sdr_candidates_query,
     build_sdr_scores_msearch,
+    build_sentence_hits_msearch,
     build_vectors_search,
     hit_doc_id,
     parse_sdr_hits,
@@ -942,6 +943,22 @@ def test_sdr_candidates_query():
         build_sdr_candidates_query(v, [3], k=5, size=10, ef_search=100, aggregation="max")
     with pytest.raises(ValueError, match="k must be"):
         build_sdr_candidates_query(v, [3], k=MAX_KNN_K + 1, size=10, ef_search=100)
+
+
+def test_sentence_hits_msearch():
+    """One sdr_candidates search per row (a source of that one sentence, sentences mode, aggregation sum: the
+    score is the cosine), size k: the coordinator merges each row's hits over the shards (the index's top k)."""
+    v = np.array([[1, 0], [0, 1], [0.6, 0.8]], np.float32)
+    body = build_sentence_hits_msearch("idx", v, k=7, ef_search=50, oversample=3, exclude_ids=["a"],
+                                       filter={"term": {"metadata.x": 1}})
+    assert [line for line in body[::2]] == [{"index": "idx"}] * 3
+    for row, search in zip(v, body[1::2]):
+        assert search == build_sdr_candidates_query(row[None, :], [1], k=7, size=7, ef_search=50, aggregation="sum",
+                                                    exclude_ids=["a"], filter={"term": {"metadata.x": 1}},
+                                                    search="sentences", oversample=3)
+        clause = search["query"]["sdr_candidates"]
+        assert clause["paragraph_sizes"] == [1] and clause["aggregation"] == "sum" and clause["search"] == "sentences"
+        assert search["size"] == 7 and clause["k"] == 7 and clause["exclude"] == ["a"]
 
 
 def test_sdr_scores_msearch_and_hits():

@@ -145,6 +145,23 @@ def build_sdr_candidates_query(
     return {"size": int(size), **HITS_BY_DOC_ID, "track_total_hits": False, "query": {"sdr_candidates": clause}}
 
 
+def build_sentence_hits_msearch(
+    index: str, vectors: np.ndarray, *, k: int, ef_search: int, oversample: int = 4, exclude_ids: Sequence[str] = (),
+    filter: Mapping[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """``_msearch`` body with one ``sdr_candidates`` search per row of ``vectors`` (a source of that one
+    sentence, ``sentences`` search, aggregation ``sum``: each hit's score is its best sentence's cosine), ``size``
+    ``k``: the coordinator merges the shards' hits of each search, so each row's hits are the index's top ``k``
+    documents whatever the shard count (the embedded store's nested k-NN), for the engine to aggregate."""
+    body: list[dict[str, Any]] = []
+    for row in np.atleast_2d(vectors):
+        body.append({"index": index})
+        body.append(build_sdr_candidates_query(row[None, :], [1], k=k, size=k, ef_search=ef_search, aggregation="sum",
+                                               exclude_ids=exclude_ids, filter=filter, search="sentences",
+                                               oversample=oversample))
+    return body
+
+
 def build_sdr_scores_msearch(
     index: str, sources: Sequence[tuple[np.ndarray, Sequence[int], Sequence[float], Sequence[float]]],
     ids: Sequence[str], *, explain: bool = False, explain_top: int = 0,
