@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The test command (README): unit + integration tiers; slow and gpu tiers are opt-in (-m slow / -m gpu).
+# The test command (README): unit + integration tiers; slow, gpu and cluster tiers are opt-in (-m slow / -m gpu /
+# -m cluster: a local three-node cluster of scripts/opensearch-cluster.sh, which the tests start and stop).
 # OpenSearch tests run against a real node: OPENSEARCH_URL when set; otherwise a node of
 # scripts/opensearch-node.sh: one already running there is used and left running, else one is
 # started (fetched from Maven Central on first use) and stopped again when the tests end.
