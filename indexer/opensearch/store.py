@@ -52,6 +52,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from sdr_search.indexer.opensearch.hosts import parse_urls, transport_retries
 from sdr_search.indexer.provenance import library_versions
 from sdr_search.indexer.validation import check_put_items
 from sdr_search.indexer.store import (
@@ -311,7 +312,8 @@ class OpenSearchStore(DocumentStore):
         client: Any = None,
     ) -> None:
         self.settings = settings or OpenSearchSettings()
-        self.url = url or self.settings.url
+        self.urls = parse_urls(url or self.settings.url, what="the OpenSearch URL (--opensearch / SDR_OPENSEARCH_URL)")
+        self.url = ",".join(self.urls)
         self.index = index or self.settings.index
         if not self.index or self.index != self.index.lower() or self.index.startswith(("_", "-", "+")):
             raise InvalidInputError(f"invalid OpenSearch index name {self.index!r} (lower case, not starting with _ - +)")
@@ -337,7 +339,7 @@ class OpenSearchStore(DocumentStore):
 
                     s = self.settings
                     kwargs: dict[str, Any] = {
-                        "hosts": [self.url], "timeout": s.timeout, "http_compress": s.http_compress,
+                        "hosts": self.urls, "timeout": s.timeout, "http_compress": s.http_compress,
                         "verify_certs": s.verify_certs,
                     }
                     if s.ca_certs:
@@ -346,8 +348,13 @@ class OpenSearchStore(DocumentStore):
                         kwargs["http_auth"] = (s.username, s.password.get_secret_value() if s.password else "")
                     if not s.verify_certs:
                         kwargs["ssl_show_warn"] = False
-                    # No transport retries: they re-send at once (bulk bodies included); _call retries.
-                    kwargs["max_retries"] = 0
+                    # One node: no transport retries (they re-send at once, bulk bodies included); _call
+                    # retries with backoff. Several: the transport sends a request whose node failed (no
+                    # connection, or no answer in time: a hung node) to the next live node at once, and
+                    # leaves the failed one out for dead_timeout; _call's backoff comes on top when all fail.
+                    kwargs["max_retries"] = transport_retries(len(self.urls))
+                    kwargs["retry_on_timeout"] = len(self.urls) > 1
+                    kwargs["dead_timeout"] = s.dead_timeout
                     self._client = OpenSearch(**kwargs)
         return self._client
 
@@ -616,6 +623,18 @@ class OpenSearchStore(DocumentStore):
             "paragraphs": int(aggs.get("paragraphs", {}).get("value") or 0),
             "sentences": int(aggs.get("sentences", {}).get("value") or 0),
         }
+
+    def cluster_health(self) -> dict[str, Any]:
+        """``_cluster/health`` of the cluster and of the store's index (one request, not retried: a health
+        check reports what it sees; the transport still tries another node when the first cannot be reached)."""
+        target = self._read_target()
+        fields = ("status", "number_of_nodes", "number_of_data_nodes", "unassigned_shards", f"indices.{target.name}.status")
+        with self._calls("reading the cluster's health", index=target.name):
+            r = self._os().cluster.health(params={"level": "indices", "filter_path": ",".join(fields)})
+        index = (r.get("indices") or {}).get(target.name) or {}
+        return {"status": r.get("status", "unknown"), "nodes": r.get("number_of_nodes"),
+                "data_nodes": r.get("number_of_data_nodes"), "unassigned_shards": r.get("unassigned_shards"),
+                "index_status": index.get("status")}
 
     # =========================================================================================
     # writes
