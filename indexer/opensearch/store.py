@@ -31,11 +31,14 @@ Connection failures raise :class:`~sdr_search.core.errors.BackendUnavailableErro
 :class:`~sdr_search.core.errors.DocumentNotFoundError`, rejected bulk items
 :class:`~sdr_search.core.errors.BulkWriteError` (after retrying 429s with backoff).
 
-Retries: opensearch-py's own retries are off (it re-sends at once, with no backoff, whatever the
-body size). The store retries a request answered 429, 502, 503 or 504, or that could not connect,
+Retries: with one node URL opensearch-py's own retries are off (it re-sends at once, with no backoff,
+whatever the body size). With several (a cluster's nodes, :mod:`.hosts`), its transport sends a request
+whose node cannot be reached or does not answer within the timeout to the next live node at once, each
+other node once, and leaves the failed node out for ``dead_timeout`` (doubled at each further failure).
+On top of that, the store retries a request answered 429, 502, 503 or 504, or that could not connect,
 ``max_retries`` times with the one retry policy, :mod:`sdr_search.core.retry`
 (:meth:`OpenSearchSettings.backoff`: ``retry_backoff`` doubled, capped by ``retry_backoff_max``);
-a timeout is not retried. Every request the store makes is idempotent
+a timeout is not retried there (on one node the request may still be running). Every request the store makes is idempotent
 (writes carry stable ``_id`` values), so a retry cannot double a document.
 """
 
