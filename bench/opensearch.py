@@ -81,7 +81,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from two_stage import DATA, build_store, dir_mb, exhaustive_top  # noqa: E402
 
-import sdr_search.indexer.opensearch.store as opensearch_store  # noqa: E402
+import sdr_search.indexer.opensearch.indices as opensearch_indices  # noqa: E402
 from sdr_search.indexer.embedded import EmbeddedStore  # noqa: E402
 from sdr_search.indexer.opensearch import OpenSearchStore  # noqa: E402
 from sdr_search.indexer.opensearch.settings import OpenSearchSettings  # noqa: E402
@@ -273,7 +273,7 @@ def recovery_source_excluded(enabled: bool) -> Iterator[None]:
     if not enabled:
         yield
         return
-    original = opensearch_store.build_index_body
+    original = opensearch_indices.build_index_body
 
     def patched(*args: Any, **kwargs: Any) -> dict[str, Any]:
         body = original(*args, **kwargs)
@@ -282,11 +282,11 @@ def recovery_source_excluded(enabled: bool) -> Iterator[None]:
             source["recovery_source_excludes"] = list(source["excludes"])
         return body
 
-    opensearch_store.build_index_body = patched
+    opensearch_indices.build_index_body = patched
     try:
         yield
     finally:
-        opensearch_store.build_index_body = original
+        opensearch_indices.build_index_body = original
 
 
 def node_description(os_store: OpenSearchStore, index: str) -> str:

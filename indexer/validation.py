@@ -9,6 +9,8 @@ the nested field's limit), metadata outside the metadata contract (strict JSON w
 text rule (a lone surrogate in the title, a sentence or metadata:
 :func:`sdr_search.core.documents.text_problem`; :class:`InvalidDocumentError`), and an id twice in
 one ``put()`` (:class:`DuplicateIdError`). The first invalid item, in order, raises.
+
+Both stores also call :func:`check_reference` on a reference sample before recording it.
 """
 
 from __future__ import annotations
@@ -22,9 +24,9 @@ from sdr_search.core.metadata import check_metadata
 from sdr_search.core.errors import DuplicateIdError, InvalidDocumentError, InvalidInputError, ModelMismatchError
 from sdr_search.core.vectors import DocVectors
 
-from .store import IndexMeta
+from .store import IndexMeta, ReferenceParagraphs
 
-__all__ = ["check_put_item", "check_put_items"]
+__all__ = ["check_put_item", "check_put_items", "check_reference"]
 
 
 def check_put_item(doc: Document, vectors: DocVectors, meta: IndexMeta, *, where: str,
@@ -70,3 +72,15 @@ def check_put_items(items: Sequence[tuple[Document, DocVectors]], meta: IndexMet
         if doc.id in seen:
             raise DuplicateIdError(doc.id, "appears twice in one put()")
         seen.add(doc.id)
+
+
+def check_reference(reference: ReferenceParagraphs) -> None:
+    """Raise :class:`InvalidInputError` unless ``reference`` has one owner, paragraph index and
+    vectors "document" per sampled paragraph (each sampled paragraph its own document in
+    ``reference.vectors``), as a store records it."""
+    cv = reference.vectors
+    n = len(reference.doc_ids)
+    if np.asarray(reference.paragraph_index).shape != (n,) or cv.n_docs != n:
+        raise InvalidInputError("reference sample: doc_ids, paragraph_index and vectors must have one entry per paragraph")
+    if not np.array_equal(cv.doc_par_offsets, np.arange(n + 1)):
+        raise InvalidInputError("reference sample: each sampled paragraph must be its own document in vectors")

@@ -19,6 +19,8 @@ vectors of dimension 16 (:mod:`factories`). Stores may differ in the order of :m
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -390,6 +392,23 @@ class StoreContract:
         newer = reference_sample(corpus, [9, 4], seed=43)  # a new sample replaces the old one entirely
         store.set_reference(newer)
         assert_reference_equal(store.reference(), newer)
+
+    def test_a_malformed_reference_sample_is_refused(self, store):
+        """Both stores check a sample with the one check (:func:`check_reference`) before writing any of it."""
+        items = make_docs(3, seed=14)
+        store.put(items)
+        corpus = CorpusVectors.from_docs([d.id for d, _ in items], [v for _, v in items])
+        ref = reference_sample(corpus, [0, 2], seed=1)
+        store.set_reference(ref)
+        short = replace(ref, paragraph_index=ref.paragraph_index[:1])
+        three = reference_sample(corpus, [0, 1, 2], seed=1)  # two owners, three paragraphs: two in one "document"
+        cv = three.vectors
+        grouped = replace(three, doc_ids=three.doc_ids[:2], paragraph_index=three.paragraph_index[:2],
+                          vectors=CorpusVectors(cv.ids[:2], cv.vectors, cv.par_offsets, np.asarray([0, 1, 3])))
+        for bad, message in ((short, "one entry per paragraph"), (grouped, "its own document")):
+            with pytest.raises(InvalidInputError, match=message):
+                store.set_reference(bad)
+        assert_reference_equal(store.reference(), ref)  # the recorded sample is untouched
 
     def test_query_state_reads_everything_a_query_needs(self, make_store, store):
         state = store.query_state()  # a store with a model and nothing else

@@ -14,12 +14,12 @@ import numpy as np
 
 from sdr_search.core.cache import document_key
 from sdr_search.core.documents import Document
-from sdr_search.core.errors import InvalidInputError, StoreDamagedError
+from sdr_search.core.errors import StoreDamagedError
 from sdr_search.core.scoring import NormStats
 from sdr_search.core.vectors import CorpusVectors, DocVectors
 
 from ..store import IndexMeta, ReferenceParagraphs
-from ..validation import check_put_items
+from ..validation import check_put_items, check_reference
 from .rows import offsets
 
 __all__ = ["Prepared", "prepare", "prepare_all", "encode_stats", "decode_stats", "encode_reference",
@@ -91,13 +91,11 @@ def decode_reference(info: Mapping[str, Any], rows: Sequence[tuple[Any, ...]]) -
 
 
 def encode_reference(reference: ReferenceParagraphs) -> list[tuple[Any, ...]]:
-    """The reference table rows of ``reference`` (one per sampled paragraph, with its own vectors)."""
+    """The reference table rows of ``reference`` (one per sampled paragraph, with its own vectors;
+    checked by :func:`~sdr_search.indexer.validation.check_reference`)."""
+    check_reference(reference)
     cv = reference.vectors
     n = len(reference.doc_ids)
-    if np.asarray(reference.paragraph_index).shape != (n,) or cv.n_docs != n:
-        raise InvalidInputError("reference sample: doc_ids, paragraph_index and vectors must have one entry per paragraph")
-    if not np.array_equal(cv.doc_par_offsets, np.arange(n + 1)):
-        raise InvalidInputError("reference sample: each sampled paragraph must be its own document in vectors")
     lengths = np.diff(cv.par_offsets)
     return [
         (pos, str(reference.doc_ids[pos]), int(reference.paragraph_index[pos]), cv.ids[pos], int(lengths[pos]),

@@ -57,7 +57,7 @@ FAULT_NODE_ARGS = "-E thread_pool.write.queue_size=1 -E http.max_content_length=
 
 BIG_DIM = 384  # (c): about 10 kB of _bulk action per sentence (JSON floats plus the base64 copy)
 BIG_META = IndexMeta("model-b", "tag-b", BIG_DIM, {"paragraph_unit": "paragraph"}, {"numpy": np.__version__})
-STORE_LOGGER = "sdr_search.indexer.opensearch.store"
+STORE_LOGGER = "sdr_search.indexer.opensearch.transport"
 BULK_LOGGER = "sdr_search.indexer.opensearch.bulk"
 
 

@@ -36,9 +36,9 @@ def layout_1(opensearch_url, os_index, monkeypatch):
     """``(store, items)``: a layout-1 index holding six documents with metadata, and a handle on it."""
     from opensearchpy import OpenSearch, helpers
 
-    from sdr_search.indexer.opensearch import store as store_module
+    from sdr_search.indexer.opensearch import indices as indices_module
 
-    real_body, real_meta = store_module.build_index_body, store_module.build_meta
+    real_body, real_meta = indices_module.build_index_body, indices_module.build_meta
 
     def old_body(*args, **kwargs):
         body = real_body(*args, **kwargs)
@@ -54,11 +54,11 @@ def layout_1(opensearch_url, os_index, monkeypatch):
     name = os_index("sdr-layout1")
     settings = OpenSearchSettings(replicas=0)
     with monkeypatch.context() as m:
-        m.setattr(store_module, "build_index_body", old_body)
-        m.setattr(store_module, "build_meta", old_meta)
+        m.setattr(indices_module, "build_index_body", old_body)
+        m.setattr(indices_module, "build_meta", old_meta)
         with OpenSearchStore(opensearch_url, index=name, settings=settings) as maker:
             maker.ensure_meta(FAKE_META)
-            vector_copy = maker._resolve().vectors == osr.VECTORS_B64
+            vector_copy = maker._indices.resolve().vectors == osr.VECTORS_B64
     items = [(dataclasses.replace(d, metadata={"court": ["supreme", "high"][i % 2], "year": 2000 + i}), v)
              for i, (d, v) in enumerate(make_docs(6, seed=41))]
     actions = osr.build_bulk_actions(items, index=name, encoder_tag=FAKE_META.encoder_tag, model_id=FAKE_META.model_id,

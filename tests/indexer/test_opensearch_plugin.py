@@ -236,7 +236,7 @@ def test_two_shards_merge_sdr_scores(plugin_url, os_index):
         stats = NormStats(np.asarray(mu), np.asarray(sigma))
         ids = [d.id for d, _ in items]
         assert store.sdr_scores([(src, stats)], ids, explain_top=3).explanations == [None] * len(ids)
-        assert store._many_shards == {store._read_target().name}
+        assert store._plugin.many_shards == {store._indices.read().name}
     finally:
         store.close()
         client.close()

@@ -123,7 +123,7 @@ def test_an_index_without_the_copy_needs_the_plugin_to_be_read(filled, plugin_ur
     store, _ = filled
     off = OpenSearchStore(plugin_url, index=store.index, settings=OpenSearchSettings(plugin="off"))
     try:
-        derived = off._read_target().derived_source
+        derived = off._indices.read().derived_source
         if derived:  # 3.x: derived source rebuilds the vectors into _source (slow, exact)
             np.testing.assert_array_equal(off.fetch(["d05"]).doc(0).vectors, filled[1]["d05"].vectors)
         else:

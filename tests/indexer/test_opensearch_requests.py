@@ -681,8 +681,8 @@ def test_store_requests_and_bulk_items_retry_with_the_shared_policy(monkeypatch,
     assert b'"stats:b"' not in client.bodies[1]  # only the rejected item went again
     assert client.bodies[2] == client.bodies[3]  # a request answered 429 went again whole
     by_logger = {name: [r.getMessage() for r in caplog.records if r.name == name]
-                 for name in ("sdr_search.indexer.opensearch.store", "sdr_search.indexer.opensearch.bulk")}
-    assert [m.split("; ")[-1] for m in by_logger["sdr_search.indexer.opensearch.store"]] == [
+                 for name in ("sdr_search.indexer.opensearch.transport", "sdr_search.indexer.opensearch.bulk")}
+    assert [m.split("; ")[-1] for m in by_logger["sdr_search.indexer.opensearch.transport"]] == [
         "retry 1 of 3 in 0.2 s", "retry 2 of 3 in 0.4 s"]
     assert [m.split(": ", 1)[0] for m in by_logger["sdr_search.indexer.opensearch.bulk"]] == [
         "deleting statistics", "deleting documents"]
@@ -835,7 +835,7 @@ def test_store_lexical_search_sends_one_msearch_and_reads_scores():
     mlt = OpenSearchStore("http://unused:9200", index="idx", client=_RecordingClient([hits()]),
                           settings=OpenSearchSettings(lexical_query="more_like_this", lexical_max_terms=50))
     mlt.lexical_search("knife", 3)
-    assert mlt._client.bodies[0][1]["query"]["more_like_this"]["max_query_terms"] == 50
+    assert mlt._transport.client.bodies[0][1]["query"]["more_like_this"]["max_query_terms"] == 50
     with pytest.raises(InvalidInputError):
         store.lexical_search("x", -1)
 
@@ -875,10 +875,10 @@ def test_init_is_lazy(monkeypatch):
     monkeypatch.setattr(socket, "create_connection", refuse)
     monkeypatch.setattr(socket.socket, "connect", refuse)
     store = OpenSearchStore("http://127.0.0.1:9", index="x")
-    assert store._client is None
+    assert store._transport.client is None
     store.close()
     with OpenSearchStore("http://127.0.0.1:9", index="x") as other:
-        assert other._client is None
+        assert other._transport.client is None
 
 
 def test_invalid_index_name():
@@ -890,17 +890,17 @@ def test_unreachable_node_is_backend_unavailable(caplog):
     settings = OpenSearchSettings(timeout=2, max_retries=2, retry_backoff=0.01)
     store = OpenSearchStore("http://127.0.0.1:9", index="x", settings=settings)
     try:
-        with caplog.at_level("WARNING", logger="sdr_search.indexer.opensearch.store"):
+        with caplog.at_level("WARNING", logger="sdr_search.indexer.opensearch.transport"):
             with pytest.raises(BackendUnavailableError, match="cannot be reached") as err:
                 store.counts()
         assert err.value.__cause__ is not None
         # retried with backoff before giving up, and only by the store (no transport retries)
-        assert [r.getMessage().split("; ")[-1] for r in caplog.records if r.name == "sdr_search.indexer.opensearch.store"] == [
+        assert [r.getMessage().split("; ")[-1] for r in caplog.records if r.name == "sdr_search.indexer.opensearch.transport"] == [
             "retry 1 of 2 in 0.0 s", "retry 2 of 2 in 0.0 s"]
-        assert store._client.transport.max_retries == 0
+        assert store._transport.client.transport.max_retries == 0
     finally:
         store.close()
-    assert store._client is None
+    assert store._transport.client is None
 
 
 # -- the sdr plugin's requests (opensearch-plugin/README.md) ---------------------------------------

@@ -25,7 +25,7 @@ from sdr_search.indexer.opensearch import OpenSearchSettings, OpenSearchStore, p
 from sdr_search.indexer.opensearch.plugin_version import PluginCheck, check_plugins
 from sdr_search.indexer.store import IndexMeta
 
-LOGGER = "sdr_search.indexer.opensearch.store"
+LOGGER = "sdr_search.indexer.opensearch.plugin"
 STALE = "0.9.0-stale"
 
 
@@ -157,7 +157,7 @@ def test_another_plugin_version_on_the_real_node(node, os_index, monkeypatch, ca
     try:
         stores[0].ensure_meta(IndexMeta("model-a", "tag-a", 16, {"paragraph_unit": "paragraph"}, {}))
         # written as for a node without the plugin: the vectors keep their base64 copy
-        assert stores[0]._read_target().vectors == "b64"
+        assert stores[0]._indices.read().vectors == "b64"
         for store in stores:
             assert not store.has_plugin()
             caps = store.capabilities

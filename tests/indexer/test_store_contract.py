@@ -78,8 +78,8 @@ class TestOpenSearchStore(StoreContract):
                 store.drop()
             store.close()
         for store in handles:
-            if store._client is not None and not store._owns_client:
-                store._client.close()
+            if store._transport.client is not None and not store._transport.owns_client:
+                store._transport.client.close()
 
     def test_query_state_reads_the_state_document_once(self, make_store, opensearch_url):
         from opensearchpy import OpenSearch

@@ -89,7 +89,7 @@ def stores(request, opensearch_url, tmp_path_factory):
         plugin, python = made["plugin"], made["python"]
         assert plugin.capabilities.exact_sdr and plugin.capabilities.sdr_candidates
         assert not python.capabilities.exact_sdr and not python.capabilities.sdr_candidates
-        assert plugin._read_target().vectors == "index" and python._read_target().vectors == "b64"
+        assert plugin._indices.read().vectors == "index" and python._indices.read().vectors == "b64"
         yield made
     finally:
         for key in ("plugin", "python"):

@@ -1,7 +1,7 @@
 """Pure builders of OpenSearch request bodies for an sdr-search index, and pure readers of the
 responses. Nothing here imports or calls a client: every function takes plain values and returns
 dicts, strings or arrays, so the JSON is unit-tested without a cluster
-(:mod:`sdr_search.indexer.opensearch.store` sends it).
+(the store's parts send it: :mod:`sdr_search.indexer.opensearch.store`).
 
 Two indices make one store (see :mod:`sdr_search.indexer.opensearch.store`):
 
@@ -55,6 +55,7 @@ from __future__ import annotations
 from .filters import (  # noqa: F401
     build_candidate_filter,
     build_metadata_filter,
+    build_restriction,
 )
 from .knn import (  # noqa: F401
     build_msearch_bodies,
@@ -129,6 +130,10 @@ from .reads import (  # noqa: F401
     build_mget_body,
     build_scan_query,
     build_stats_count_query,
+    parse_b64_vectors,
+    parse_derived_vectors,
+    parse_stored_paragraphs,
+    sentence_offsets,
 )
 from .writes import (  # noqa: F401
     BulkOutcome,
@@ -175,6 +180,7 @@ __all__ = [
     "build_lexical_msearch",
     "build_meta",
     "build_metadata_filter",
+    "build_restriction",
     "build_mget_body",
     "build_more_like_this_query",
     "build_msearch_bodies",
@@ -195,6 +201,10 @@ __all__ = [
     "build_sdr_scores_msearch",
     "build_state_index_body",
     "build_stats_count_query",
+    "parse_b64_vectors",
+    "parse_derived_vectors",
+    "parse_stored_paragraphs",
+    "sentence_offsets",
     "build_stats_delete_actions",
     "build_stats_update_actions",
     "build_terms_query",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Mapping, Sequence
 
+from sdr_search.core.errors import InvalidInputError
 from sdr_search.core.filters import compile_filter
 
 from .layout import MATCH_NONE, MAX_ALLOWED_IDS, METADATA_TERMS_FIELD
@@ -62,6 +63,17 @@ def build_candidate_filter(
     if len(parts) == 1:
         return copy.deepcopy(dict(parts[0]))
     return {"bool": {"filter": [copy.deepcopy(dict(q)) for q in parts]}}
+
+
+def build_restriction(flt: Mapping[str, Any] | None, allowed_ids: Sequence[str] | None) -> dict[str, Any] | None:
+    """The document-level query of a metadata filter and allowed ids (None: no restriction;
+    :data:`MATCH_NONE`: nothing can match). It checks both (a filter over the limits of
+    :func:`sdr_search.core.filters.check_filter`, too many ids) before any request is sent."""
+    metadata = build_metadata_filter(flt) if flt else None
+    if allowed_ids is not None and len(set(map(str, allowed_ids))) > MAX_ALLOWED_IDS:
+        raise InvalidInputError(f"the OpenSearch store takes at most {MAX_ALLOWED_IDS} allowed_ids per search, "
+                                f"got {len(allowed_ids)}; pass the metadata filter itself (filter=)")
+    return build_candidate_filter(metadata, allowed_ids)
 
 
 # =============================================================================================

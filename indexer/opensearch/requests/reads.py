@@ -1,4 +1,4 @@
-"""Reads: mget, counts, scans, the alias swap.
+"""Reads: mget, counts, scans, the alias swap, and the stored documents' paragraphs and vectors.
 
 Pure functions: see :mod:`sdr_search.indexer.opensearch.requests`."""
 
@@ -7,10 +7,12 @@ from __future__ import annotations
 import copy
 from typing import Any, Iterable, Mapping, Sequence
 
+import numpy as np
 
+from sdr_search.core.errors import StoreError
+from sdr_search.core.vectors import DocVectors
 
-
-from .layout import document_os_id
+from .layout import decode_vectors_b64, document_os_id
 
 
 # reads
@@ -80,5 +82,46 @@ def build_alias_swap(alias: str, new_index: str, old_indices: Iterable[str]) -> 
     actions.append({"add": {"index": new_index, "alias": alias}})
     return {"actions": actions}
 
+
+
+# stored documents (a _source read back)
+# =============================================================================================
+def sentence_offsets(par_sizes: Sequence[int]) -> np.ndarray:
+    """``[0, s0, s0 + s1, ...]``: where the sentences of each paragraph of these sizes start (and the total)."""
+    return np.concatenate([[0], np.cumsum(np.asarray(par_sizes, dtype=np.int64))]).astype(np.int64)
+
+
+def parse_stored_paragraphs(src: Mapping[str, Any], doc_id: str) -> tuple[tuple[str, ...], ...]:
+    """A stored document's paragraphs; :class:`StoreError` naming it when its ``_source`` has none (a
+    document written around the store)."""
+    try:
+        return tuple(tuple(str(s) for s in p) for p in src["paragraphs"])
+    except (KeyError, TypeError) as e:
+        raise StoreError(f"stored document {doc_id!r} is damaged: its _source has no paragraphs ({e!r})") from e
+
+
+def parse_b64_vectors(src: Mapping[str, Any], dim: int) -> DocVectors:
+    """A document's vectors from its ``_source``'s base64 copy ``vectors_b64`` and ``par_sizes``."""
+    if "vectors_b64" not in src:  # written around the store: the plugin path says the same (sdr_scores)
+        raise StoreError(f"stored vectors of document {src.get('doc_id')!r} are missing: its _source has no "
+                         "vectors_b64 (the base64 copy)")
+    try:
+        return DocVectors(decode_vectors_b64(src["vectors_b64"], dim), sentence_offsets(src["par_sizes"]))
+    except (KeyError, ValueError) as e:
+        raise StoreError(f"stored vectors of document {src.get('doc_id')!r} are damaged: {e}") from e
+
+
+def parse_derived_vectors(src: Mapping[str, Any], dim: int) -> DocVectors:
+    """A document's vectors from the ``sentences`` that derived source rebuilds (JSON floats)."""
+    try:
+        rows = sorted(src["sentences"], key=lambda r: int(r["position"]))
+        vectors = np.asarray([r["vector"] for r in rows], dtype=np.float32).reshape(-1, dim)
+        offsets = sentence_offsets(src["par_sizes"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise StoreError(f"stored vectors of document {src.get('doc_id')!r} are damaged: {e}") from e
+    if vectors.shape[0] != offsets[-1]:
+        raise StoreError(f"stored vectors of document {src.get('doc_id')!r} are damaged: {vectors.shape[0]} "
+                         f"sentence vectors for {offsets[-1]} sentences")
+    return DocVectors(vectors, offsets)
 
 # =============================================================================================

@@ -1,0 +1,248 @@
+"""The OpenSearch store's document reads and writes: ``put`` and ``delete`` (with the statistics they
+make stale), reads by id (``_mget``: documents, metadata, content keys, vectors) and scans of every
+document (ids, vectors).
+
+Vectors are read from the base64 copy ``vectors_b64`` (``_meta.sdr.vectors`` :data:`VECTORS_B64`),
+or, in an index that keeps them only in the k-NN field (:data:`VECTORS_INDEX`), through the sdr
+plugin's ``sdr_vectors`` fetch, or, on a node without the plugin, from the vectors that derived
+source rebuilds into ``_source`` (JSON floats: slow).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from sdr_search.core.cache import document_key
+from sdr_search.core.documents import Document
+from sdr_search.core.errors import DocumentNotFoundError, InvalidInputError, StoreError
+from sdr_search.core.scoring import NormStats
+from sdr_search.core.vectors import CorpusVectors, DocVectors
+from sdr_search.indexer.store import StoredDocument
+from sdr_search.indexer.validation import check_put_items
+
+from .indices import Indices, Target
+from .plugin import SdrPlugin
+from .requests import (
+    VECTORS_B64,
+    build_bulk_actions,
+    build_counts_query,
+    build_delete_actions,
+    build_mget_body,
+    build_stats_delete_actions,
+    error_from_response,
+    parse_b64_vectors,
+    parse_derived_vectors,
+    parse_stored_paragraphs,
+    stats_os_id,
+)
+from .settings import OpenSearchSettings
+from .state import SMALL_DOCS_PER_BULK, StateIndex
+from .transport import Transport
+
+__all__ = ["Documents"]
+
+logger = logging.getLogger(__name__)
+
+
+class Documents:
+    """The documents of the store's target (``indices``): written through ``transport`` with their
+    statistics in ``state``, their vectors read through ``plugin`` where the index needs it."""
+
+    def __init__(self, transport: Transport, indices: Indices, state: StateIndex, plugin: SdrPlugin,
+                 settings: OpenSearchSettings) -> None:
+        self._transport = transport
+        self._indices = indices
+        self._state = state
+        self._plugin = plugin
+        self.settings = settings
+
+    def counts(self) -> dict[str, int]:
+        target = self._indices.read()
+        r = self._transport.call("counting documents", lambda: self._transport.os().search(
+            index=target.name, body=build_counts_query(), params=self._transport.search_params()), index=target.name)
+        aggs = r.get("aggregations", {})
+        return {
+            "documents": int(r["hits"]["total"]["value"]),
+            "paragraphs": int(aggs.get("paragraphs", {}).get("value") or 0),
+            "sentences": int(aggs.get("sentences", {}).get("value") or 0),
+        }
+
+    # -- writes -----------------------------------------------------------------------------------
+    def _bulk(self, target: Target, actions: list[dict[str, Any]], keys: Sequence[str], what: str,
+              **options: Any) -> dict[str, str]:
+        return self._transport.bulk(target.name, actions, keys, what, engine=target.engine, **options)
+
+    def put(self, items: Sequence[tuple[Document, DocVectors]]) -> None:
+        """Insert or replace documents (one ``index`` action each; see :mod:`.store`).
+
+        Raises :class:`BulkWriteError` naming the documents not written (the others are)."""
+        items = list(items)
+        if not items:
+            return
+        target = self._indices.writable()
+        meta = target.recorded
+        check_put_items(items, meta, where=f"OpenSearch index {target.name!r}",
+                        max_sentences=self.settings.max_sentences)
+        if target.legacy_metadata:
+            raise target.legacy("written to")
+        ids = [doc.id for doc, _ in items]
+        actions = build_bulk_actions(items, index=target.name, encoder_tag=meta.encoder_tag, model_id=meta.model_id,
+                                     vector_copy=target.vectors == VECTORS_B64)
+        # a document written again with the same content keeps its statistics, and alone makes none stale
+        stored = self.content_keys(ids)
+        changed = [doc.id for doc, _ in items if stored.get(doc.id) != document_key(meta.encoder_tag, doc.paragraphs)]
+        if changed:
+            self._state.mark_stale(target)
+            self._bulk(target, build_stats_delete_actions(changed, index=target.state), changed,
+                       "deleting replaced statistics", accept=(404,), max_items=SMALL_DOCS_PER_BULK)
+        self._bulk(target, actions, ids, "writing documents")
+
+    def delete(self, ids: Sequence[str]) -> int:
+        ids = list(dict.fromkeys(str(i) for i in ids))
+        if not ids:
+            return 0
+        target = self._indices.read()
+        self._bulk(target, build_stats_delete_actions(ids, index=target.state), ids, "deleting statistics", accept=(404,),
+                   max_items=SMALL_DOCS_PER_BULK)
+        results = self._bulk(target, build_delete_actions(ids, index=target.name), ids, "deleting documents", accept=(404,))
+        deleted = sum(1 for r in results.values() if r == "deleted")
+        if deleted:
+            self._state.mark_stale(target)
+        return deleted
+
+    # -- reads by id ------------------------------------------------------------------------------
+    def _vectors_of(self, target: Target, ids: Sequence[str], what: str) -> dict[str, DocVectors]:
+        """``id -> DocVectors`` for the ids that exist, in an index that keeps its vectors only in the
+        k-NN field (``_meta.sdr.vectors`` :data:`VECTORS_INDEX`): through the sdr plugin's
+        ``sdr_vectors`` fetch (:meth:`SdrPlugin.vectors`), or, on a node without the plugin, from the
+        vectors that derived source rebuilds into ``_source`` (JSON floats: slow)."""
+        dim = target.recorded.dim
+        unique = list(dict.fromkeys(str(i) for i in ids))
+        found: dict[str, DocVectors] = {}
+        if not unique:
+            return found
+        if self._plugin.available():
+            return self._plugin.vectors(target, unique, what)
+        if not target.derived_source:
+            raise self._plugin.unreadable(target)
+        for doc_id, src in self._transport.mget_sources(target.name, unique, ["doc_id", "par_sizes", "sentences"],
+                                                        what).items():
+            found[doc_id] = parse_derived_vectors(src, dim)
+        return found
+
+    def get(self, doc_id: str) -> StoredDocument:
+        target = self._indices.read()
+        docs = build_mget_body([doc_id], {"excludes": ["sentences", "text"]}, index=target.name)["docs"]
+        docs.append({"_index": target.state, "_id": stats_os_id(doc_id), "_source": ["stats_mu", "stats_sigma"]})
+        main, stats_doc = self._transport.mget("reading a document", {"docs": docs})
+        if "error" in main:
+            raise error_from_response(404, main, what="reading a document", index=target.name)
+        if not main.get("found"):
+            raise DocumentNotFoundError(doc_id)
+        src = main["_source"]
+        document = Document(
+            str(src["doc_id"]), parse_stored_paragraphs(src, doc_id), src.get("title"), src.get("metadata") or {}
+        )
+        vectors = (parse_b64_vectors(src, target.recorded.dim) if target.vectors == VECTORS_B64
+                   else self._vectors_of(target, [doc_id], "reading a document").get(doc_id))
+        if vectors is None:
+            raise DocumentNotFoundError(doc_id)
+        stats = None
+        if stats_doc.get("found"):
+            s = stats_doc["_source"]
+            if len(s.get("stats_mu", ())) == vectors.n_paragraphs:
+                try:
+                    stats = NormStats(np.asarray(s["stats_mu"]), np.asarray(s["stats_sigma"]))
+                except (KeyError, ValueError) as e:
+                    raise StoreError(f"stored statistics of document {doc_id!r} are damaged: {e}") from e
+        elif "error" in stats_doc:
+            logger.warning("statistics of %r unreadable: %s", doc_id, stats_doc["error"])
+        return StoredDocument(document, vectors, stats)
+
+    def content_keys(self, ids: Sequence[str]) -> dict[str, str]:
+        target = self._indices.read()
+        found = self._transport.mget_sources(target.name, [str(i) for i in ids], ["content_key"], "reading content keys")
+        return {doc_id: src["content_key"] for doc_id, src in found.items()}
+
+    def metadata_of(self, ids: Sequence[str]) -> dict[str, Mapping[str, Any]]:
+        """Metadata of those ``ids`` that exist, with one ``_mget`` per 500 ids and no vectors
+        (what metadata filters need; cheaper than :meth:`get` per document; ``capabilities.metadata_lookup``)."""
+        target = self._indices.read()
+        found = self._transport.mget_sources(target.name, [str(i) for i in ids], ["metadata"], "reading metadata")
+        return {doc_id: src.get("metadata") or {} for doc_id, src in found.items()}
+
+    def documents_of(self, ids: Sequence[str]) -> dict[str, Document]:
+        """The documents of those ``ids`` that exist (in the order asked), with one ``_mget`` per
+        500 ids and no vectors (``capabilities.metadata_lookup``)."""
+        target = self._indices.read()
+        found = self._transport.mget_sources(target.name, [str(i) for i in ids],
+                                             ["doc_id", "title", "metadata", "paragraphs"], "reading documents")
+        return {
+            doc_id: Document(str(src.get("doc_id", doc_id)), parse_stored_paragraphs(src, doc_id),
+                             src.get("title"), src.get("metadata") or {})
+            for doc_id, src in found.items()
+        }
+
+    def fetch(self, ids: Sequence[str]) -> CorpusVectors:
+        """Sentence vectors of ``ids`` in that order: from ``vectors_b64`` with ``_mget``, or, in an
+        index without that copy, from the k-NN field (:meth:`_vectors_of`)."""
+        ids = [str(i) for i in ids]
+        if not ids:
+            raise InvalidInputError("fetch() needs at least one document id")
+        target = self._indices.read()
+        if target.vectors == VECTORS_B64:
+            found = self._transport.mget_sources(target.name, ids, ["doc_id", "par_sizes", "vectors_b64"],
+                                                 "fetching vectors")
+            decoded = {doc_id: parse_b64_vectors(src, target.recorded.dim) for doc_id, src in found.items()}
+        else:
+            decoded = self._vectors_of(target, ids, "fetching vectors")
+        for doc_id in ids:
+            if doc_id not in decoded:
+                raise DocumentNotFoundError(doc_id)
+        return CorpusVectors.from_docs(ids, [decoded[i] for i in ids])
+
+    # -- scans ------------------------------------------------------------------------------------
+    def iter_ids(self) -> Iterator[str]:
+        """Document ids in ``doc_id`` order (stable; fetched page by page while iterating)."""
+        target = self._indices.read()
+        return (str(h["fields"]["doc_id"][0])
+                for h in self._transport.scan(target.name, False, 10 * self.settings.scan_page_size))
+
+    def all_vectors(self) -> CorpusVectors:
+        """Every document in ``doc_id`` order (in memory). Raises :class:`StoreError` when empty."""
+        target = self._indices.read()
+        ids: list[str] = []
+        docs: list[DocVectors] = []
+        dim = target.recorded.dim
+        if target.vectors == VECTORS_B64:
+            hits = self._transport.scan(target.name, ["doc_id", "par_sizes", "vectors_b64"], self.settings.scan_page_size)
+            read = lambda hit: parse_b64_vectors(hit["_source"], dim)  # noqa: E731
+        elif self._plugin.available():  # a page of ids and sentence counts, then their vectors within the fetch limit
+            page_size = self.settings.scan_page_size
+            scanned = self._transport.scan(target.name, ["doc_id", "n_sentences"], page_size)
+            for page in iter(lambda: list(itertools.islice(scanned, page_size)), []):
+                page_ids = [str(h["_source"]["doc_id"]) for h in page]
+                sentences = {str(h["_source"]["doc_id"]): int(h["_source"].get("n_sentences") or 0) for h in page}
+                found = self._plugin.vectors(target, page_ids, "reading all vectors", values=sentences)
+                for doc_id in page_ids:
+                    if doc_id in found:  # one deleted since the page was read is gone
+                        ids.append(doc_id)
+                        docs.append(found[doc_id])
+            if not ids:
+                raise StoreError(f"OpenSearch index {target.name!r} has no documents")
+            return CorpusVectors.from_docs(ids, docs)
+        else:
+            if not target.derived_source:
+                raise self._plugin.unreadable(target)
+            hits = self._transport.scan(target.name, ["doc_id", "par_sizes", "sentences"], self.settings.scan_page_size)
+            read = lambda hit: parse_derived_vectors(hit["_source"], dim)  # noqa: E731
+        for hit in hits:
+            ids.append(str(hit["_source"]["doc_id"]))
+            docs.append(read(hit))
+        if not ids:
+            raise StoreError(f"OpenSearch index {target.name!r} has no documents")
+        return CorpusVectors.from_docs(ids, docs)
