@@ -3,7 +3,7 @@ three-node cluster this module owns, an index of 3 primaries and 1 replica on it
 cluster as a real process, and a bounded query load that records every call.
 
 The cluster: ``scripts/opensearch-cluster.sh`` on the first free ports from 9270 (``SDR_TEST_CLUSTER_PORT``
-to name them), started once per module and wiped (stopped, data deleted) at the end, unless
+to name them), started once for all the fault modules and wiped (stopped, data deleted) at the end, unless
 ``SDR_TEST_CLUSTER_KEEP=1`` (a developer's loop: the next run reuses it). A cluster that cannot start
 fails the tests, with the script's message; never a skip.
 """
@@ -55,16 +55,25 @@ def corpus() -> dict[str, str]:
     return {f"d{i:02d}": " ".join(rng.sample(SENTENCES, rng.randint(4, 6))) for i in range(DOCS)}
 
 
-@pytest.fixture(scope="module")
+_STARTED: list[LocalCluster] = []  # the cluster of this test process, once started
+
+
+@pytest.fixture(scope="session")
 def cluster():
-    """A started three-node cluster of this module (see the module docstring)."""
+    """The started three-node cluster of the fault tests (see the module docstring): started by the first
+    module that asks for it (each module names this fixture), shared by the others, wiped at the end."""
+    if _STARTED:
+        yield _STARTED[0]
+        return
     port = free_cluster_port(3, 9270)
     c = LocalCluster(port, nodes=3)
     try:
         c.start()
     except Exception as e:  # noqa: BLE001 - fail with the script's message, never skip
         pytest.fail(f"the three-node cluster on port {port} did not start: {e}", pytrace=False)
+    _STARTED.append(c)
     yield c
+    _STARTED.clear()
     if os.environ.get("SDR_TEST_CLUSTER_KEEP") != "1":
         c.wipe()
 
@@ -173,6 +182,7 @@ class QueryLoad:
     pause_s: float = 1.0
     call_timeout_s: float = 120.0
     phase: str = "before"
+    fault_at: float | None = None  # monotonic time the fault began (a call in flight then counts as 'during')
     calls: list[Call] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
@@ -203,6 +213,11 @@ class QueryLoad:
                     self.calls.append(call)
                 self._stop.wait(self.pause_s)
 
+    def fault(self) -> None:
+        """The fault begins now: calls from here, and those in flight, are 'during'."""
+        self.fault_at = time.monotonic()
+        self.phase = "during"
+
     def count(self, phase: str | None = None) -> int:
         with self._lock:
             return sum(1 for c in self.calls if phase is None or c.phase == phase)
@@ -225,11 +240,18 @@ def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else float("nan")
 
 
-def summary(calls: list[Call], baseline: dict[str, list[str]], phases: list[str]) -> dict[str, dict]:
+def phase_of(call: Call, fault_at: float | None) -> str:
+    """The phase a call started in, 'during' for a call that was in flight when the fault began."""
+    if call.phase == "before" and fault_at is not None and call.start + call.seconds > fault_at:
+        return "during"
+    return call.phase
+
+
+def summary(load: QueryLoad, baseline: dict[str, list[str]], phases: list[str]) -> dict[str, dict]:
     """Per phase: calls, failed, answers differing from the baseline, p50 / p99 / max seconds."""
     out = {}
     for phase in phases:
-        cs = [c for c in calls if c.phase == phase]
+        cs = [c for c in load.calls if phase_of(c, load.fault_at) == phase]
         secs = [c.seconds for c in cs]
         out[phase] = {
             "calls": len(cs),
