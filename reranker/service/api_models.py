@@ -188,8 +188,8 @@ class ClusterHealth(BaseModel):
 
 class IndexHealth(BaseModel):
     status: Literal["ok", "degraded", "unavailable"] = Field(
-        ..., description="ok; degraded = served, but its cluster is not green (a node or a replica missing); "
-        "unavailable = the index cannot be served.")
+        ..., description="ok; degraded = served, but the index is not green in its cluster (a node lost: a replica "
+        "unassigned) or its cluster's health is unknown; unavailable = the index cannot be served.")
     documents: int | None = None
     error: str | None = None
     cluster: ClusterHealth | None = Field(None, description="The cluster behind an OpenSearch store (absent: embedded).")
@@ -203,7 +203,7 @@ class EncoderHealth(BaseModel):
 
 class HealthResponse(BaseModel):
     status: Literal["ok", "degraded", "unavailable"] = Field(
-        ..., description="ok (200); degraded (200): every index is served but a cluster is not green; unavailable "
+        ..., description="ok (200); degraded (200): every index is served but one is not green; unavailable "
         "(503): an index cannot be served or the encoder does not load.")
     indices: dict[str, IndexHealth]
     encoder: EncoderHealth

@@ -233,13 +233,13 @@ class _Service:
         degraded = False
         for index in self.indices.items():
             cluster = await self._cluster_health(index)
-            if cluster is not None and cluster["status"] != "green":
-                degraded = True
+            # degraded: the index itself is not green (another index's missing replica does not count)
+            worse = cluster is not None and (cluster.get("index_status") or cluster["status"]) != "green"
+            degraded = degraded or worse
             try:
                 with anyio.fail_after(self.settings.health_timeout_s):
                     counts = await anyio.to_thread.run_sync(index.store.verify, abandon_on_cancel=True)
-                indices[index.name] = {"status": "ok" if cluster is None or cluster["status"] == "green" else "degraded",
-                                       "documents": int(counts.get("documents", 0))}
+                indices[index.name] = {"status": "degraded" if worse else "ok", "documents": int(counts.get("documents", 0))}
             except TimeoutError:
                 ok = False
                 indices[index.name] = {"status": "unavailable", "error": f"no answer within {self.settings.health_timeout_s} s"}
