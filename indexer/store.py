@@ -494,6 +494,13 @@ class DocumentStore(ABC):
         ``sdr info``, ``sdr serve`` at start); this default only asks for the counts."""
         return self.counts()
 
+    def cluster_health(self) -> dict[str, Any] | None:
+        """The health of the cluster behind the store, for ``/health``: ``status`` (green, yellow: a
+        replica unassigned, e.g. a node lost; red: a primary unassigned), ``nodes``, ``data_nodes``,
+        ``unassigned_shards`` and the store's own index's ``index_status``; None for a store with no
+        cluster behind it (the embedded store). Raises as :meth:`verify` when the cluster does not answer."""
+        return None
+
     # -- lifecycle -----------------------------------------------------------------------------
     def close(self) -> None:  # noqa: B027 - pragma: no cover - default no-op
         pass

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from sdr_search.core.retry import Backoff
+from sdr_search.indexer.opensearch.hosts import parse_urls
 
 __all__ = ["OpenSearchSettings"]
 
@@ -21,7 +22,13 @@ class OpenSearchSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="SDR_OPENSEARCH_", extra="ignore")
 
-    url: str = Field("http://localhost:9200", description="OpenSearch endpoint (scheme, host, port).")
+    url: str = Field(
+        "http://localhost:9200",
+        description="OpenSearch endpoint (scheme, host, port), or a cluster's nodes comma-separated "
+        "(http://a:9200,http://b:9200,http://c:9200). With several, a request whose node cannot be reached or "
+        "does not answer within the timeout is sent to the next node at once (the failed node is left out for "
+        "dead_timeout); name at least two nodes so that losing one is ridden out.",
+    )
     index: str = Field(
         "sdr",
         description=(
@@ -73,6 +80,12 @@ class OpenSearchSettings(BaseSettings):
         "node restart.",
     )
     retry_backoff_max: float = Field(60.0, gt=0, description="Longest wait between two retries, in seconds.")
+    dead_timeout: float = Field(
+        60.0, gt=0,
+        description="With several node URLs: seconds a node that failed a request is left out before it is "
+        "tried again (doubled at each further failure, up to 32x). Short: a revived node serves sooner, but a "
+        "dead one costs a failed attempt (a timeout, for a hung node) more often.",
+    )
     refresh: Literal["wait_for", "true", "false"] = Field(
         "wait_for",
         description="Refresh policy of writes. 'wait_for': a write returns once searches see it (up to one "
@@ -185,6 +198,11 @@ class OpenSearchSettings(BaseSettings):
         description="Nested objects allowed per document (index.mapping.nested_objects.limit): the largest "
         "document accepted, in sentences. Match SDR_MAX_SENTENCES.",
     )
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        return ",".join(parse_urls(value))
 
     def backoff(self) -> Backoff:
         """The retry policy of the store's requests and bulk items (:mod:`sdr_search.core.retry`)."""

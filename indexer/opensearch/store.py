@@ -48,6 +48,7 @@ from sdr_search.core.documents import Document
 from sdr_search.core.errors import InvalidInputError
 from sdr_search.core.scoring import NormStats
 from sdr_search.core.vectors import CorpusVectors, DocVectors
+from sdr_search.indexer.opensearch.hosts import parse_urls
 from sdr_search.indexer.store import (
     CandidateFeatures,
     DocumentStore,
@@ -77,7 +78,8 @@ class OpenSearchStore(DocumentStore):
     """A :class:`DocumentStore` on OpenSearch (see the module docstring for the layout and the parts).
 
     ``url`` and ``index`` default to ``settings.url`` / ``settings.index`` (env
-    ``SDR_OPENSEARCH_URL`` / ``SDR_OPENSEARCH_INDEX``). ``index`` may be an alias of exactly one
+    ``SDR_OPENSEARCH_URL`` / ``SDR_OPENSEARCH_INDEX``); ``url`` is one node's URL or a cluster's nodes,
+    comma-separated (:mod:`.hosts`). ``index`` may be an alias of exactly one
     index; the store pins that index at first use (until :meth:`close`). ``ensure_meta`` creates
     the index (and its state index) when it does not exist. ``client``: an opensearch-py client of
     the caller's (not closed by the store).
@@ -101,7 +103,8 @@ class OpenSearchStore(DocumentStore):
         client: Any = None,
     ) -> None:
         self.settings = settings or OpenSearchSettings()
-        self.url = url or self.settings.url
+        self.urls = parse_urls(url or self.settings.url, what="the OpenSearch URL (--opensearch / SDR_OPENSEARCH_URL)")
+        self.url = ",".join(self.urls)
         self.index = index or self.settings.index
         if not self.index or self.index != self.index.lower() or self.index.startswith(("_", "-", "+")):
             raise InvalidInputError(f"invalid OpenSearch index name {self.index!r} (lower case, not starting with _ - +)")
@@ -164,6 +167,10 @@ class OpenSearchStore(DocumentStore):
     # -- documents (.documents) -------------------------------------------------------------------
     def counts(self) -> dict[str, int]:
         return self._documents.counts()
+
+    def cluster_health(self) -> dict[str, Any]:
+        """The cluster's health and the index's (:meth:`.transport.Transport.cluster_health`)."""
+        return self._transport.cluster_health(self._indices.read().name)
 
     def put(self, items: Sequence[tuple[Document, DocVectors]]) -> None:
         """Insert or replace documents (one ``index`` action each; see the module docstring).

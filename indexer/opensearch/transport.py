@@ -7,11 +7,14 @@ failures raise :class:`~sdr_search.core.errors.BackendUnavailableError`, a missi
 :class:`~sdr_search.core.errors.IndexNotFoundError`, rejected bulk items
 :class:`~sdr_search.core.errors.BulkWriteError` (after retrying 429s with backoff).
 
-Retries: opensearch-py's own retries are off (it re-sends at once, with no backoff, whatever the
-body size). The transport retries a request answered 429, 502, 503 or 504, or that could not
+Retries: with one node URL opensearch-py's own retries are off (it re-sends at once, with no backoff,
+whatever the body size). With several (a cluster's nodes, comma-separated: :mod:`.hosts`), its transport
+sends a request whose node cannot be reached or does not answer within the timeout to the next live
+node at once, each other node once, and leaves the failed node out for ``dead_timeout`` (doubled at
+each further failure). On top of that, the transport retries a request answered 429, 502, 503 or 504, or that could not
 connect, ``max_retries`` times with the one retry policy, :mod:`sdr_search.core.retry`
 (:meth:`OpenSearchSettings.backoff`: ``retry_backoff`` doubled, capped by ``retry_backoff_max``);
-a timeout is not retried. Every request the store makes is idempotent (writes carry stable
+a timeout is not retried there (on one node the request may still be running). Every request the store makes is idempotent (writes carry stable
 ``_id`` values), so a retry cannot double a document.
 """
 
@@ -33,6 +36,7 @@ from sdr_search.core.errors import (
 from sdr_search.core.retry import retry_call
 
 from .bulk import run_bulk
+from .hosts import parse_urls, transport_retries
 from .requests import build_mget_body, build_scan_query, bulk_lines, error_from_response
 from .settings import OpenSearchSettings
 
@@ -84,6 +88,7 @@ class Transport:
     def __init__(self, url: str, settings: OpenSearchSettings, *, index: str, client: Any = None,
                  on_index_missing: Callable[[], None] = lambda: None) -> None:
         self.url = url
+        self.urls = parse_urls(url)  # every node of a cluster (comma-separated in url)
         self.settings = settings
         self.index = index
         self.client = client  # None until first use (when the store creates it)
@@ -100,7 +105,7 @@ class Transport:
 
                     s = self.settings
                     kwargs: dict[str, Any] = {
-                        "hosts": [self.url], "timeout": s.timeout, "http_compress": s.http_compress,
+                        "hosts": self.urls, "timeout": s.timeout, "http_compress": s.http_compress,
                         "verify_certs": s.verify_certs,
                     }
                     if s.ca_certs:
@@ -109,8 +114,13 @@ class Transport:
                         kwargs["http_auth"] = (s.username, s.password.get_secret_value() if s.password else "")
                     if not s.verify_certs:
                         kwargs["ssl_show_warn"] = False
-                    # No transport retries: they re-send at once (bulk bodies included); call retries.
-                    kwargs["max_retries"] = 0
+                    # One node: no transport retries (they re-send at once, bulk bodies included); call()
+                    # retries with backoff. Several: the transport sends a request whose node failed (no
+                    # connection, or no answer in time: a hung node) to the next live node at once, and
+                    # leaves the failed one out for dead_timeout; call()'s backoff comes on top when all fail.
+                    kwargs["max_retries"] = transport_retries(len(self.urls))
+                    kwargs["retry_on_timeout"] = len(self.urls) > 1
+                    kwargs["dead_timeout"] = s.dead_timeout
                     self.client = OpenSearch(**kwargs)
         return self.client
 
@@ -151,6 +161,17 @@ class Transport:
 
         return retry_call(once, backoff=self.settings.backoff(), retry_if=lambda e: _transient(e, retry_overload),
                           what=what, log=logger)
+
+    def cluster_health(self, index: str) -> dict[str, Any]:
+        """``_cluster/health`` of the cluster and of ``index``, for ``/health`` (one request, not retried with
+        backoff: a health check reports what it sees; the client still tries another node when the first cannot
+        be reached or does not answer in time)."""
+        fields = ("status", "number_of_nodes", "number_of_data_nodes", "unassigned_shards", f"indices.{index}.status")
+        with self.calls("reading the cluster's health", index=index):
+            r = self.os().cluster.health(params={"level": "indices", "filter_path": ",".join(fields)})
+        return {"status": r.get("status", "unknown"), "nodes": r.get("number_of_nodes"),
+                "data_nodes": r.get("number_of_data_nodes"), "unassigned_shards": r.get("unassigned_shards"),
+                "index_status": ((r.get("indices") or {}).get(index) or {}).get("status")}
 
     def search_params(self) -> dict[str, str]:
         """The query parameters of every search the store sends: ``cancel_after_time_interval`` = the store's

@@ -64,6 +64,7 @@ __all__ = [
     "FoundDocument",
     "FindResponse",
     "IndexHealth",
+    "ClusterHealth",
     "EncoderHealth",
     "HealthResponse",
     "ErrorBody",
@@ -174,10 +175,24 @@ class FindResponse(BaseModel):
                                       "BM25 matches of the query.")
 
 
+class ClusterHealth(BaseModel):
+    status: Literal["green", "yellow", "red", "unknown"] = Field(
+        ..., description="The cluster's health: yellow = a replica is unassigned (a node lost; every document still "
+        "served), red = a primary is unassigned; unknown = the cluster did not say in time.")
+    nodes: int | None = Field(None, description="Nodes in the cluster.")
+    data_nodes: int | None = None
+    unassigned_shards: int | None = None
+    index_status: Literal["green", "yellow", "red"] | None = Field(None, description="The served index's own health.")
+    error: str | None = None
+
+
 class IndexHealth(BaseModel):
-    status: Literal["ok", "unavailable"]
+    status: Literal["ok", "degraded", "unavailable"] = Field(
+        ..., description="ok; degraded = served, but the index is not green in its cluster (a node lost: a replica "
+        "unassigned) or its cluster's health is unknown; unavailable = the index cannot be served.")
     documents: int | None = None
     error: str | None = None
+    cluster: ClusterHealth | None = Field(None, description="The cluster behind an OpenSearch store (absent: embedded).")
 
 
 class EncoderHealth(BaseModel):
@@ -187,7 +202,9 @@ class EncoderHealth(BaseModel):
 
 
 class HealthResponse(BaseModel):
-    status: Literal["ok", "unavailable"]
+    status: Literal["ok", "degraded", "unavailable"] = Field(
+        ..., description="ok (200); degraded (200): every index is served but one is not green; unavailable "
+        "(503): an index cannot be served or the encoder does not load.")
     indices: dict[str, IndexHealth]
     encoder: EncoderHealth
 

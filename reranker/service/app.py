@@ -12,7 +12,7 @@ Routes (the OpenAPI spec is served at ``/openapi.json`` and committed as ``opena
     GET  /v1/indices                             the indices served
     GET  /v1/indices/{index}/_find?q=            a document by id, or by words of its text (BM25)
     GET  /ui                                     the "more like this" page (static files; its data through /v1)
-    GET  /health                                 every store answers and the encoder loads (else 503)
+    GET  /health                                 every store answers and the encoder loads (else 503); clusters' health
     GET  /metrics                                Prometheus text format
 
 Nothing is loaded or connected at import or in :func:`create_app`: stores open on first use and
@@ -230,11 +230,16 @@ class _Service:
     async def health(self) -> tuple[int, dict[str, Any]]:
         indices: dict[str, dict[str, Any]] = {}
         ok = True
+        degraded = False
         for index in self.indices.items():
+            cluster = await self._cluster_health(index)
+            # degraded: the index itself is not green (another index's missing replica does not count)
+            worse = cluster is not None and (cluster.get("index_status") or cluster["status"]) != "green"
+            degraded = degraded or worse
             try:
                 with anyio.fail_after(self.settings.health_timeout_s):
                     counts = await anyio.to_thread.run_sync(index.store.verify, abandon_on_cancel=True)
-                indices[index.name] = {"status": "ok", "documents": int(counts.get("documents", 0))}
+                indices[index.name] = {"status": "degraded" if worse else "ok", "documents": int(counts.get("documents", 0))}
             except TimeoutError:
                 ok = False
                 indices[index.name] = {"status": "unavailable", "error": f"no answer within {self.settings.health_timeout_s} s"}
@@ -245,6 +250,8 @@ class _Service:
                 ok = False
                 logger.warning("health: index %s failed", index.name, exc_info=e)
                 indices[index.name] = {"status": "unavailable", "error": type(e).__name__}
+            if cluster is not None:
+                indices[index.name]["cluster"] = cluster
         if self.encoder is None:
             encoder: dict[str, Any] = {"status": "absent"}
         else:
@@ -258,8 +265,22 @@ class _Service:
                 ok = False
                 logger.warning("health: the encoder failed to load", exc_info=e)
                 encoder = {"status": "unavailable", "error": type(e).__name__}
-        body = {"status": "ok" if ok else "unavailable", "indices": indices, "encoder": encoder}
+        body = {"status": "unavailable" if not ok else "degraded" if degraded else "ok", "indices": indices, "encoder": encoder}
         return (200 if ok else 503), body
+
+    async def _cluster_health(self, index: Any) -> dict[str, Any] | None:
+        """The health of the cluster behind ``index`` (None: no cluster, the embedded store); status
+        ``unknown`` with the reason when it does not answer within ``health_timeout_s``."""
+        try:
+            with anyio.fail_after(self.settings.health_timeout_s):
+                return await anyio.to_thread.run_sync(index.store.cluster_health, abandon_on_cancel=True)
+        except TimeoutError:
+            return {"status": "unknown", "error": f"no answer within {self.settings.health_timeout_s} s"}
+        except SDRError as e:
+            return {"status": "unknown", "error": f"{type(e).__name__}: {e}"}
+        except Exception as e:  # a health check reports every failure instead of raising
+            logger.warning("health: the cluster of index %s failed", index.name, exc_info=e)
+            return {"status": "unknown", "error": type(e).__name__}
 
 
 def _service(request: Request) -> _Service:

@@ -78,7 +78,7 @@ def _add_store_args(p: argparse.ArgumentParser, *, required: bool = True) -> Non
     g = p.add_argument_group("store (one of)")
     x = g.add_mutually_exclusive_group(required=required)
     x.add_argument("--store", type=Path, metavar="DIR", help="embedded store directory (one machine, no servers)")
-    x.add_argument("--opensearch", metavar="URL", help="OpenSearch URL, e.g. http://localhost:9200 (env SDR_OPENSEARCH_URL)")
+    x.add_argument("--opensearch", metavar="URL", help="OpenSearch URL, e.g. http://localhost:9200, or a cluster's nodes comma-separated (env SDR_OPENSEARCH_URL)")
     g.add_argument("--index", metavar="NAME", help="OpenSearch index or alias (default: env SDR_OPENSEARCH_INDEX or sdr)")
 
 

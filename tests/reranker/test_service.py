@@ -253,6 +253,45 @@ def server(tmp_path_factory, encoder):
         yield base
 
 
+class _ClusterStore:
+    """A store that answers its count, on a cluster whose health is ``cluster`` (the answer of
+    ``_cluster/health`` as the OpenSearch store reports it)."""
+
+    def __init__(self, cluster):
+        self.cluster = cluster
+
+    def verify(self, **kwargs):
+        return {"documents": 3}
+
+    def cluster_health(self):
+        return self.cluster
+
+    def close(self):
+        pass
+
+
+@pytest.mark.unit
+def test_health_is_degraded_not_503_while_the_index_is_not_green():
+    from fastapi.testclient import TestClient
+
+    from sdr_search.reranker.service.app import create_app
+    from sdr_search.reranker.service.settings import ServiceSettings
+
+    def health(cluster):
+        app = create_app(stores={"i": _ClusterStore(cluster)}, settings=ServiceSettings(api_key=None))
+        with TestClient(app) as c:
+            r = c.get("/health")
+            return r.status_code, r.json()["status"], r.json()["indices"]["i"]
+
+    lost = {"status": "yellow", "nodes": 2, "data_nodes": 2, "unassigned_shards": 3, "index_status": "yellow"}
+    assert health(lost) == (200, "degraded", {"status": "degraded", "documents": 3, "cluster": lost})
+    green = {**lost, "status": "green", "nodes": 3, "unassigned_shards": 0, "index_status": "green"}
+    assert health(green) == (200, "ok", {"status": "ok", "documents": 3, "cluster": green})
+    other = {**green, "status": "yellow", "unassigned_shards": 1}  # another index's replica: not this one's
+    assert health(other)[:2] == (200, "ok")
+    assert health(None) == (200, "ok", {"status": "ok", "documents": 3})  # no cluster: the embedded store
+
+
 @pytest.fixture(scope="module")
 def client(server):
     with httpx.Client(base_url=server, headers={"X-API-Key": API_KEY}, timeout=60) as c:
