@@ -1,11 +1,7 @@
-"""Fixtures and helpers of the cluster fault tests (``tests/cluster/test_faults_*.py``, issue 43 item 3): a
-three-node cluster this module owns, an index of 3 primaries and 1 replica on it, ``sdr serve`` on the
-cluster as a real process, and a bounded query load that records every call.
-
-The cluster: ``scripts/opensearch-cluster.sh`` on the first free ports from 9270 (``SDR_TEST_CLUSTER_PORT``
-to name them), started once for all the fault modules and wiped (stopped, data deleted) at the end, unless
-``SDR_TEST_CLUSTER_KEEP=1`` (a developer's loop: the next run reuses it). A cluster that cannot start
-fails the tests, with the script's message; never a skip.
+"""Fixtures and helpers of the cluster fault tests (``tests/cluster/test_faults_*.py``, issue 43 item 3): an
+index of 3 primaries and 1 replica on the tier's three-node cluster (the session fixture ``cluster`` of
+tests/conftest.py, shared with the other cluster tests: a fault test leaves every node up and the cluster
+green), ``sdr serve`` on the cluster as a real process, and a bounded query load that records every call.
 """
 
 from __future__ import annotations
@@ -25,7 +21,7 @@ import httpx
 import numpy as np
 import pytest
 
-from cluster_harness import LocalCluster, free_cluster_port
+from cluster_harness import LocalCluster
 from conftest import ROOT, wait_until_healthy
 
 SENTENCES = [
@@ -53,29 +49,6 @@ def corpus() -> dict[str, str]:
     """``DOCS`` documents of 4-6 sentences from a seeded generator (the same every run)."""
     rng = random.Random(43)
     return {f"d{i:02d}": " ".join(rng.sample(SENTENCES, rng.randint(4, 6))) for i in range(DOCS)}
-
-
-_STARTED: list[LocalCluster] = []  # the cluster of this test process, once started
-
-
-@pytest.fixture(scope="session")
-def cluster():
-    """The started three-node cluster of the fault tests (see the module docstring): started by the first
-    module that asks for it (each module names this fixture), shared by the others, wiped at the end."""
-    if _STARTED:
-        yield _STARTED[0]
-        return
-    port = free_cluster_port(3, 9270)
-    c = LocalCluster(port, nodes=3)
-    try:
-        c.start()
-    except Exception as e:  # noqa: BLE001 - fail with the script's message, never skip
-        pytest.fail(f"the three-node cluster on port {port} did not start: {e}", pytrace=False)
-    _STARTED.append(c)
-    yield c
-    _STARTED.clear()
-    if os.environ.get("SDR_TEST_CLUSTER_KEEP") != "1":
-        c.wipe()
 
 
 def cluster_manager(c: LocalCluster) -> int:

@@ -22,7 +22,6 @@ import faults_fixtures
 from faults_fixtures import QUERY_IDS, QueryLoad, Service, mlt, summary, victim
 
 pytestmark = pytest.mark.cluster
-cluster = faults_fixtures.cluster  # the fault tests' cluster (shared), this module's index
 cluster_index = faults_fixtures.cluster_index
 
 PHASES = ["before", "during", "recovery", "after"]

@@ -17,7 +17,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-import faults_fixtures
 from faults_fixtures import victim
 from worker_harness import Reindex, Worker, corpus, wait_for, write_jsonl
 
@@ -25,7 +24,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workers"))
 from test_workers_opensearch import _aliased, _env, _reindex_args, _state_files, check_generation  # noqa: E402
 
 pytestmark = pytest.mark.cluster
-cluster = faults_fixtures.cluster  # the fault tests' cluster (shared)
 
 N_DOCS = 42
 

@@ -29,7 +29,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reranker"))
 import test_document_api_model as model_test  # noqa: E402 - the machine of the document API's model-based test
 
 pytestmark = pytest.mark.cluster
-cluster = faults_fixtures.cluster  # the fault tests' cluster (shared), this module's index
 cluster_index = faults_fixtures.cluster_index
 small_limits = model_test.small_limits
 
