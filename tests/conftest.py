@@ -15,8 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from cluster_harness import LocalCluster, free_cluster_port
-
 # the shared test modules (not test files themselves) get pytest's assertion messages too
 pytest.register_assert_rewrite("factories", "store_contract", "worker_harness", "cluster_harness")
 
@@ -244,6 +242,8 @@ def cluster():
 
     Tests that fault a node (SIGKILL, SIGSTOP) must leave the cluster green with every node when they end
     (``cluster.revive`` / ``cluster.thaw``): the fixture is shared by every module of the tier."""
+    from cluster_harness import LocalCluster, free_cluster_port  # after register_assert_rewrite
+
     c = LocalCluster(free_cluster_port(3, 9260), nodes=3)
     owned = not all(_cluster_answers(u) for u in c.urls)
     if owned:
