@@ -104,11 +104,9 @@ class Search:
         for body in build_msearch_bodies(q, k, target.name, exclude_ids=[str(i) for i in exclude_ids],
                                          batch_size=self.settings.msearch_batch, ef_search=self.settings.hnsw_ef_search,
                                          filter=restriction):
-            def search(body: list[dict[str, Any]] = body) -> tuple[list[list[str]], list[np.ndarray]]:
-                r = self._transport.os().msearch(body=body, params=self._transport.search_params())
-                return parse_knn_responses(r["responses"], k=k, index=target.name, space_type=target.space_type)
-
-            batch_ids, batch_scores = self._transport.call("a nested k-NN search", search, index=target.name)
+            r = self._transport.call("a nested k-NN search", lambda body=body: self._transport.os().msearch(
+                body=body, params=self._transport.search_params()), index=target.name)
+            batch_ids, batch_scores = parse_knn_responses(r["responses"], k=k, index=target.name, space_type=target.space_type)
             ids += batch_ids
             scores += batch_scores
         return SentenceHits(ids, scores)

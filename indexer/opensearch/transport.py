@@ -37,7 +37,7 @@ from sdr_search.core.retry import retry_call
 
 from .bulk import run_bulk
 from .hosts import parse_urls, transport_retries
-from .requests import build_mget_body, build_scan_query, bulk_lines, error_from_response
+from .requests import build_mget_body, build_scan_query, bulk_lines, error_from_response, shard_failure
 from .settings import OpenSearchSettings
 
 __all__ = ["Transport", "chunks"]
@@ -66,6 +66,19 @@ def _transient(error: BaseException, overload: bool) -> bool:
     if isinstance(cause, ox.ConnectionError):
         return True
     return isinstance(cause, ox.TransportError) and cause.status_code in (502, 503, 504)
+
+
+def _whole(response: Any) -> Any:
+    """``response``, unless it is a partial search answer (some shards failed; :func:`shard_failure`): that is
+    raised as the error response it stands for, so a 503 (a shard copy lost with its node) is retried like
+    one, and the store never ranks from the documents of some shards only."""
+    failure = shard_failure(response)
+    if failure is not None:
+        from opensearchpy import exceptions as ox
+
+        status, info = failure
+        raise ox.TransportError(status, info["error"]["type"], info)
+    return response
 
 
 def _pit_lost(error: Exception) -> bool:
@@ -157,7 +170,7 @@ class Transport:
 
         def once() -> Any:
             with self.calls(what, index=index):
-                return fn()
+                return _whole(fn())
 
         return retry_call(once, backoff=self.settings.backoff(), retry_if=lambda e: _transient(e, retry_overload),
                           what=what, log=logger)

@@ -148,6 +148,7 @@ from .writes import (  # noqa: F401
     bulk_lines,
     chunk_by_size,
     error_from_response,
+    shard_failure,
     process_bulk_response,
 )
 
@@ -218,6 +219,7 @@ __all__ = [
     "document_os_id",
     "encode_vectors_b64",
     "error_from_response",
+    "shard_failure",
     "fill_placeholders",
     "hit_doc_id",
     "index_meta_from_meta",

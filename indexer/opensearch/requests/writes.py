@@ -240,3 +240,33 @@ def error_from_response(status: int | str, info: Any, *, what: str, index: str |
             "to the cluster's limit"
         )
     return StoreError(f"OpenSearch rejected {what}{where} ({status} {etype}: {reason})")
+
+
+def shard_failure(response: Any) -> tuple[int, dict[str, Any]] | None:
+    """``(status, error body)`` when a search answer (a ``_search``/``_count`` response, or any item of an
+    ``_msearch`` one) says some of its shards failed (``_shards.failed`` > 0: a partial answer, which
+    OpenSearch returns with 200 when other shards answered, e.g. while a node is lost and its copies move),
+    else None. The status: 429 when every failure is a 429, a 4xx when every failure is one, else 503."""
+    items = response.get("responses") if isinstance(response, Mapping) else None
+    failures: list[Mapping[str, Any]] = []
+    failed = 0
+    for item in items if isinstance(items, list) else [response]:
+        shards = item.get("_shards") if isinstance(item, Mapping) else None
+        if isinstance(shards, Mapping) and int(shards.get("failed", 0) or 0) > 0:
+            failed += int(shards["failed"])
+            failures += [f for f in shards.get("failures") or [] if isinstance(f, Mapping)]
+    if not failed:
+        return None
+    statuses = {int(f["status"]) for f in failures if isinstance(f.get("status"), int)}
+    if statuses == {429}:
+        status = 429
+    elif statuses and all(400 <= s < 500 for s in statuses):
+        status = min(statuses)
+    else:
+        status = 503
+    first = failures[0].get("reason") if failures else None
+    reason = first.get("reason") if isinstance(first, Mapping) else None
+    etype = first.get("type") if isinstance(first, Mapping) else None
+    return status, {"status": status, "error": {
+        "type": etype or "search_phase_execution_exception",
+        "reason": f"{failed} shard(s) failed, a partial answer refused" + (f": {reason}" if reason else "")}}
