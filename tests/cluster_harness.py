@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import urllib.request
@@ -82,12 +83,15 @@ class LocalCluster:
         self.run("revive", str(node))
 
     def health(self, query: str = "", exclude: int | None = None) -> dict:
-        """``_cluster/health`` from the first node (not ``exclude``) that answers."""
+        """``_cluster/health`` from the first node (not ``exclude``) that answers; a ``timeout=Ns`` in ``query``
+        (how long the cluster may wait for the status asked) is waited for, with 30 s to spare."""
+        wait = re.search(r"(?:^|&)timeout=(\d+)s", query)
+        client_timeout = 30 + (int(wait.group(1)) if wait else 30)
         for i, url in enumerate(self.urls, start=1):
             if i == exclude:
                 continue
             try:
-                with urllib.request.urlopen(f"{url}/_cluster/health?{query}", timeout=60) as r:
+                with urllib.request.urlopen(f"{url}/_cluster/health?{query}", timeout=client_timeout) as r:
                     return json.load(r)
             except OSError:
                 continue
