@@ -170,6 +170,48 @@ def wait_until_healthy(proc: subprocess.Popen, base: str, log_path: Path, timeou
         time.sleep(0.25)
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServeProcess:
+    """``sdr serve`` as a subprocess (``args`` after ``python -m sdr_search``, without ``--port``) that can be
+    killed; ``start`` waits until ``/health`` answers (at most ``ready_timeout`` s)."""
+
+    def __init__(self, args: list[str], env: dict[str, str], log: Path, index: str = "default",
+                 ready_timeout: float = 120) -> None:
+        self.args, self.env, self.log, self.index = args, env, log, index
+        self.ready_timeout = ready_timeout
+        self.proc: subprocess.Popen | None = None
+        self.base = ""
+
+    def start(self) -> "ServeProcess":
+        port = free_port()
+        self.base = f"http://127.0.0.1:{port}"
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "sdr_search", "--log-level", "WARNING", *self.args, "--port", str(port)],
+                cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        wait_until_healthy(self.proc, self.base, self.log, timeout=self.ready_timeout)
+        return self
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
 @contextlib.contextmanager
 def running_server(args: list[str], port: int, log_path: Path, env: dict[str, str]):
     """``python -m sdr_search --log-level WARNING <args> --port PORT`` as a real subprocess; yields its

@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import os
 import random
-import socket
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -22,7 +19,7 @@ import numpy as np
 import pytest
 
 from cluster_harness import LocalCluster
-from conftest import ROOT, wait_until_healthy
+from conftest import ServeProcess
 
 SENTENCES = [
     "The river flooded the northern valley in spring.", "Farmers lost their whole harvest to the water.",
@@ -91,40 +88,14 @@ def cluster_index(cluster, encoder):
         pass
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Service:
+class Service(ServeProcess):
     """``sdr serve --opensearch <every node>`` as a real process (stopped by :meth:`stop`)."""
 
     def __init__(self, cluster: LocalCluster, index: str, log: Path, env: dict[str, str] | None = None) -> None:
-        self.index, self.log = index, log
-        self.env = {**os.environ, "SDR_SERVICE_STATS_REFRESH_DELAY_S": "0", **(env or {})}
-        self.env.pop("SDR_SERVICE_API_KEY", None)
-        self.args = ["serve", "--opensearch", cluster.url, "--index", index, "--precision", "fp32", "--device", "cpu"]
-        self.proc: subprocess.Popen | None = None
-        self.base = ""
-
-    def start(self) -> "Service":
-        port = _free_port()
-        self.base = f"http://127.0.0.1:{port}"
-        with self.log.open("ab") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "sdr_search", "--log-level", "WARNING", *self.args,
-                                          "--port", str(port)], cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
-        wait_until_healthy(self.proc, self.base, self.log, timeout=180)
-        return self
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        env = {**os.environ, "SDR_SERVICE_STATS_REFRESH_DELAY_S": "0", **(env or {})}
+        env.pop("SDR_SERVICE_API_KEY", None)
+        super().__init__(["serve", "--opensearch", cluster.url, "--index", index, "--precision", "fp32", "--device", "cpu"],
+                         env, log, index, ready_timeout=180)
 
 
 def mlt(client: httpx.Client, index: str, doc_id: str) -> list[str]:

@@ -16,18 +16,13 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 
-from conftest import ROOT, wait_until_healthy
+from conftest import ServeProcess as Server
 from test_document_api_model import (
     CONTROL,
     LIMIT_BYTES,
@@ -61,44 +56,6 @@ SENTENCES = [
 
 def _flat(text: str) -> str:
     return " ".join(text.split())
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    """``sdr serve`` as a subprocess that can be killed."""
-
-    def __init__(self, args: list[str], env: dict[str, str], log: Path, index: str = "default") -> None:
-        self.args, self.env, self.log, self.index = args, env, log, index
-        self.proc: subprocess.Popen | None = None
-        self.base = ""
-
-    def start(self) -> None:
-        port = _free_port()
-        self.base = f"http://127.0.0.1:{port}"
-        with self.log.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "sdr_search", "--log-level", "WARNING", *self.args, "--port", str(port)],
-                cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
-        wait_until_healthy(self.proc, self.base, self.log)
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 def _text(rng: random.Random) -> tuple[str, int]:
