@@ -494,11 +494,13 @@ class DocumentStore(ABC):
         ``sdr info``, ``sdr serve`` at start); this default only asks for the counts."""
         return self.counts()
 
-    def cluster_health(self) -> dict[str, Any] | None:
+    def cluster_health(self, timeout: float | None = None) -> dict[str, Any] | None:
         """The health of the cluster behind the store, for ``/health``: ``status`` (green, yellow: a
         replica unassigned, e.g. a node lost; red: a primary unassigned), ``nodes``, ``data_nodes``,
-        ``unassigned_shards`` and the store's own index's ``index_status``; None for a store with no
-        cluster behind it (the embedded store). Raises as :meth:`verify` when the cluster does not answer."""
+        ``unassigned_shards``, the store's own index's ``index_status`` and, when some of the nodes it
+        was given do not answer within ``timeout`` seconds (a hung process the cluster has not dropped
+        yet), ``unanswering_nodes``; None for a store with no cluster behind it (the embedded store).
+        Raises as :meth:`verify` when the cluster does not answer."""
         return None
 
     # -- lifecycle -----------------------------------------------------------------------------

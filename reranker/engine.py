@@ -59,6 +59,7 @@ import logging
 import time
 from typing import Any, Mapping
 
+from sdr_search.core import deadline
 from sdr_search.core.encoder import SentenceEncoder
 from sdr_search.core.errors import DocumentNotFoundError, InvalidInputError
 from sdr_search.core.fusion import METHODS, HybridSpec, SourceShape, feedback_share
@@ -105,8 +106,10 @@ class MoreLikeThis:
         timings = {"source": _ms(time.perf_counter() - t0)}
 
         presented = query.offset + query.size if (query.details or query.explain) else 0
+        deadline.check("finding candidates")  # within a request's deadline (the HTTP service's reads)
         found = self.stage.find(source, against=against, exclude=exclude, query=query, spec=spec, K=K, timings=timings,
                                 explain_top=presented)
+        deadline.check("ranking the candidates")
         t_rank = time.perf_counter()
         ranking = dict(unlike_weight=unlike_weight, spec=spec, offset=query.offset, size=query.size)
         feedback = self._feedback(source, every, found, spec, unlike_weight, state, timings)
@@ -121,6 +124,7 @@ class MoreLikeThis:
         timings["rerank"] = _ms(t_present - t_rank)
 
         if hits and (query.details or query.explain):
+            deadline.check("explaining the hits")
             hits = present(self.store, source, hits, found.scoring, spec, query.explain, matrix=query.explain_matrix,
                            max_cells=self.settings.max_matrix_cells)
             timings["explain" if query.explain else "snippets"] = _ms(time.perf_counter() - t_present)

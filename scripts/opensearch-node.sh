@@ -5,6 +5,7 @@
 #   scripts/opensearch-node.sh stop    # stop the node started by this script
 #   scripts/opensearch-node.sh restart # stop, then start the same node (same data)
 #   scripts/opensearch-node.sh url     # print the URL (exit 1 when the node does not answer)
+#   scripts/opensearch-node.sh pid     # print the node's process id (to SIGSTOP / SIGCONT it)
 #   scripts/opensearch-node.sh status  # version, plugins (k-NN, sdr), engines this node can run
 #   scripts/opensearch-node.sh wipe    # stop and delete the node's data (the download cache stays)
 #
@@ -358,6 +359,7 @@ case "${1:-}" in
   stop) stop ;;
   restart) stop; start ;;
   url) answers || die "no node answers at $URL"; echo "$URL" ;;
+  pid) running_pid || die "no node of this script runs on port $PORT" ;;
   status)
     answers || die "no node answers at $URL"
     curl -fsS "$URL/_cat/plugins?h=component,version"
@@ -373,5 +375,5 @@ case "${1:-}" in
     fi
     ;;
   wipe) stop; rm -rf "$RUN_DIR" ;;
-  *) echo "usage: $0 start|stop|restart|url|status|wipe" >&2; exit 2 ;;
+  *) echo "usage: $0 start|stop|restart|url|pid|status|wipe" >&2; exit 2 ;;
 esac

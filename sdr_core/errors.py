@@ -25,6 +25,7 @@ __all__ = [
     "StoreDamagedError",
     "BackendUnavailableError",
     "OverloadedError",
+    "DeadlineExceededError",
     "StatsUnavailableError",
     "NoComparisonError",
 ]
@@ -110,6 +111,11 @@ class BackendUnavailableError(SDRError):
 
 class OverloadedError(SDRError):
     """Too many concurrent requests (maps to HTTP 429)."""
+
+
+class DeadlineExceededError(SDRError):
+    """A request ran out of its deadline before the store answered (a hung or overloaded node; maps to
+    HTTP 504). Nothing was written on its behalf: deadlines bound reads only."""
 
 
 class StatsUnavailableError(SDRError):

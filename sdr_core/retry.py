@@ -6,6 +6,8 @@ A retry waits ``initial * 2**attempt`` seconds before retry number ``attempt + 1
 not synchronise). Celery tasks pass :meth:`Backoff.delay` as ``self.retry``'s countdown: Celery's
 own ``autoretry_for``/``retry_backoff`` would round the factor to a whole number of seconds, at
 least 1 (``int(max(1.0, retry_backoff))`` in ``celery/app/autoretry.py``).
+
+Inside a request's deadline (:mod:`.deadline`) no retry waits past it: the last error is raised instead.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
+
+from . import deadline
 
 __all__ = ["Backoff", "retry_call"]
 
@@ -48,7 +52,8 @@ def retry_call(
 ) -> T:
     """``fn()``, called again after :class:`Backoff`'s delays while it raises an exception that
     ``retry_if`` accepts, at most ``backoff.max_retries`` times; then (or for any other exception)
-    the exception is raised as it is. Each retry is logged as a warning naming ``what``, on ``log``
+    the exception is raised as it is (also when the next delay would end past the request's deadline,
+    :mod:`.deadline`). Each retry is logged as a warning naming ``what``, on ``log``
     (the caller's logger; this module's by default)."""
     log = log or logger
 
@@ -63,6 +68,12 @@ def retry_call(
     options: dict[str, Any] = {}
     if sleep is not None:
         options["sleep"] = sleep
-    retrying = Retrying(stop=stop_after_attempt(backoff.max_retries + 1), wait=wait,
+    attempts = stop_after_attempt(backoff.max_retries + 1)
+
+    def stop(state: RetryCallState) -> bool:
+        left = deadline.remaining()
+        return attempts(state) or (left is not None and backoff.delay(state.attempt_number - 1) >= left)
+
+    retrying = Retrying(stop=stop, wait=wait,
                         retry=retry_if_exception(retry_if), before_sleep=before_sleep, reraise=True, **options)
     return retrying(fn)

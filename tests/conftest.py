@@ -77,6 +77,10 @@ class OwnedNode:
     def wipe(self) -> None:
         self._run("wipe")
 
+    def pid(self) -> int:
+        """The node's process id (to send it SIGSTOP / SIGCONT)."""
+        return int(self._run("pid", timeout=30))
+
     def answers(self) -> bool:
         try:
             with urllib.request.urlopen(self.url, timeout=2) as r:

@@ -168,9 +168,10 @@ class OpenSearchStore(DocumentStore):
     def counts(self) -> dict[str, int]:
         return self._documents.counts()
 
-    def cluster_health(self) -> dict[str, Any]:
-        """The cluster's health and the index's (:meth:`.transport.Transport.cluster_health`)."""
-        return self._transport.cluster_health(self._indices.read().name)
+    def cluster_health(self, timeout: float | None = None) -> dict[str, Any]:
+        """The cluster's health and the index's, with the nodes that do not answer within ``timeout``
+        (:meth:`.transport.Transport.cluster_health`)."""
+        return self._transport.cluster_health(self._indices.read().name, timeout=timeout)
 
     def put(self, items: Sequence[tuple[Document, DocVectors]]) -> None:
         """Insert or replace documents (one ``index`` action each; see the module docstring).

@@ -16,6 +16,12 @@ connect, ``max_retries`` times with the one retry policy, :mod:`sdr_search.core.
 (:meth:`OpenSearchSettings.backoff`: ``retry_backoff`` doubled, capped by ``retry_backoff_max``);
 a timeout is not retried there (on one node the request may still be running). Every request the store makes is idempotent (writes carry stable
 ``_id`` values), so a retry cannot double a document.
+
+Inside a request's deadline (:mod:`sdr_search.core.deadline`, set by the HTTP service for reads) every
+request's socket timeout is cut to the time left and none is sent past it (:mod:`.connection`), and no
+backoff sleeps past it: a hung node costs a read its deadline, not ``timeout`` once per node and retry.
+With several nodes, a request that times out has every node asked whether it answers, and reads then
+prefer the shard copies on the nodes that do (:class:`.connection.NodeRouter`).
 """
 
 from __future__ import annotations
@@ -25,9 +31,11 @@ import threading
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
+from sdr_search.core import deadline
 from sdr_search.core.errors import (
     BackendUnavailableError,
     BulkWriteError,
+    DeadlineExceededError,
     IndexNotFoundError,
     InvalidInputError,
     OverloadedError,
@@ -36,6 +44,7 @@ from sdr_search.core.errors import (
 from sdr_search.core.retry import retry_call
 
 from .bulk import run_bulk
+from .connection import NodeRouter, connection_class
 from .hosts import parse_urls, transport_retries
 from .requests import build_mget_body, build_scan_query, bulk_lines, error_from_response, shard_failure
 from .settings import OpenSearchSettings
@@ -108,6 +117,11 @@ class Transport:
         self.owns_client = client is None
         self.lock = threading.RLock()
         self._on_index_missing = on_index_missing
+        # several nodes: reads avoid a node found hung (.connection), each node asked within a quarter of the
+        # request timeout (at most 2 s), for dead_timeout
+        self.router = NodeRouter(probe_timeout=min(2.0, settings.timeout / 4), hold_s=settings.dead_timeout,
+                                 active=len(self.urls) > 1)
+        self.router.connections = lambda: getattr(self.os().transport.connection_pool, "orig_connections", ())
 
     def os(self) -> Any:
         """The opensearch-py client, created on first use."""
@@ -119,7 +133,7 @@ class Transport:
                     s = self.settings
                     kwargs: dict[str, Any] = {
                         "hosts": self.urls, "timeout": s.timeout, "http_compress": s.http_compress,
-                        "verify_certs": s.verify_certs,
+                        "verify_certs": s.verify_certs, "connection_class": connection_class(self.router),
                     }
                     if s.ca_certs:
                         kwargs["ca_certs"] = s.ca_certs
@@ -175,23 +189,51 @@ class Transport:
         return retry_call(once, backoff=self.settings.backoff(), retry_if=lambda e: _transient(e, retry_overload),
                           what=what, log=logger)
 
-    def cluster_health(self, index: str) -> dict[str, Any]:
+    def cluster_health(self, index: str, *, timeout: float | None = None) -> dict[str, Any]:
         """``_cluster/health`` of the cluster and of ``index``, for ``/health`` (one request, not retried with
         backoff: a health check reports what it sees; the client still tries another node when the first cannot
-        be reached or does not answer in time)."""
+        be reached or does not answer in time). With ``timeout``, every node is first asked to answer within it
+        (:meth:`unanswering_nodes`): those that do not are listed as ``unanswering_nodes`` and left out of the
+        client's rotation like a node that failed a request, and the health request is bounded by it (retries on
+        other nodes included)."""
+        hung = self.unanswering_nodes(timeout) if timeout is not None and len(self.urls) > 1 else []
+        if hung:
+            pool = self.os().transport.connection_pool
+            for connection in list(pool.connections):
+                if connection.host in hung:
+                    pool.mark_dead(connection)
         fields = ("status", "number_of_nodes", "number_of_data_nodes", "unassigned_shards", f"indices.{index}.status")
-        with self.calls("reading the cluster's health", index=index):
-            r = self.os().cluster.health(params={"level": "indices", "filter_path": ",".join(fields)})
-        return {"status": r.get("status", "unknown"), "nodes": r.get("number_of_nodes"),
-                "data_nodes": r.get("number_of_data_nodes"), "unassigned_shards": r.get("unassigned_shards"),
-                "index_status": ((r.get("indices") or {}).get(index) or {}).get("status")}
+        params: dict[str, Any] = {"level": "indices", "filter_path": ",".join(fields)}
+        try:
+            with deadline.within(timeout, "half of SDR_SERVICE_HEALTH_TIMEOUT_S"), \
+                    self.calls("reading the cluster's health", index=index):
+                r = self.os().cluster.health(params=params)
+        except (BackendUnavailableError, StoreError, DeadlineExceededError) as e:
+            if not hung:
+                raise
+            return {"status": "unknown", "error": f"{type(e).__name__}: {e}", "unanswering_nodes": hung}
+        health = {"status": r.get("status", "unknown"), "nodes": r.get("number_of_nodes"),
+                  "data_nodes": r.get("number_of_data_nodes"), "unassigned_shards": r.get("unassigned_shards"),
+                  "index_status": ((r.get("indices") or {}).get(index) or {}).get("status")}
+        if hung:
+            health["unanswering_nodes"] = hung
+        return health
+
+    def unanswering_nodes(self, timeout: float) -> list[str]:
+        """The node URLs (of the ones configured) that do not answer within ``timeout`` seconds, asked all at
+        once (:meth:`.connection.NodeRouter.probe`: reads then avoid them). A node whose process is hung (a
+        long GC pause, SIGSTOP) keeps its sockets open: the cluster notices only after its fault detection
+        (about 30 s by default); this sees it at once, for ``/health``."""
+        return self.router.probe(timeout)
 
     def search_params(self) -> dict[str, str]:
         """The query parameters of every search the store sends: ``cancel_after_time_interval`` = the store's
         request timeout (``settings.timeout``), so that when the store stops waiting, the node stops the search
         too (it cancels the search's task, and the plugin's loops and OpenSearch's own stop at their next check)
-        instead of finishing work nobody reads."""
-        return {"cancel_after_time_interval": f"{max(1, int(self.settings.timeout * 1000))}ms"}
+        instead of finishing work nobody reads. Inside a request's deadline, the time left when it is less."""
+        left = deadline.remaining()
+        seconds = self.settings.timeout if left is None else max(0.001, min(self.settings.timeout, left))
+        return {"cancel_after_time_interval": f"{max(1, int(seconds * 1000))}ms"}
 
     def count(self, index: str, body: Mapping[str, Any] | None = None) -> int:
         return int(self.call("counting documents", lambda: self.os().count(index=index, body=dict(body) if body else None),

@@ -30,6 +30,7 @@ from __future__ import annotations
 import hmac
 import logging
 import threading
+import time
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Callable, Mapping, Union
 
@@ -47,7 +48,8 @@ from sdr_search.indexer.store import DocumentStore
 from pydantic import BeforeValidator
 
 from sdr_search.core.documents import ID_PATTERN, ID_RULE, MAX_ID_LENGTH, check_id
-from sdr_search.core.errors import IndexNotFoundError, InvalidInputError, SDRError
+from sdr_search.core import deadline
+from sdr_search.core.errors import DeadlineExceededError, IndexNotFoundError, InvalidInputError, SDRError
 
 from ..engine import MLTResult, MLTSettings, MoreLikeThis
 from ..query import Query
@@ -76,6 +78,7 @@ _ERRORS = {
     429: "Too many concurrent requests; retry after the Retry-After header's seconds.",
     500: "Internal error.",
     503: "The store's backend cannot be reached.",
+    504: "No answer within the request's deadline (SDR_SERVICE_REQUEST_TIMEOUT_S), e.g. while a node is hung.",
 }
 
 
@@ -233,16 +236,22 @@ class _Service:
         degraded = False
         for index in self.indices.items():
             cluster = await self._cluster_health(index)
-            # degraded: the index itself is not green (another index's missing replica does not count)
-            worse = cluster is not None and (cluster.get("index_status") or cluster["status"]) != "green"
+            # degraded: the index itself is not green (another index's missing replica does not count), or a
+            # node does not answer (hung: the cluster has not dropped it yet, and reads meeting it wait)
+            hung = bool(cluster and cluster.get("unanswering_nodes"))
+            worse = cluster is not None and (hung or (cluster.get("index_status") or cluster["status"]) != "green")
             degraded = degraded or worse
             try:
                 with anyio.fail_after(self.settings.health_timeout_s):
-                    counts = await anyio.to_thread.run_sync(index.store.verify, abandon_on_cancel=True)
+                    counts = await anyio.to_thread.run_sync(_within_s, self.settings.health_timeout_s,
+                                                            index.store.verify, abandon_on_cancel=True)
                 indices[index.name] = {"status": "degraded" if worse else "ok", "documents": int(counts.get("documents", 0))}
-            except TimeoutError:
-                ok = False
-                indices[index.name] = {"status": "unavailable", "error": f"no answer within {self.settings.health_timeout_s} s"}
+            except (TimeoutError, DeadlineExceededError):
+                # with a hung node known, a read that waited on one of its shard copies: the cluster serves
+                # reads that meet its other copies, and drops the node within its fault detection
+                ok = ok and hung
+                indices[index.name] = {"status": "degraded" if hung else "unavailable",
+                                       "error": f"no answer within {self.settings.health_timeout_s} s"}
             except SDRError as e:
                 ok = False
                 indices[index.name] = {"status": "unavailable", "error": f"{type(e).__name__}: {e}"}
@@ -273,7 +282,8 @@ class _Service:
         ``unknown`` with the reason when it does not answer within ``health_timeout_s``."""
         try:
             with anyio.fail_after(self.settings.health_timeout_s):
-                return await anyio.to_thread.run_sync(index.store.cluster_health, abandon_on_cancel=True)
+                return await anyio.to_thread.run_sync(lambda: index.store.cluster_health(
+                    timeout=self.settings.health_timeout_s / 2), abandon_on_cancel=True)
         except TimeoutError:
             return {"status": "unknown", "error": f"no answer within {self.settings.health_timeout_s} s"}
         except SDRError as e:
@@ -287,18 +297,56 @@ def _service(request: Request) -> _Service:
     return request.app.state.sdr
 
 
-async def _compute(request: Request, work: Callable[..., Any], *args: Any) -> Any:
+async def _compute(request: Request, work: Callable[..., Any], *args: Any, read: bool = False) -> Any:
     """``work(*args)`` in a worker thread, in one of the service's bounded compute slots, holding the
-    CPU gate shared (an encoder batch holds it whole; :class:`~sdr_search.reranker.service.compute.CpuGate`)."""
+    CPU gate shared (an encoder batch holds it whole; :class:`~sdr_search.reranker.service.compute.CpuGate`).
+    A ``read`` runs within the request's deadline (:func:`_bounded`)."""
     service = _service(request)
-    async with service.limiter.slot():
+    seconds = service.settings.request_timeout_s if read else 0.0
+    end = time.monotonic() + seconds if seconds > 0 else None
+    async with service.limiter.slot(None if end is None else end - time.monotonic()):
         gate = service.encoder.gate if service.encoder is not None else None
-        if gate is None:
-            return await run_in_threadpool(work, *args)
-        return await run_in_threadpool(_gated, gate, work, *args)
+        return await _bounded(end, seconds, _gated, gate, work, *args)
 
 
-def _gated(gate: CpuGate, work: Callable[..., Any], *args: Any) -> Any:
+# A read's thread gives up at its deadline by itself (its store requests are cut to it, the engine checks it
+# between stages); the answer waits this much longer for it before answering 504 without it.
+_DEADLINE_GRACE_S = 1.0
+
+
+async def _bounded(end: float | None, seconds: float, work: Callable[..., Any], *args: Any) -> Any:
+    """``work(*args)`` in a worker thread, within the deadline ``end`` (``time.monotonic()``; None: none): the
+    thread runs inside :func:`sdr_search.core.deadline.at`, and the answer is a 504
+    (:class:`DeadlineExceededError`) at most ``_DEADLINE_GRACE_S`` after it even if the thread is still busy
+    (it is left to finish; a CPU stage that does not check the deadline cannot be stopped from outside)."""
+    if end is None:
+        return await run_in_threadpool(work, *args)
+
+    def within() -> Any:
+        with deadline.at(end, seconds):
+            return work(*args)
+
+    try:
+        with anyio.fail_after(max(0.0, end - time.monotonic()) + _DEADLINE_GRACE_S):
+            return await anyio.to_thread.run_sync(within, abandon_on_cancel=True)
+    except TimeoutError:
+        raise DeadlineExceededError(deadline.message("computing the answer", seconds)) from None
+
+
+async def _read(request: Request, work: Callable[..., Any], *args: Any) -> Any:
+    """A light read (no compute slot) in a worker thread, within the request's deadline."""
+    seconds = _service(request).settings.request_timeout_s
+    return await _bounded(time.monotonic() + seconds if seconds > 0 else None, seconds, work, *args)
+
+
+def _within_s(seconds: float, work: Callable[[], Any]) -> Any:
+    with deadline.within(seconds, "SDR_SERVICE_HEALTH_TIMEOUT_S"):
+        return work()
+
+
+def _gated(gate: CpuGate | None, work: Callable[..., Any], *args: Any) -> Any:
+    if gate is None:
+        return work(*args)
     with gate.shared():
         return work(*args)
 
@@ -371,7 +419,7 @@ def _build_router() -> APIRouter:
         "/indices/{index}/more_like_this",
         response_model=m.MoreLikeThisResponse,
         response_model_exclude_none=True,
-        responses=_responses(401, 404, 409, 413, 422, 429, 500, 503),
+        responses=_responses(401, 404, 409, 413, 422, 429, 500, 503, 504),
         summary="Documents most similar to a document (two-stage SDR, or hybrid with BM25)",
         operation_id="moreLikeThis",
         description="Stage 1: nested sentence k-NN candidates (filtered by `filter` when given); stage 2: the "
@@ -381,7 +429,7 @@ def _build_router() -> APIRouter:
     )
     async def more_like_this(index: IndexName, body: m.MoreLikeThisRequest, request: Request) -> m.MoreLikeThisResponse:
         svc = _service(request)
-        result = await _compute(request, svc.more_like_this, index, body)
+        result = await _compute(request, svc.more_like_this, index, body, read=True)
         svc.metrics.candidates.observe(result.candidates)
         svc.metrics.rerank.observe(result.timings_ms.get("rerank", 0.0) / 1e3)
         return m.response_from(result, index)
@@ -389,12 +437,12 @@ def _build_router() -> APIRouter:
     @v1.get(
         "/indices/{index}/documents/{doc_id:any_id}",
         response_model=m.DocumentResponse,
-        responses=_responses(401, 404, 422, 500, 503),
+        responses=_responses(401, 404, 422, 500, 503, 504),
         summary="A stored document (title, metadata, paragraphs as sentences; no vectors)",
         operation_id="getDocument",
     )
     async def get_document(index: IndexName, doc_id: PathId, request: Request) -> m.DocumentResponse:
-        return await run_in_threadpool(_service(request).get_document, index, doc_id)
+        return await _read(request, _service(request).get_document, index, doc_id)
 
     @v1.put(
         "/indices/{index}/documents/{doc_id:any_id}",
@@ -462,7 +510,7 @@ def _build_router() -> APIRouter:
         "/indices/{index}/_find",
         response_model=m.FindResponse,
         response_model_exclude_none=True,
-        responses=_responses(401, 404, 422, 500, 503),
+        responses=_responses(401, 404, 422, 500, 503, 504),
         summary="Find a document to start from: by id, or by words of its title or text (BM25)",
         operation_id="findDocuments",
         description="The document whose id is `q` (when there is one), then the best BM25 matches of `q` against "
@@ -476,7 +524,7 @@ def _build_router() -> APIRouter:
     ) -> m.FindResponse:
         # a look-up as the page's box is typed (one BM25 search and a read of titles), not a query: it does
         # not wait for, or take, one of the bounded query slots (as GET .../documents/{id})
-        return await run_in_threadpool(_service(request).find, index, q, size)
+        return await _read(request, _service(request).find, index, q, size)
 
     return v1
 

@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sdr_search.core.errors import (
     BackendUnavailableError,
+    DeadlineExceededError,
     DocumentTooLargeError,
     ExplanationTooLargeError,
     IndexLayoutError,
@@ -54,6 +55,7 @@ STATUS_BY_ERROR: dict[type[BaseException], int] = {
     NotFoundError: 404,
     OverloadedError: 429,
     BackendUnavailableError: 503,
+    DeadlineExceededError: 504,
     StoreDamagedError: 503,
     ModelMismatchError: 409,
     IndexLayoutError: 409,

@@ -34,18 +34,20 @@ class ConcurrencyLimiter:
         return self._waiting
 
     @asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
+    async def slot(self, within_s: float | None = None) -> AsyncIterator[None]:
+        """Hold a slot inside; wait at most ``timeout_s`` (or ``within_s`` when shorter: the request's deadline)."""
+        wait_s = self.timeout_s if within_s is None else max(0.0, min(self.timeout_s, within_s))
         if self._semaphore.locked():
-            if self._waiting >= self.max_queue or self.timeout_s <= 0:
+            if self._waiting >= self.max_queue or wait_s <= 0:
                 raise OverloadedError(
                     f"too many concurrent requests ({self.limit} running, {self._waiting} waiting); retry later"
                 )
             self._waiting += 1
             try:
-                await asyncio.wait_for(self._semaphore.acquire(), self.timeout_s)
+                await asyncio.wait_for(self._semaphore.acquire(), wait_s)
             except TimeoutError:
                 raise OverloadedError(
-                    f"too many concurrent requests: no free slot within {self.timeout_s} s; retry later"
+                    f"too many concurrent requests: no free slot within {wait_s:.3g} s; retry later"
                 ) from None
             finally:
                 self._waiting -= 1

@@ -106,6 +106,17 @@ class ServiceSettings(BaseSettings):
         "came for this many seconds (sampled, as `sdr index` does; one refresh at a time per index). 0: only on "
         "demand (POST /v1/indices/{index}/_refresh_stats) or with `sdr stats`.",
     )
+    request_timeout_s: float = Field(
+        60.0, ge=0,
+        description="Deadline of a read (more like this, a document, a source search), from its arrival: its wait "
+        "for a compute slot, its store requests (each cut to the time left; no retry waits past it) and its "
+        "computation; past it the answer is 504 and the worker is free again. It bounds a call when a node of the "
+        "cluster hangs (a GC pause) instead of SDR_OPENSEARCH_TIMEOUT once per node and retry; keep it above that "
+        "timeout so that one slow request can still be retried on another node. Writes are not cut (an unknown "
+        "outcome is worse than a slow one). 0: no deadline.",
+    )
     health_timeout_s: float = Field(
-        5.0, gt=0, description="Seconds a store may take to answer the /health check before it counts as down."
+        5.0, gt=0, description="Seconds a store may take to answer the /health check before it counts as down. "
+        "On a cluster, each node is first asked to answer within half of it: one that does not (a hung process "
+        "the cluster has not dropped yet) makes /health say degraded and is left out of the client's rotation."
     )

@@ -5,8 +5,11 @@ is SIGKILLed (then revived), or frozen with SIGSTOP for longer than the request 
 The service is given every node's URL: a request whose node is dead or hung goes to another node
 (opensearch-py's transport retries, ``indexer/opensearch/hosts.py``), and the cluster serves a lost
 shard from its replica. Asserted: no failed call under a SIGKILL; under a SIGSTOP, no call longer than
-its bound; ``/health`` says ``degraded`` while the cluster is not green; once the node is back the
-cluster is green and every source answers the same ids as before the fault. The figures (failed calls,
+the service's request deadline (``SDR_SERVICE_REQUEST_TIMEOUT_S``), no failed call either (after one
+request times out on the hung node, reads prefer the shard copies on the nodes that answer), and
+``/health`` says ``degraded`` from its first check after the freeze (the hung node is listed as not
+answering) until it is thawed; under both, ``degraded`` while the cluster is not green; once the node is
+back the cluster is green and every source answers the same ids as before the fault. The figures (failed calls,
 p50 / p99 per phase) are printed and recorded in docs/results/cluster.md ("Faults").
 """
 
@@ -65,19 +68,21 @@ def test_faults_sigkill_of_a_data_node_under_query_load(cluster, cluster_index, 
         service.stop()
 
 
-TIMEOUT_S = 10  # the service's SDR_OPENSEARCH_TIMEOUT in the SIGSTOP test
+TIMEOUT_S = 10  # the service's SDR_OPENSEARCH_TIMEOUT in the SIGSTOP test (per store request)
+DEADLINE_S = 25  # its SDR_SERVICE_REQUEST_TIMEOUT_S: no call may take longer (plus the answer's grace)
 FREEZE_MIN_S = 20  # frozen at least this long (past the timeout), and until /health said degraded twice
 FREEZE_MAX_S = 120  # (the cluster drops a hung node after its fault detection, 3 x 10 s follower checks)
-# A call's requests: the first that meets the hung node waits the timeout on it, then on the next node
-# (retry_on_timeout) when that one waits on the hung node's shard too; the node is then left out, and a
-# search the cluster cannot finish is cancelled at the timeout (cancel_after_time_interval).
-CALL_BOUND_S = 6 * TIMEOUT_S
+# A call's store requests are each cut to the time left before its deadline, and no retry waits past it
+# (sdr_search.core.deadline): a call that meets the hung node answers 504 at its deadline at the latest.
+CALL_BOUND_S = DEADLINE_S + 3  # the grace of the answer (1 s) and the client's own HTTP round trip
+HEALTH_SEES_IT_S = 10  # /health lists the hung node (each node asked to answer within 2.5 s) this soon
 
 
 def test_faults_sigstop_of_a_data_node_no_call_hangs(cluster, cluster_index, tmp_path, capsys):
     t0 = time.monotonic()
     service = Service(cluster, cluster_index, tmp_path / "serve.log",
-                      env={"SDR_OPENSEARCH_TIMEOUT": str(TIMEOUT_S), "SDR_SERVICE_HEALTH_TIMEOUT_S": "5"}).start()
+                      env={"SDR_OPENSEARCH_TIMEOUT": str(TIMEOUT_S), "SDR_SERVICE_REQUEST_TIMEOUT_S": str(DEADLINE_S),
+                           "SDR_SERVICE_HEALTH_TIMEOUT_S": "5"}).start()
     try:
         baseline = _baseline(service.base, cluster_index)
         node = victim(cluster)
@@ -93,8 +98,9 @@ def test_faults_sigstop_of_a_data_node_no_call_hangs(cluster, cluster_index, tmp
                     while time.monotonic() - frozen_at < FREEZE_MAX_S:
                         r = client.get("/health")
                         body = r.json()
+                        cluster_seen = body["indices"][cluster_index].get("cluster", {})
                         healths.append((round(time.monotonic() - frozen_at, 1), r.status_code, body["status"],
-                                        body["indices"][cluster_index].get("cluster", {}).get("status", "")))
+                                        cluster_seen.get("status", "") + ("/hung" if cluster_seen.get("unanswering_nodes") else "")))
                         degraded = sum(1 for h in healths if h[2] == "degraded")
                         if degraded >= 2 and time.monotonic() - frozen_at >= FREEZE_MIN_S:
                             break
@@ -121,6 +127,11 @@ def test_faults_sigstop_of_a_data_node_no_call_hangs(cluster, cluster_index, tmp
         slowest = max(c.seconds for c in load.calls)
         assert slowest <= CALL_BOUND_S, (slowest, [(c.phase, c.seconds, c.error) for c in load.calls if c.seconds > CALL_BOUND_S])
         assert any(status == 200 and word == "degraded" for _, status, word, _ in healths), healths
+        # /health saw the hung node at once (listed as not answering), not only once the cluster dropped it
+        assert healths[0][0] <= HEALTH_SEES_IT_S and healths[0][2] == "degraded", healths
+        assert all(word == "degraded" for _, _, word, _ in healths), healths
+        # reads prefer the shard copies on the nodes that answer once a request timed out (NodeRouter)
+        assert not failed, failed
         assert after["status"] == "ok" and after["indices"][cluster_index]["cluster"]["status"] == "green", after
     finally:
         service.stop()

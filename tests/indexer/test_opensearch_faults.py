@@ -13,11 +13,14 @@
 (d) a k-NN query right after documents were replaced and deleted returns ``k`` live documents,
     never a deleted one (measured on the Lucene engine: no shortfall, so the store does not
     over-fetch; see the test).
+(f) a hung node (SIGSTOP): a read inside a request's deadline gives up at the deadline with
+    :class:`DeadlineExceededError` (not after the store's 30 s timeout), the node is not marked dead
+    for it, and the health check lists the node as not answering within its timeout.
 (e) with 3 shards, the OpenSearch lexical scores equal the embedded store's BM25 (up to
     OpenSearch's (k1 + 1) factor) because the store searches ``dfs_query_then_fetch``; the same
     query with ``query_then_fetch`` scores with per-shard statistics and differs.
 
-Nodes: (a)-(c) stop, restart or overload a node, so they use a node this module owns:
+Nodes: (a)-(c) and (f) stop, restart, freeze or overload a node, so they use a node this module owns:
 ``scripts/opensearch-node.sh`` on port ``SDR_TEST_FAULT_NODE_PORT`` (default: the first free one from 9270) with
 ``-E thread_pool.write.queue_size=1 -E http.max_content_length=2mb``, wiped before it starts (a
 leftover of an interrupted run on that port) and stopped and wiped at the end. (d) and (e) only
@@ -28,6 +31,8 @@ never stopped here. No mocks, no skips.
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import tempfile
 import threading
 import time
@@ -45,7 +50,9 @@ from sdr_search.indexer.opensearch.requests import build_bulk_actions, build_ter
 from sdr_search.indexer.store import IndexMeta
 from conftest import OwnedNode, owned_node_port
 from sdr_search.core.documents import Document, parse_record
-from sdr_search.core.errors import BackendUnavailableError, BulkWriteError, DocumentNotFoundError, StoreError
+from sdr_search.core import deadline
+from sdr_search.core.errors import (BackendUnavailableError, BulkWriteError, DeadlineExceededError,
+                                    DocumentNotFoundError, StoreError)
 from sdr_search.core.lexical import analyze, query_terms
 from sdr_search.core.vectors import DocVectors
 
@@ -357,6 +364,42 @@ def test_without_the_refusal_the_node_answers_413_and_the_whole_batch_is_lost(fa
     assert not isinstance(err.value, BulkWriteError)
     assert "413" in str(err.value) and "http.max_content_length" in str(err.value)
     assert _visible(fault_node.url, store.index_name) == 0  # the small documents were lost with it
+
+
+# =============================================================================================
+# (f) a hung node: a read gives up at its deadline
+# =============================================================================================
+def test_a_hung_node_costs_a_read_its_deadline_and_health_names_it(fault_node, fault_store):
+    store = fault_store("hung", timeout=30)  # the store's own timeout: 30 s per request
+    store.put(_items(3, "h"))
+    assert store.counts()["documents"] == 3
+    port = fault_node.url.rsplit(":", 1)[1]
+    both = OpenSearchStore(f"http://127.0.0.1:{port},http://localhost:{port}", index=store.index,
+                           settings=OpenSearchSettings(timeout=30))
+    try:
+        assert "unanswering_nodes" not in both.cluster_health(timeout=2)
+        pid = fault_node.pid()
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            with deadline.within(2.0), pytest.raises(DeadlineExceededError, match="deadline of 2 s"):
+                store.fetch(["h000"])
+            waited = time.monotonic() - t0
+            t1 = time.monotonic()
+            health = both.cluster_health(timeout=1.0)
+            health_s = time.monotonic() - t1
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert 1.9 <= waited < 4.0, waited  # before the deadline: the store's 30 s timeout
+        assert sorted(health["unanswering_nodes"]) == [f"http://127.0.0.1:{port}", f"http://localhost:{port}"], health
+        assert health["status"] == "unknown" and health_s < 3.0, (health, health_s)
+        # the node was only given less time: not marked dead, the next read answers at once
+        t2 = time.monotonic()
+        assert store.fetch(["h000"]).ids == ("h000",)
+        assert time.monotonic() - t2 < 5.0
+        assert "unanswering_nodes" not in both.cluster_health(timeout=2)
+    finally:
+        both.close()
 
 
 # =============================================================================================

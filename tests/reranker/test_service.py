@@ -263,7 +263,7 @@ class _ClusterStore:
     def verify(self, **kwargs):
         return {"documents": 3}
 
-    def cluster_health(self):
+    def cluster_health(self, timeout=None):
         return self.cluster
 
     def close(self):
