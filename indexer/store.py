@@ -44,6 +44,7 @@ __all__ = [
     "QueryState",
     "query_state_of",
     "SdrScores",
+    "CandidatePool",
     "CandidateFeatures",
     "StoreCapabilities",
     "DocumentStore",
@@ -165,6 +166,18 @@ class QueryState:
         """Whether the caller must replace its cached reference sample by :attr:`reference`
         (which is None when the store has no sample)."""
         return not self.reference_current
+
+
+@dataclass(frozen=True)
+class CandidatePool:
+    """The candidate stage's pool in the store (:meth:`DocumentStore.sdr_candidate_pool`): ``ids`` best
+    first, their aggregate ``scores`` (float64), and, when asked for, the centroid pre-rank's rows of
+    them (``centroid_rows[i, c]``: source paragraph centroid ``i`` against document ``ids[c]``,
+    float32, :meth:`DocumentStore.centroid_rows`; None when not asked for)."""
+
+    ids: list[str]
+    scores: np.ndarray
+    centroid_rows: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -337,6 +350,20 @@ class DocumentStore(ABC):
 
         raise StoreError(f"{type(self).__name__} cannot run the candidate stage itself "
                          "(capabilities.sdr_candidates is false)")
+
+    def sdr_candidate_pool(
+        self, source: DocVectors, k: int, size: int, *, centroids: np.ndarray | None = None,
+        stats: NormStats | None = None, aggregation: str = "weighted-sum", exclude_ids: Sequence[str] = (),
+        filter: Mapping[str, Any] | None = None,
+    ) -> CandidatePool:
+        """:meth:`sdr_candidates` and, with ``centroids`` (the source's paragraph centroids), the
+        :meth:`centroid_rows` of the pool it returns, as one :class:`CandidatePool`. This default makes
+        those two calls; a store answers both in one request where it can (OpenSearch: the plugin's
+        ``sdr_vectors`` fetch on the candidate search's hits). Only for a store that declares
+        ``capabilities.sdr_candidates``."""
+        ids, scores = self.sdr_candidates(source, k, size, stats=stats, aggregation=aggregation,
+                                          exclude_ids=exclude_ids, filter=filter)
+        return CandidatePool(ids, scores, None if centroids is None else self.centroid_rows(centroids, ids))
 
     def sdr_scores(
         self, sources: Sequence[tuple[DocVectors, NormStats]], ids: Sequence[str], *, explain: bool = False,

@@ -115,18 +115,20 @@ class Documents:
         return deleted
 
     # -- reads by id ------------------------------------------------------------------------------
-    def _vectors_of(self, target: Target, ids: Sequence[str], what: str) -> dict[str, DocVectors]:
+    def _vectors_of(self, target: Target, ids: Sequence[str], what: str, *,
+                    values: Mapping[str, int] | None = None) -> dict[str, DocVectors]:
         """``id -> DocVectors`` for the ids that exist, in an index that keeps its vectors only in the
         k-NN field (``_meta.sdr.vectors`` :data:`VECTORS_INDEX`): through the sdr plugin's
-        ``sdr_vectors`` fetch (:meth:`SdrPlugin.vectors`), or, on a node without the plugin, from the
-        vectors that derived source rebuilds into ``_source`` (JSON floats: slow)."""
+        ``sdr_vectors`` fetch (:meth:`SdrPlugin.vectors`; ``values``: their sentence counts when known,
+        else read first), or, on a node without the plugin, from the vectors that derived source rebuilds
+        into ``_source`` (JSON floats: slow)."""
         dim = target.recorded.dim
         unique = list(dict.fromkeys(str(i) for i in ids))
         found: dict[str, DocVectors] = {}
         if not unique:
             return found
         if self._plugin.available():
-            return self._plugin.vectors(target, unique, what)
+            return self._plugin.vectors(target, unique, what, values=values)
         if not target.derived_source:
             raise self._plugin.unreadable(target)
         for doc_id, src in self._transport.mget_sources(target.name, unique, ["doc_id", "par_sizes", "sentences"],
@@ -147,8 +149,10 @@ class Documents:
         document = Document(
             str(src["doc_id"]), parse_stored_paragraphs(src, doc_id), src.get("title"), src.get("metadata") or {}
         )
+        # the sentence count the document was written with sizes the plugin's vector fetch (no search for it)
+        counts = {doc_id: int(src["n_sentences"])} if "n_sentences" in src else None
         vectors = (parse_b64_vectors(src, target.recorded.dim) if target.vectors == VECTORS_B64
-                   else self._vectors_of(target, [doc_id], "reading a document").get(doc_id))
+                   else self._vectors_of(target, [doc_id], "reading a document", values=counts).get(doc_id))
         if vectors is None:
             raise DocumentNotFoundError(doc_id)
         stats = None

@@ -89,10 +89,9 @@ class StateIndex:
         return self._stats_info(target, state)
 
     def _stats_info(self, target: Target, state: Mapping[str, Any]) -> StatsInfo:
-        """The statistics info of the state document's ``state`` (two ``_count``s)."""
+        """The statistics info of the state document's ``state`` (the two counts in one ``_msearch``)."""
         s = state["stats"]
-        documents = self._transport.count(target.name)
-        with_stats = self._transport.count(target.state, build_stats_count_query())
+        documents, with_stats = self._transport.counts([(target.name, None), (target.state, build_stats_count_query())])
         return StatsInfo(
             version=int(s["version"]), mode=s["mode"], sample_size=s["sample_size"], seed=s["seed"],
             stale=bool(s["stale"]), computed_at=s["computed_at"], docs_without_stats=max(0, documents - with_stats),
@@ -128,7 +127,8 @@ class StateIndex:
                                  max_items=SMALL_DOCS_PER_BULK)
         self._transport.call("refreshing the indices", lambda: self._transport.os().indices.refresh(
             index=f"{target.name},{target.state}"), index=target.name)  # count what was just written
-        behind = self._transport.count(target.name) - self._transport.count(target.state, build_stats_count_query(version))
+        documents, current = self._transport.counts([(target.name, None), (target.state, build_stats_count_query(version))])
+        behind = documents - current
         info = {"version": version, "mode": mode, "sample_size": sample_size, "seed": seed,
                 "computed_at": now(), "stale": bool(behind > 0 or unknown)}
         self._write_stats_state(target, state, seq, info)

@@ -51,6 +51,7 @@ from sdr_search.core.vectors import CorpusVectors, DocVectors
 from sdr_search.indexer.opensearch.hosts import parse_urls
 from sdr_search.indexer.store import (
     CandidateFeatures,
+    CandidatePool,
     DocumentStore,
     IndexMeta,
     LexicalHits,
@@ -235,6 +236,16 @@ class OpenSearchStore(DocumentStore):
         ``capabilities.sdr_candidates``."""
         return self._plugin.sdr_candidates(source, k, size, stats=stats, aggregation=aggregation,
                                            exclude_ids=exclude_ids, filter=filter)
+
+    def sdr_candidate_pool(
+        self, source: DocVectors, k: int, size: int, *, centroids: np.ndarray | None = None,
+        stats: NormStats | None = None, aggregation: str = "weighted-sum", exclude_ids: Sequence[str] = (),
+        filter: Mapping[str, Any] | None = None,
+    ) -> CandidatePool:
+        """The candidate stage and the pool's centroid rows in one search (:meth:`.plugin.SdrPlugin.sdr_candidate_pool`).
+        ``capabilities.sdr_candidates``."""
+        return self._plugin.sdr_candidate_pool(source, k, size, centroids=centroids, stats=stats, aggregation=aggregation,
+                                               exclude_ids=exclude_ids, filter=filter)
 
     def sdr_scores(
         self, sources: Sequence[tuple[DocVectors, NormStats]], ids: Sequence[str], *, explain: bool = False,
