@@ -94,7 +94,7 @@ class MoreLikeThis:
         """Answer ``query``: state -> settings -> sources -> candidates (filtered, pre-ranked, fetched
         once) -> exact scores and fusion (document feedback for a short source) -> presented hits."""
         t0 = time.perf_counter()
-        state = self.sources.state()
+        state = self.sources.state(query)
         spec = self._resolve(state, query)
         K = max(query.candidates or self.settings.candidates, query.offset + query.size)
         likes, unlikes = self.sources.resolve(state, query)

@@ -138,9 +138,23 @@ class Documents:
 
     def get(self, doc_id: str) -> StoredDocument:
         target = self._indices.read()
+        main, stats_doc = self._transport.mget("reading a document", {"docs": self.stored_items(target, doc_id)})
+        return self.stored_from(target, doc_id, main, stats_doc)
+
+    @staticmethod
+    def stored_items(target: Target, doc_id: str) -> list[dict[str, Any]]:
+        """The two ``_mget`` items :meth:`stored_from` reads a document from (the document without its
+        sentence vectors and text, its statistics): sent alone by :meth:`get`, or with the state document
+        (:meth:`.store.OpenSearchStore.query_state`)."""
         docs = build_mget_body([doc_id], {"excludes": ["sentences", "text"]}, index=target.name)["docs"]
         docs.append({"_index": target.state, "_id": stats_os_id(doc_id), "_source": ["stats_mu", "stats_sigma"]})
-        main, stats_doc = self._transport.mget("reading a document", {"docs": docs})
+        return docs
+
+    def stored_from(self, target: Target, doc_id: str, main: Mapping[str, Any],
+                    stats_doc: Mapping[str, Any]) -> StoredDocument:
+        """The :class:`StoredDocument` of the answers to :meth:`stored_items` (its vectors from the ``_source``
+        read, or fetched through the plugin sized by the sentence count read). Raises
+        :class:`DocumentNotFoundError` when it does not exist."""
         if "error" in main:
             raise error_from_response(404, main, what="reading a document", index=target.name)
         if not main.get("found"):

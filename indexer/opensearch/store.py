@@ -293,10 +293,11 @@ class OpenSearchStore(DocumentStore):
         """Record the search defaults in the state document (validated; ``{}`` clears them)."""
         return self._state.set_search_defaults(defaults)
 
-    def query_state(self, *, reference_version: int | None = None) -> QueryState:
-        """Meta, search defaults, statistics info and the reference sample from one GET of the state
-        document (:meth:`.state.StateIndex.query_state`)."""
-        return self._state.query_state(reference_version=reference_version)
+    def query_state(self, *, reference_version: int | None = None, ids: Sequence[str] = ()) -> QueryState:
+        """Meta, search defaults, statistics info and the reference sample from one real-time read of the
+        state document, with the documents ``ids`` and their statistics in the same ``_mget``
+        (:meth:`.state.StateIndex.query_state`)."""
+        return self._state.query_state(reference_version=reference_version, documents=self._documents, ids=ids)
 
     # -- lifecycle --------------------------------------------------------------------------------
     def close(self) -> None:

@@ -109,6 +109,11 @@ class Transport:
         self.lock = threading.RLock()
         self._on_index_missing = on_index_missing
 
+    def index_missing(self) -> None:
+        """A request's answer said an index is missing (an ``_mget`` item's error): forget it, as for a
+        request that failed so."""
+        self._on_index_missing()
+
     def os(self) -> Any:
         """The opensearch-py client, created on first use."""
         if self.client is None:
