@@ -33,10 +33,13 @@ from .requests import (
     build_delete_actions,
     build_mget_body,
     build_stats_delete_actions,
+    build_vectors_search,
     error_from_response,
+    hit_doc_id,
     parse_b64_vectors,
     parse_derived_vectors,
     parse_stored_paragraphs,
+    parse_vector_hit,
     stats_os_id,
 )
 from .settings import OpenSearchSettings
@@ -150,11 +153,30 @@ class Documents:
         docs.append({"_index": target.state, "_id": stats_os_id(doc_id), "_source": ["stats_mu", "stats_sigma"]})
         return docs
 
+    def vector_searches(self, target: Target, mains: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+        """``id -> search`` of the plugin's vector fetch for those documents of the ``_mget`` answers ``mains``
+        (:meth:`stored_items`) that were found, in an index that keeps its vectors only in the k-NN field, when
+        together they fit one fetch (``sdr.limits.max_fetch_values``; by their recorded sentence counts): sent
+        with other searches (:meth:`.state.StateIndex.query_state`), their answers read by :meth:`vectors_from`.
+        Empty otherwise (:meth:`stored_from` fetches the vectors itself)."""
+        if target.vectors == VECTORS_B64 or not self._plugin.available():
+            return {}
+        found = {d: m["_source"] for d, m in mains.items() if "error" not in m and m.get("found")}
+        values = sum(int(src.get("n_sentences") or 0) for src in found.values()) * int(target.recorded.dim)
+        if not found or values > self._plugin.limits().max_fetch_values:
+            return {}
+        return {d: build_vectors_search([d]) for d in found}
+
+    def vectors_from(self, target: Target, answers: Sequence[Mapping[str, Any]]) -> dict[str, DocVectors]:
+        """``id -> DocVectors`` of the answers to :meth:`vector_searches` (a document deleted since has none)."""
+        dim = int(target.recorded.dim)
+        return {str(hit_doc_id(h)): parse_vector_hit(h, dim) for a in answers for h in a.get("hits", {}).get("hits", [])}
+
     def stored_from(self, target: Target, doc_id: str, main: Mapping[str, Any],
-                    stats_doc: Mapping[str, Any]) -> StoredDocument:
-        """The :class:`StoredDocument` of the answers to :meth:`stored_items` (its vectors from the ``_source``
-        read, or fetched through the plugin sized by the sentence count read). Raises
-        :class:`DocumentNotFoundError` when it does not exist."""
+                    stats_doc: Mapping[str, Any], vectors: DocVectors | None = None) -> StoredDocument:
+        """The :class:`StoredDocument` of the answers to :meth:`stored_items` (its vectors: ``vectors`` when
+        fetched already, else from the ``_source`` read, or fetched through the plugin sized by the sentence
+        count read). Raises :class:`DocumentNotFoundError` when it does not exist."""
         if "error" in main:
             raise error_from_response(404, main, what="reading a document", index=target.name)
         if not main.get("found"):
@@ -165,8 +187,9 @@ class Documents:
         )
         # the sentence count the document was written with sizes the plugin's vector fetch (no search for it)
         counts = {doc_id: int(src["n_sentences"])} if "n_sentences" in src else None
-        vectors = (parse_b64_vectors(src, target.recorded.dim) if target.vectors == VECTORS_B64
-                   else self._vectors_of(target, [doc_id], "reading a document", values=counts).get(doc_id))
+        if vectors is None:
+            vectors = (parse_b64_vectors(src, target.recorded.dim) if target.vectors == VECTORS_B64
+                       else self._vectors_of(target, [doc_id], "reading a document", values=counts).get(doc_id))
         if vectors is None:
             raise DocumentNotFoundError(doc_id)
         stats = None

@@ -104,10 +104,19 @@ class StateIndex:
         state, _ = self.read(target)
         return self._stats_info(target, state)
 
-    def _stats_info(self, target: Target, state: Mapping[str, Any]) -> StatsInfo:
-        """The statistics info of the state document's ``state`` (the two counts in one ``_msearch``)."""
+    @staticmethod
+    def _stats_counts(target: Target) -> list[tuple[str, dict[str, Any] | None]]:
+        """The two counts of the statistics info: the documents, and those with statistics."""
+        return [(target.name, None), (target.state, build_stats_count_query())]
+
+    def _stats_info(self, target: Target, state: Mapping[str, Any], counts: Sequence[int] | None = None) -> StatsInfo:
+        """The statistics info of the state document's ``state`` (the two counts in one ``_msearch``, unless
+        ``counts`` has them)."""
         s = state["stats"]
-        documents, with_stats = self._transport.counts([(target.name, None), (target.state, build_stats_count_query())])
+        if counts is not None:
+            documents, with_stats = counts
+        else:
+            (documents, with_stats), _ = self._transport.counts(self._stats_counts(target))
         return StatsInfo(
             version=int(s["version"]), mode=s["mode"], sample_size=s["sample_size"], seed=s["seed"],
             stale=bool(s["stale"]), computed_at=s["computed_at"], docs_without_stats=max(0, documents - with_stats),
@@ -143,7 +152,8 @@ class StateIndex:
                                  max_items=SMALL_DOCS_PER_BULK)
         self._transport.call("refreshing the indices", lambda: self._transport.os().indices.refresh(
             index=f"{target.name},{target.state}"), index=target.name)  # count what was just written
-        documents, current = self._transport.counts([(target.name, None), (target.state, build_stats_count_query(version))])
+        (documents, current), _ = self._transport.counts([(target.name, None),
+                                                          (target.state, build_stats_count_query(version))])
         behind = documents - current
         info = {"version": version, "mode": mode, "sample_size": sample_size, "seed": seed,
                 "computed_at": now(), "stale": bool(behind > 0 or unknown)}
@@ -261,11 +271,16 @@ class StateIndex:
             items += documents.stored_items(target, doc_id)
         got = self._transport.mget("reading the store state", {"docs": items})
         state = self.state_from(target, got[0])
+        # the counts, and the sources' vectors where the plugin reads them, in one _msearch
+        fetches = documents.vector_searches(target, {doc_id: got[1 + 2 * k] for k, doc_id in enumerate(ids)})
+        counts, answers = self._transport.counts(self._stats_counts(target), [(target.name, b) for b in fetches.values()])
+        fetched = documents.vectors_from(target, answers)
         stored = {}
         for k, doc_id in enumerate(ids):
             try:
-                stored[doc_id] = documents.stored_from(target, doc_id, got[1 + 2 * k], got[2 + 2 * k])
+                stored[doc_id] = documents.stored_from(target, doc_id, got[1 + 2 * k], got[2 + 2 * k],
+                                                       fetched.get(doc_id))
             except DocumentNotFoundError:
                 pass
-        return query_state_of(target.meta, state.get("search_defaults"), self._stats_info(target, state),
+        return query_state_of(target.meta, state.get("search_defaults"), self._stats_info(target, state, counts),
                               lambda: self._reference(target, state), reference_version, stored)

@@ -202,14 +202,18 @@ class Transport:
         return int(self.call("counting documents", lambda: self.os().count(index=index, body=dict(body) if body else None),
                              index=index)["count"])
 
-    def counts(self, searches: Sequence[tuple[str, Mapping[str, Any] | None]]) -> list[int]:
-        """How many documents each ``(index, body)`` matches (``body``: a ``_count`` body, None for every
-        document), as :meth:`count` says, in one ``_msearch`` (one round trip for several counts)."""
+    def counts(self, searches: Sequence[tuple[str, Mapping[str, Any] | None]],
+               more: Sequence[tuple[str, Mapping[str, Any]]] = ()) -> tuple[list[int], list[Mapping[str, Any]]]:
+        """How many documents each ``(index, body)`` of ``searches`` matches (``body``: a ``_count`` body, None for
+        every document), as :meth:`count` says, and the answers of the searches ``more`` (``(index, search body)``),
+        all in one ``_msearch`` (one round trip); an answer's error raises as the request's own would."""
         from opensearchpy import exceptions as ox
 
         body: list[dict[str, Any]] = []
         for index, query in searches:
             body += [{"index": index}, {"size": 0, "track_total_hits": True, **(dict(query) if query else {})}]
+        for index, search in more:
+            body += [{"index": index}, dict(search)]
 
         def counts() -> Mapping[str, Any]:
             r = self.os().msearch(body=body, params=self.search_params())
@@ -221,7 +225,8 @@ class Transport:
             return r
 
         r = self.call("counting documents", counts, index=searches[0][0])
-        return [int(item["hits"]["total"]["value"]) for item in r["responses"]]
+        answers = r["responses"]
+        return [int(item["hits"]["total"]["value"]) for item in answers[: len(searches)]], answers[len(searches):]
 
     # -- reads by id ------------------------------------------------------------------------------
     def mget(self, what: str, body: Mapping[str, Any], *, index: str | None = None) -> list[dict[str, Any]]:

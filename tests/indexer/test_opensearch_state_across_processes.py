@@ -113,3 +113,33 @@ def test_a_query_sees_what_another_process_wrote_before_it(engine, plugin_url): 
     rewritten = mlt.run(Query(id=source, size=5))
     assert rewritten.hits[0].id == last
     assert rewritten.stats_origin == "reference-sample"
+
+
+def test_a_query_on_the_plugin_path_takes_five_requests(engine):
+    """The round trips of one query by id on an index of one shard (issue 44; nine before): the state
+    document with the source and its statistics (one real-time ``_mget``), the statistics counts with the
+    source's vectors (one ``_msearch``), the candidate stage with the pool's centroid rows (one search), the
+    K's exact scores with the presented hits' breakdowns (one ``_msearch``), the presented documents (one
+    ``_mget``). By new text (pre-encoded) the same five, the ``_msearch`` without the source's vectors
+    (seven before)."""
+    mlt, items = engine
+    client = mlt.store._os()
+    sent: list[str] = []
+    real = {name: getattr(client, name) for name in ("get", "mget", "search", "msearch", "count")}
+
+    def counted(name):
+        return lambda *a, **kw: (sent.append(name), real[name](*a, **kw))[1]
+
+    mlt.run(Query(id="d00", size=3))  # warm: the reference sample and the node's limits read once per engine
+    for name in real:
+        setattr(client, name, counted(name))
+    try:
+        mlt.run(Query(id="d00", size=3))
+        assert sent == ["mget", "msearch", "search", "msearch", "mget"]
+        sent.clear()
+        doc, vectors = items[3]
+        mlt.run(Query(document=doc, vectors=vectors, size=3))
+        assert sent == ["mget", "msearch", "search", "msearch", "mget"]
+    finally:
+        for name, fn in real.items():
+            setattr(client, name, fn)
