@@ -6,7 +6,8 @@ door a query comes in by (HTTP, ``sdr mlt``, ``sdr eval --store``, :mod:`sdr_sea
 inside it:
 
 1. read the store's state once (:meth:`DocumentStore.query_state`: meta, search defaults,
-   statistics info, and the reference sample when the engine's cached copy is out of date);
+   statistics info, and the reference sample when the engine's cached copy is out of date), and the
+   query's indexed sources with it (on OpenSearch in the same real-time ``_mget``);
 2. resolve method and fusion: the query's values, else the index's recorded search defaults, else
    :class:`MLTSettings` (environment), else :data:`sdr_search.core.fusion.DEFAULT_HYBRID`;
 3. the source: an indexed document (its stored vectors and precomputed per-paragraph statistics)
