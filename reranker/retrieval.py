@@ -174,10 +174,14 @@ class CandidateStage:
         t0 = time.perf_counter()
         keep = range(len(pool) if scores is None else min(len(pool), K))
         scoring = StoreScoring(self.store)
-        if scores is not None and len(pool) > K:
+        prerank = scores is not None and len(pool) > K
+        if prerank:
             M = self.store.centroid_rows(paragraph_centroids(source.vectors), pool) if rows is None else rows
             keep = prerank_order_of_rows(pool, scores, M)[:K]
-            kept = [pool[i] for i in keep]
+        # the K scored exactly now, with the breakdowns of the best explain_top (the hits to present) in the same
+        # request; without a pre-rank only for one source (several merged sources are scored each on its own)
+        kept = [pool[i] for i in keep]
+        if kept and (prerank or not source.parts):
             scored = self.store.sdr_scores([(source.vectors, source.stats)], kept, explain_top=explain_top)
             scoring = StoreScoring(self.store, source, exact=dict(zip(kept, map(float, scored.scores[0]))),
                                    explained={i: why for i, why in zip(scored.ids, scored.explanations) if why is not None})

@@ -140,6 +140,9 @@ def test_a_query_on_the_plugin_path_takes_five_requests(engine):
         doc, vectors = items[3]
         mlt.run(Query(document=doc, vectors=vectors, size=3))
         assert sent == ["mget", "msearch", "search", "msearch", "mget"]
+        sent.clear()  # K over the corpus (no pre-rank): the presented hits still explained with the scores
+        mlt.run(Query(id="d00", size=3, candidates=50))
+        assert sent == ["mget", "msearch", "search", "msearch", "mget"]
     finally:
         for name, fn in real.items():
             setattr(client, name, fn)
