@@ -198,14 +198,10 @@ class Transport:
         instead of finishing work nobody reads."""
         return {"cancel_after_time_interval": f"{max(1, int(self.settings.timeout * 1000))}ms"}
 
-    def count(self, index: str, body: Mapping[str, Any] | None = None) -> int:
-        return int(self.call("counting documents", lambda: self.os().count(index=index, body=dict(body) if body else None),
-                             index=index)["count"])
-
     def counts(self, searches: Sequence[tuple[str, Mapping[str, Any] | None]],
                more: Sequence[tuple[str, Mapping[str, Any]]] = ()) -> tuple[list[int], list[Mapping[str, Any]]]:
         """How many documents each ``(index, body)`` of ``searches`` matches (``body``: a ``_count`` body, None for
-        every document), as :meth:`count` says, and the answers of the searches ``more`` (``(index, search body)``),
+        every document), as ``_count`` would say, and the answers of the searches ``more`` (``(index, search body)``),
         all in one ``_msearch`` (one round trip); an answer's error raises as the request's own would."""
         from opensearchpy import exceptions as ox
 
