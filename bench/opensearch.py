@@ -333,10 +333,10 @@ def fill(args, corpus: Corpus, work: Path) -> tuple[EmbeddedStore, dict[str, Ope
     emb.close()  # saves faiss.index
     out["embedded_close_s"] = time.perf_counter() - t
 
-    nodes: dict[str, OpenSearchStore] = {
+    nodes: dict[str, OpenSearchStore] = {} if args.plugin_only else {
         "opensearch": OpenSearchStore(args.url, index=args.index,
                                       settings=OpenSearchSettings(plugin="off") if args.plugin else None)}
-    if args.plugin:
+    if args.plugin or args.plugin_only:
         nodes["plugin"] = OpenSearchStore(args.url, index=f"{args.index}-plugin", settings=OpenSearchSettings(plugin="on"))
     for label, os_store in nodes.items():
         os_store.drop()
@@ -352,7 +352,7 @@ def fill(args, corpus: Corpus, work: Path) -> tuple[EmbeddedStore, dict[str, Ope
         node["settle_s"] = time.perf_counter() - t
         node["description"] = node_description(os_store, name)
         out["node"][label] = node
-    out["refresh"] = nodes["opensearch"].settings.refresh
+    out["refresh"] = next(iter(nodes.values())).settings.refresh
 
     if args.wait_for_stats and (corpus.stats_info.stale or corpus.stats_info.docs_without_stats):
         wait_for_stats(corpus, args.store)
@@ -426,9 +426,9 @@ def one_blas_thread(run: Runner) -> Runner:
 def runners(emb: EmbeddedStore, nodes: dict[str, OpenSearchStore], pools: Sequence[int], K: int,
             encoder: Any = None, blas1: bool = False) -> dict[str, Runner]:
     settings = MLTSettings(candidates=K, method="sdr")
-    out: dict[str, Runner] = {"embedded": engine_runner(MoreLikeThis(store=emb, encoder=encoder, settings=settings)),
-                              "opensearch": engine_runner(MoreLikeThis(store=nodes["opensearch"], encoder=encoder,
-                                                                       settings=settings))}
+    out: dict[str, Runner] = {"embedded": engine_runner(MoreLikeThis(store=emb, encoder=encoder, settings=settings))}
+    if "opensearch" in nodes:
+        out["opensearch"] = engine_runner(MoreLikeThis(store=nodes["opensearch"], encoder=encoder, settings=settings))
     if "plugin" in nodes:
         engine = MoreLikeThis(store=nodes["plugin"], encoder=encoder, settings=settings)
         out["plugin-engine"] = engine_runner(engine)  # the engine's in-store path (SDR_IN_STORE, issue 33 item 4)
@@ -580,7 +580,7 @@ def report(fill_out: dict[str, Any], fid: dict[str, Any] | None, lats: list[tupl
            merged: dict[str, Any] | None, emb_settings) -> None:
     n = fill_out["sentences"]
     nodes = fill_out["node"]
-    print(f"\n== corpus: {fill_out['documents']} documents, {n:,} sentences; node: {nodes['opensearch']['description']}; "
+    print(f"\n== corpus: {fill_out['documents']} documents, {n:,} sentences; node: {next(iter(nodes.values()))['description']}; "
           f"embedded: faiss HNSW M={emb_settings.hnsw_m} efConstruction={emb_settings.hnsw_ef_construction} "
           f"efSearch={emb_settings.hnsw_ef_search}")
     labels = ["embedded", *nodes]
@@ -679,6 +679,11 @@ def latency_table(label: str, lat: dict[str, Any], mode: str) -> None:
             a = np.asarray(accs, dtype=np.float64)
             print(f"{way:>14} {who:>22} {path:>18} {np.median(a[:, 0]):6.0f} {np.median(a[:, 1]):9.1f} "
                   f"{np.median(a[:, 2]):10.1f} {np.median(a[:, 3]) / 1e6:8.2f}")
+    for way, per_query in lat["requests"][mode].items():  # the order they are sent in (the median query)
+        if per_query:
+            one = per_query[int(np.argsort([sum(r[2] for r in rows) for rows in per_query])[len(per_query) // 2])]
+            print(f"{way}: {len(one)} requests of one query (the median by wire time), in order: " + ", ".join(
+                f"{who} {path} {wire:.1f} ms" for who, path, wire, _, _ in one))
 
 
 # =============================================================================================
@@ -710,6 +715,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--plugin", action="store_true",
                     help="also measure the node's sdr plugin: a second index on the node created and queried through "
                          "it (the node must have it); the plain node index then runs with SDR_OPENSEARCH_PLUGIN=off")
+    ap.add_argument("--plugin-only", action="store_true",
+                    help="only the node's sdr plugin index (as --plugin, without the plain node index and its "
+                         "Python-path way, which takes most of a run's time)")
     ap.add_argument("--plugin-pools", type=int, nargs="*", default=[200], metavar="N",
                     help="also the bench's own plugin pipeline (sdr_candidates then sdr_scores of N candidates, per "
                          "K = 100; default: 200), beside the engine on the plugin store (plugin-engine)")

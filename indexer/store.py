@@ -44,6 +44,7 @@ __all__ = [
     "QueryState",
     "query_state_of",
     "SdrScores",
+    "CandidatePool",
     "CandidateFeatures",
     "StoreCapabilities",
     "DocumentStore",
@@ -152,6 +153,8 @@ class QueryState:
     ``reference`` is the reference sample, or None: either the store has none
     (``reference_current`` False), or the caller's cached copy, recorded at statistics version
     ``reference_version``, is still current and was not read again (``reference_current`` True).
+    ``documents``: the stored documents the query asked for with its state (``ids``: its indexed
+    sources), those that exist, read with the state (on OpenSearch in the same ``_mget``).
     """
 
     meta: IndexMeta | None
@@ -159,12 +162,25 @@ class QueryState:
     stats: StatsInfo
     reference: ReferenceParagraphs | None
     reference_current: bool = False
+    documents: Mapping[str, "StoredDocument"] = field(default_factory=dict)
 
     @property
     def reference_changed(self) -> bool:
         """Whether the caller must replace its cached reference sample by :attr:`reference`
         (which is None when the store has no sample)."""
         return not self.reference_current
+
+
+@dataclass(frozen=True)
+class CandidatePool:
+    """The candidate stage's pool in the store (:meth:`DocumentStore.sdr_candidate_pool`): ``ids`` best
+    first, their aggregate ``scores`` (float64), and, when asked for, the centroid pre-rank's rows of
+    them (``centroid_rows[i, c]``: source paragraph centroid ``i`` against document ``ids[c]``,
+    float32, :meth:`DocumentStore.centroid_rows`; None when not asked for)."""
+
+    ids: list[str]
+    scores: np.ndarray
+    centroid_rows: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -204,11 +220,13 @@ def query_state_of(
     stats: StatsInfo,
     read_reference: Callable[[], ReferenceParagraphs | None],
     reference_version: int | None,
+    documents: Mapping[str, "StoredDocument"] | None = None,
 ) -> QueryState:
     """The :class:`QueryState` of what a store read; ``read_reference`` is only called when the
     caller's copy (statistics version ``reference_version``) is not current."""
     current = reference_version is not None and int(reference_version) == int(stats.version)
-    return QueryState(meta, dict(search_defaults or {}), stats, None if current else read_reference(), current)
+    return QueryState(meta, dict(search_defaults or {}), stats, None if current else read_reference(), current,
+                      dict(documents or {}))
 
 
 @dataclass(frozen=True)
@@ -337,6 +355,20 @@ class DocumentStore(ABC):
 
         raise StoreError(f"{type(self).__name__} cannot run the candidate stage itself "
                          "(capabilities.sdr_candidates is false)")
+
+    def sdr_candidate_pool(
+        self, source: DocVectors, k: int, size: int, *, centroids: np.ndarray | None = None,
+        stats: NormStats | None = None, aggregation: str = "weighted-sum", exclude_ids: Sequence[str] = (),
+        filter: Mapping[str, Any] | None = None,
+    ) -> CandidatePool:
+        """:meth:`sdr_candidates` and, with ``centroids`` (the source's paragraph centroids), the
+        :meth:`centroid_rows` of the pool it returns, as one :class:`CandidatePool`. This default makes
+        those two calls; a store answers both in one request where it can (OpenSearch: the plugin's
+        ``sdr_vectors`` fetch on the candidate search's hits). Only for a store that declares
+        ``capabilities.sdr_candidates``."""
+        ids, scores = self.sdr_candidates(source, k, size, stats=stats, aggregation=aggregation,
+                                          exclude_ids=exclude_ids, filter=filter)
+        return CandidatePool(ids, scores, None if centroids is None else self.centroid_rows(centroids, ids))
 
     def sdr_scores(
         self, sources: Sequence[tuple[DocVectors, NormStats]], ids: Sequence[str], *, explain: bool = False,
@@ -476,14 +508,28 @@ class DocumentStore(ABC):
         raise StoreError(f"{type(self).__name__} cannot record search defaults")
 
     # -- one read per query --------------------------------------------------------------------
-    def query_state(self, *, reference_version: int | None = None) -> QueryState:
+    def query_state(self, *, reference_version: int | None = None, ids: Sequence[str] = ()) -> QueryState:
         """:meth:`meta`, :meth:`search_defaults`, :meth:`stats_info` and :meth:`reference` in one
-        call, for one query. When ``reference_version`` equals the statistics version, the caller's
-        cached reference sample is current: it is not read (``reference`` None,
+        call, for one query, and the documents ``ids`` (:meth:`get`; the query's indexed sources:
+        ``documents``, those that exist). When ``reference_version`` equals the statistics version, the
+        caller's cached reference sample is current: it is not read (``reference`` None,
         ``reference_current`` True). This default calls those methods; a store overrides it to read
-        its state once (one SQLite read transaction; one GET of the OpenSearch state document)."""
+        its state once (one SQLite read transaction; on OpenSearch one ``_mget`` of the state document
+        and the documents)."""
         return query_state_of(self.meta(), self.search_defaults(), self.stats_info(), self.reference,
-                              reference_version)
+                              reference_version, self.stored_documents(ids))
+
+    def stored_documents(self, ids: Sequence[str]) -> dict[str, StoredDocument]:
+        """:meth:`get` of those ``ids`` that exist."""
+        from sdr_search.core.errors import DocumentNotFoundError
+
+        out: dict[str, StoredDocument] = {}
+        for doc_id in dict.fromkeys(ids):
+            try:
+                out[doc_id] = self.get(doc_id)
+            except DocumentNotFoundError:
+                pass
+        return out
 
     # -- health ---------------------------------------------------------------------------------
     def verify(self, *, thorough: bool = False) -> dict[str, int]:

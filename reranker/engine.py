@@ -6,7 +6,8 @@ door a query comes in by (HTTP, ``sdr mlt``, ``sdr eval --store``, :mod:`sdr_sea
 inside it:
 
 1. read the store's state once (:meth:`DocumentStore.query_state`: meta, search defaults,
-   statistics info, and the reference sample when the engine's cached copy is out of date);
+   statistics info, and the reference sample when the engine's cached copy is out of date), and the
+   query's indexed sources with it (on OpenSearch in the same real-time ``_mget``);
 2. resolve method and fusion: the query's values, else the index's recorded search defaults, else
    :class:`MLTSettings` (environment), else :data:`sdr_search.core.fusion.DEFAULT_HYBRID`;
 3. the source: an indexed document (its stored vectors and precomputed per-paragraph statistics)
@@ -95,7 +96,7 @@ class MoreLikeThis:
         """Answer ``query``: state -> settings -> sources -> candidates (filtered, pre-ranked, fetched
         once) -> exact scores and fusion (document feedback for a short source) -> presented hits."""
         t0 = time.perf_counter()
-        state = self.sources.state()
+        state = self.sources.state(query)
         spec = self._resolve(state, query)
         K = max(query.candidates or self.settings.candidates, query.offset + query.size)
         likes, unlikes = self.sources.resolve(state, query)

@@ -66,6 +66,7 @@ class CandidateStage:
             everything = [i for i in dict.fromkeys(query.candidate_ids) if i not in exclude]
         elif query.filter and self.store.capabilities.filtered_knn:
             everything = self._all_matching(query.filter, K, exclude)  # None: more than K match
+        rows: np.ndarray | None = None  # the pool's centroid rows, when the candidate stage's request brought them
         if everything is not None:
             pool, pool_scores = everything, None
             if spec is not None and against is None and not source.parts:  # several sources: searched each in _ranked
@@ -78,7 +79,7 @@ class CandidateStage:
             in_store = dict(query.filter) if query.filter and self.store.capabilities.filtered_knn else None
             if query.filter and in_store is None:
                 pool_n = min(K * self.settings.filter_oversample, max(self.settings.max_filter_candidates, pool_n))
-            pool, pool_scores = self.aggregated(source, pool_n, exclude, in_store)
+            pool, pool_scores, rows = self.pool(source, pool_n, exclude, in_store, rows=self.in_store and pool_n > K)
             t2 = time.perf_counter()
             timings["candidates"] = _ms(t2 - t1)
             lexical_ranked: list[str] = []
@@ -98,13 +99,14 @@ class CandidateStage:
                                              limit=max(K, int(np.ceil(self.settings.prerank_factor * K)))))
                 positions = [k for k, i in enumerate(pool) if i in keep]
                 pool, pool_scores = [pool[k] for k in positions], pool_scores[positions]
+                rows = None if rows is None else rows[:, positions]
                 lexical_ranked = filter_candidates(self.store, lexical_ranked, query.filter, limit=2 * K)
                 timings["filter"] = _ms(time.perf_counter() - t3)
         while True:
             try:
                 if self.in_store:  # the one place the scoring path is chosen (reranker/scoring.py)
                     vector_ids, lexical_ids, scoring = self._prerank_in_store(
-                        source, pool, pool_scores, lexical_ranked, K, timings, explain_top)
+                        source, pool, pool_scores, lexical_ranked, K, timings, explain_top, rows)
                 else:
                     vector_ids, lexical_ids, scoring = self._prerank_and_fetch(
                         source, pool, pool_scores, lexical_ranked, K, timings, known)
@@ -115,6 +117,7 @@ class CandidateStage:
                 logger.info("candidate %r was deleted during the query; ranking without it", e.doc_id)
                 kept = [k for k, i in enumerate(pool) if i != e.doc_id]
                 pool, pool_scores = [pool[k] for k in kept], None if pool_scores is None else pool_scores[kept]
+                rows = None if rows is None else rows[:, kept]
                 lexical_ranked = [i for i in lexical_ranked if i != e.doc_id]
         return Candidates(vector_ids + lexical_ids, scoring, lexical)
 
@@ -136,32 +139,49 @@ class CandidateStage:
     ) -> tuple[list[str], np.ndarray]:
         """The best ``k`` documents by the aggregation of the source sentences' k-NN hits, with their
         scores: in one request when the store runs the candidate stage itself."""
+        ids, scores, _ = self.pool(source, k, exclude, flt)
+        return ids, scores
+
+    def pool(
+        self, source: Source, k: int, exclude: Sequence[str], flt: Mapping[str, Any] | None = None, *,
+        rows: bool = False,
+    ) -> tuple[list[str], np.ndarray, np.ndarray | None]:
+        """:meth:`aggregated`, and where the store runs the candidate stage itself and ``rows`` is asked
+        for, the pool's centroid rows for the in-store pre-rank from the same request
+        (:meth:`DocumentStore.sdr_candidate_pool`; None otherwise)."""
         if self.settings.in_store and self.store.capabilities.sdr_candidates:
-            return self.store.sdr_candidates(source.vectors, self.settings.knn_k, k, stats=source.stats,
-                                             aggregation=self.settings.aggregation, exclude_ids=exclude, filter=flt)
+            found = self.store.sdr_candidate_pool(
+                source.vectors, self.settings.knn_k, k, centroids=paragraph_centroids(source.vectors) if rows else None,
+                stats=source.stats, aggregation=self.settings.aggregation, exclude_ids=exclude, filter=flt)
+            return found.ids, found.scores, found.centroid_rows
         hits = self.store.sentence_knn(source.vectors.vectors, self.settings.knn_k, exclude_ids=exclude,
                                        **({"filter": flt} if flt else {}))
         ids, scores = aggregate_hits(
             hits, source.vectors.par_offsets, method=self.settings.aggregation, stats=source.stats
         )
-        return top_of(ids, scores, k)
+        return (*top_of(ids, scores, k), None)
 
     def _prerank_in_store(
         self, source: Source, pool: list[str], scores: np.ndarray | None, lexical_ranked: list[str], K: int,
-        timings: dict[str, float], explain_top: int = 0,
+        timings: dict[str, float], explain_top: int = 0, rows: np.ndarray | None = None,
     ) -> tuple[list[str], list[str], StoreScoring]:
         """:meth:`_prerank_and_fetch` on a store that scores exactly itself (:attr:`in_store`): the same
         pre-rank next to its data (the centroid rows of the pool, :meth:`DocumentStore.centroid_rows`), the
         K kept scored exactly there, and nothing fetched. The :class:`StoreScoring` carries those exact
         scores, which the ranking reuses, and the breakdowns of the best ``explain_top`` of them, which the
-        presentation reuses."""
+        presentation reuses. ``rows``: the pool's centroid rows where the candidate stage's request brought
+        them (then not asked for again)."""
         t0 = time.perf_counter()
         keep = range(len(pool) if scores is None else min(len(pool), K))
         scoring = StoreScoring(self.store)
-        if scores is not None and len(pool) > K:
-            M = self.store.centroid_rows(paragraph_centroids(source.vectors), pool)
+        prerank = scores is not None and len(pool) > K
+        if prerank:
+            M = self.store.centroid_rows(paragraph_centroids(source.vectors), pool) if rows is None else rows
             keep = prerank_order_of_rows(pool, scores, M)[:K]
-            kept = [pool[i] for i in keep]
+        # the K scored exactly now, with the breakdowns of the best explain_top (the hits to present) in the same
+        # request; without a pre-rank only for one source (several merged sources are scored each on its own)
+        kept = [pool[i] for i in keep]
+        if kept and (prerank or not source.parts):
             scored = self.store.sdr_scores([(source.vectors, source.stats)], kept, explain_top=explain_top)
             scoring = StoreScoring(self.store, source, exact=dict(zip(kept, map(float, scored.scores[0]))),
                                    explained={i: why for i, why in zip(scored.ids, scored.explanations) if why is not None})

@@ -148,7 +148,7 @@ class SourceResolver:
     def source(self, query: Query) -> Source:
         """The (like) source of ``query`` with its normalisation statistics, as the engine
         resolves it, several like sources merged (for exhaustive comparisons in tests and benches)."""
-        likes, _ = self.resolve(self.state(), query)
+        likes, _ = self.resolve(self.state(query), query)
         return merge_sources(likes)
 
     def resolve(self, state: QueryState, query: Query) -> tuple[list[Source], list[Source]]:
@@ -227,19 +227,24 @@ class SourceResolver:
             )
 
     def source_from_id(self, doc_id: str, state: QueryState | None = None) -> Source:
-        """An indexed document as the source: its stored statistics, else the reference sample's."""
-        stored = self.store.get(doc_id)
+        """An indexed document as the source: its stored statistics, else the reference sample's. The
+        document as read with the query's state when it was (:meth:`state` with the query), else read now."""
+        stored = state.documents.get(doc_id) if state is not None else None
+        if stored is None:
+            stored = self.store.get(doc_id)
         if stored.stats is not None and len(stored.stats.mu) == stored.vectors.n_paragraphs:
             return Source(stored.document, stored.vectors, stored.stats, "stored", doc_id)
         stats = self._sampled_stats(stored.vectors, doc_id, state)
         return Source(stored.document, stored.vectors, stats, "reference-sample", doc_id)
 
-    def state(self) -> QueryState:
-        """The store's state for one query. A reference sample newer than this engine's copy is
-        adopted at once, whether or not this query needs it, so the next query's read skips the
-        sample (a query by id with stored statistics never needs it, and read and decoded it on
+    def state(self, query: Query | None = None) -> QueryState:
+        """The store's state for one query, and ``query``'s indexed sources read with it (one request on
+        OpenSearch: :meth:`DocumentStore.query_state` with their ids). A reference sample newer than this
+        engine's copy is adopted at once, whether or not this query needs it, so the next query's read
+        skips the sample (a query by id with stored statistics never needs it, and read and decoded it on
         every request, a large share of a by-id request: docs/results/service.md)."""
-        state = self.store.query_state(reference_version=self._sample_version)
+        ids = () if query is None else query_source_ids(query)
+        state = self.store.query_state(reference_version=self._sample_version, ids=ids)
         if state.reference is not None:
             self._reference(state)
         return state
@@ -273,6 +278,12 @@ class SourceResolver:
         # a one-document store: the source's own paragraphs are the whole sample; no statistics
         # exist, so its scores stay unnormalised (mu 0, sigma 1) rather than failing
         return stats_against_sample(vectors, sample, exclude_doc=exclude, if_empty="identity" if own_id else "raise")
+
+
+def query_source_ids(query: Query) -> tuple[str, ...]:
+    """The ids of ``query``'s indexed sources (like and unlike), each once."""
+    items = [*(query.likes() or ()), *query.unlikes()]
+    return tuple(dict.fromkeys(x.id for x in items if x.id is not None))
 
 
 def query_encoder(meta: IndexMeta | None, settings: EncoderSettings | None = None) -> SentenceEncoder:

@@ -446,6 +446,17 @@ class StoreContract:
             assert (base.meta, base.search_defaults, base.stats, base.reference_current) == \
                 (own.meta, own.search_defaults, own.stats, own.reference_current)
             assert (base.reference is None) == (own.reference is None)
+        # the query's indexed sources read with the state (issue 44): as get() reads them, absent ones left out
+        first = items[0][0].id
+        own = store.query_state(reference_version=state.stats.version, ids=[first, "absent", first])
+        base = DocumentStore.query_state(store, reference_version=state.stats.version, ids=[first, "absent"])
+        assert list(own.documents) == list(base.documents) == [first]
+        for got in (own.documents[first], base.documents[first]):
+            want = store.get(first)
+            assert got.document == want.document
+            np.testing.assert_array_equal(got.vectors.vectors, want.vectors.vectors)
+            np.testing.assert_array_equal(got.stats.mu, want.stats.mu)
+        assert store.query_state().documents == {}
 
     # -- capabilities ---------------------------------------------------------------------------------------------
     def test_capabilities_are_declared_and_keep_their_promise(self, store):

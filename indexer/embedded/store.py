@@ -28,6 +28,7 @@ import shutil
 import sqlite3
 import threading
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence, cast
 
@@ -793,13 +794,14 @@ class EmbeddedStore(DocumentStore):
     # =========================================================================================
     # one read per query
     # =========================================================================================
-    def query_state(self, *, reference_version: int | None = None) -> QueryState:
+    def query_state(self, *, reference_version: int | None = None, ids: Sequence[str] = ()) -> QueryState:
         """Meta, search defaults, statistics info and (unless ``reference_version`` is current)
         the reference sample, from one SQLite read transaction (the first three cached per
-        generation)."""
+        generation), and the documents ``ids`` (:meth:`get`, those that exist)."""
         with self._snapshot() as conn:
-            return query_state_of(self._meta(conn), self._search_defaults(conn), self._stats_info(conn),
-                                  lambda: self._reference(conn), reference_version)
+            state = query_state_of(self._meta(conn), self._search_defaults(conn), self._stats_info(conn),
+                                   lambda: self._reference(conn), reference_version)
+        return replace(state, documents=self.stored_documents(ids)) if ids else state
 
     def set_search_defaults(self, defaults: Mapping[str, Any]) -> dict[str, Any]:
         """Record the index's search defaults in ``meta`` (validated; ``{}`` clears them)."""

@@ -33,10 +33,13 @@ from .requests import (
     build_delete_actions,
     build_mget_body,
     build_stats_delete_actions,
+    build_vectors_search,
     error_from_response,
+    hit_doc_id,
     parse_b64_vectors,
     parse_derived_vectors,
     parse_stored_paragraphs,
+    parse_vector_hit,
     stats_os_id,
 )
 from .settings import OpenSearchSettings
@@ -115,18 +118,20 @@ class Documents:
         return deleted
 
     # -- reads by id ------------------------------------------------------------------------------
-    def _vectors_of(self, target: Target, ids: Sequence[str], what: str) -> dict[str, DocVectors]:
+    def _vectors_of(self, target: Target, ids: Sequence[str], what: str, *,
+                    values: Mapping[str, int] | None = None) -> dict[str, DocVectors]:
         """``id -> DocVectors`` for the ids that exist, in an index that keeps its vectors only in the
         k-NN field (``_meta.sdr.vectors`` :data:`VECTORS_INDEX`): through the sdr plugin's
-        ``sdr_vectors`` fetch (:meth:`SdrPlugin.vectors`), or, on a node without the plugin, from the
-        vectors that derived source rebuilds into ``_source`` (JSON floats: slow)."""
+        ``sdr_vectors`` fetch (:meth:`SdrPlugin.vectors`; ``values``: their sentence counts when known,
+        else read first), or, on a node without the plugin, from the vectors that derived source rebuilds
+        into ``_source`` (JSON floats: slow)."""
         dim = target.recorded.dim
         unique = list(dict.fromkeys(str(i) for i in ids))
         found: dict[str, DocVectors] = {}
         if not unique:
             return found
         if self._plugin.available():
-            return self._plugin.vectors(target, unique, what)
+            return self._plugin.vectors(target, unique, what, values=values)
         if not target.derived_source:
             raise self._plugin.unreadable(target)
         for doc_id, src in self._transport.mget_sources(target.name, unique, ["doc_id", "par_sizes", "sentences"],
@@ -136,9 +141,42 @@ class Documents:
 
     def get(self, doc_id: str) -> StoredDocument:
         target = self._indices.read()
+        main, stats_doc = self._transport.mget("reading a document", {"docs": self.stored_items(target, doc_id)})
+        return self.stored_from(target, doc_id, main, stats_doc)
+
+    @staticmethod
+    def stored_items(target: Target, doc_id: str) -> list[dict[str, Any]]:
+        """The two ``_mget`` items :meth:`stored_from` reads a document from (the document without its
+        sentence vectors and text, its statistics): sent alone by :meth:`get`, or with the state document
+        (:meth:`.store.OpenSearchStore.query_state`)."""
         docs = build_mget_body([doc_id], {"excludes": ["sentences", "text"]}, index=target.name)["docs"]
         docs.append({"_index": target.state, "_id": stats_os_id(doc_id), "_source": ["stats_mu", "stats_sigma"]})
-        main, stats_doc = self._transport.mget("reading a document", {"docs": docs})
+        return docs
+
+    def vector_searches(self, target: Target, mains: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+        """``id -> search`` of the plugin's vector fetch for those documents of the ``_mget`` answers ``mains``
+        (:meth:`stored_items`) that were found, in an index that keeps its vectors only in the k-NN field, when
+        together they fit one fetch (``sdr.limits.max_fetch_values``; by their recorded sentence counts): sent
+        with other searches (:meth:`.state.StateIndex.query_state`), their answers read by :meth:`vectors_from`.
+        Empty otherwise (:meth:`stored_from` fetches the vectors itself)."""
+        if target.vectors == VECTORS_B64 or not self._plugin.available():
+            return {}
+        found = {d: m["_source"] for d, m in mains.items() if "error" not in m and m.get("found")}
+        values = sum(int(src.get("n_sentences") or 0) for src in found.values()) * int(target.recorded.dim)
+        if not found or values > self._plugin.limits().max_fetch_values:
+            return {}
+        return {d: build_vectors_search([d]) for d in found}
+
+    def vectors_from(self, target: Target, answers: Sequence[Mapping[str, Any]]) -> dict[str, DocVectors]:
+        """``id -> DocVectors`` of the answers to :meth:`vector_searches` (a document deleted since has none)."""
+        dim = int(target.recorded.dim)
+        return {str(hit_doc_id(h)): parse_vector_hit(h, dim) for a in answers for h in a.get("hits", {}).get("hits", [])}
+
+    def stored_from(self, target: Target, doc_id: str, main: Mapping[str, Any],
+                    stats_doc: Mapping[str, Any], vectors: DocVectors | None = None) -> StoredDocument:
+        """The :class:`StoredDocument` of the answers to :meth:`stored_items` (its vectors: ``vectors`` when
+        fetched already, else from the ``_source`` read, or fetched through the plugin sized by the sentence
+        count read). Raises :class:`DocumentNotFoundError` when it does not exist."""
         if "error" in main:
             raise error_from_response(404, main, what="reading a document", index=target.name)
         if not main.get("found"):
@@ -147,8 +185,11 @@ class Documents:
         document = Document(
             str(src["doc_id"]), parse_stored_paragraphs(src, doc_id), src.get("title"), src.get("metadata") or {}
         )
-        vectors = (parse_b64_vectors(src, target.recorded.dim) if target.vectors == VECTORS_B64
-                   else self._vectors_of(target, [doc_id], "reading a document").get(doc_id))
+        # the sentence count the document was written with sizes the plugin's vector fetch (no search for it)
+        counts = {doc_id: int(src["n_sentences"])} if "n_sentences" in src else None
+        if vectors is None:
+            vectors = (parse_b64_vectors(src, target.recorded.dim) if target.vectors == VECTORS_B64
+                       else self._vectors_of(target, [doc_id], "reading a document", values=counts).get(doc_id))
         if vectors is None:
             raise DocumentNotFoundError(doc_id)
         stats = None

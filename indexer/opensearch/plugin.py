@@ -23,7 +23,7 @@ from sdr_search.core.errors import (
 )
 from sdr_search.core.scoring import NormStats
 from sdr_search.core.vectors import DocVectors
-from sdr_search.indexer.store import CandidateFeatures, SdrScores, SentenceHits
+from sdr_search.indexer.store import CandidateFeatures, CandidatePool, SdrScores, SentenceHits
 
 from . import plugin_version
 from .indices import Indices, Target
@@ -304,6 +304,16 @@ class SdrPlugin:
         self, source: DocVectors, k: int, size: int, *, stats: NormStats | None = None,
         aggregation: str = "weighted-sum", exclude_ids: Sequence[str] = (), filter: Mapping[str, Any] | None = None,
     ) -> tuple[list[str], np.ndarray]:
+        """:meth:`sdr_candidate_pool` without centroid rows."""
+        pool = self.sdr_candidate_pool(source, k, size, stats=stats, aggregation=aggregation, exclude_ids=exclude_ids,
+                                       filter=filter)
+        return pool.ids, pool.scores
+
+    def sdr_candidate_pool(
+        self, source: DocVectors, k: int, size: int, *, centroids: np.ndarray | None = None,
+        stats: NormStats | None = None, aggregation: str = "weighted-sum", exclude_ids: Sequence[str] = (),
+        filter: Mapping[str, Any] | None = None,
+    ) -> CandidatePool:
         """The candidate stage on the node in one search (the sdr plugin's ``sdr_candidates`` query;
         :meth:`DocumentStore.sdr_candidates`): per source sentence the top ``k`` documents by their best
         sentence (``settings.candidate_search``: 'sentences', the k-NN of ``k x candidate_oversample``
@@ -311,7 +321,10 @@ class SdrPlugin:
         k-NN query :meth:`OpenSearchStore.sentence_knn` sends), ``ef_search`` ``settings.hnsw_ef_search``, the
         metadata ``filter`` and ``exclude_ids`` as ``sentence_knn`` applies them, aggregated per document on
         each shard; the best ``size`` ``(ids, scores)``, best first, ties by id.
-        ``capabilities.sdr_candidates``."""
+        ``capabilities.sdr_candidates``. With ``centroids`` (the source's paragraph centroids) each hit also
+        brings its centroid rows (:meth:`centroid_rows`) from the same search (the ``sdr_vectors`` fetch on its
+        hits): the pre-rank costs no request of its own; where ``size`` x the centroids' rows pass
+        ``sdr.limits.max_fetch_values`` they are read apart, as :meth:`centroid_rows` pages them."""
         if k < 1 or k > MAX_KNN_K:
             raise InvalidInputError(f"k must be between 1 and {MAX_KNN_K} on OpenSearch, got {k}")
         if size < 0:
@@ -320,13 +333,19 @@ class SdrPlugin:
         target = self._target("sdr_candidates")
         target.filterable(filter)
         q = _source_rows(target, source.vectors)
+        cs = None if centroids is None else _source_rows(target, centroids, "source centroids")
         if restriction == MATCH_NONE or size == 0:
-            return [], np.zeros(0, dtype=np.float64)
+            return CandidatePool([], np.zeros(0, dtype=np.float64),
+                                 None if cs is None else np.zeros((cs.shape[0], 0), dtype=np.float32))
         search, ef_search = self.settings.candidate_search, self.settings.hnsw_ef_search
         # the plugin takes k x oversample <= 10,000 sentence hits per source sentence
         oversample = max(1, min(self.settings.candidate_oversample, MAX_KNN_K // k))
         limits = self.limits()
         check_source_limits(limits, q.shape[0], q.shape[1])
+        if cs is not None:
+            check_source_limits(limits, cs.shape[0], cs.shape[1], "the source's paragraph centroids")
+        # the rows in the same search while its hits' rows stay within one fetch's limit, else read apart
+        folded = cs is not None and size * cs.shape[0] <= limits.max_fetch_values
         per_sentence = candidate_hits_per_sentence(k, max(ef_search, k), search, oversample)
         if q.shape[0] * per_sentence > limits.max_candidate_hits:
             raise InvalidInputError(
@@ -336,12 +355,21 @@ class SdrPlugin:
         body = build_sdr_candidates_query(
             q, np.diff(source.par_offsets), k=k, size=size, ef_search=ef_search,
             aggregation=aggregation, mu=None if stats is None else stats.mu, sigma=None if stats is None else stats.sigma,
-            exclude_ids=[str(i) for i in exclude_ids], filter=restriction, search=search, oversample=oversample)
+            exclude_ids=[str(i) for i in exclude_ids], filter=restriction, search=search, oversample=oversample,
+            centroids=cs if folded else None)
         r = self._transport.call("an sdr candidate search", lambda: self._transport.os().search(
             index=target.name, body=body, params=self._transport.search_params()), index=target.name)
         ids, scores, _ = parse_sdr_hits(r, index=target.name, what="an sdr candidate search")
         order = sorted(range(len(ids)), key=lambda i: (-scores[i], ids[i]))  # ties by id, as top_of
-        return [ids[i] for i in order], scores[order]
+        ranked = [ids[i] for i in order]
+        rows = None
+        if folded and cs is not None:
+            hits = r.get("hits", {}).get("hits", [])
+            rows = np.stack([parse_centroid_rows_hit(hits[i], cs.shape[0]) for i in order], axis=1) if order \
+                else np.zeros((cs.shape[0], 0), dtype=np.float32)
+        elif cs is not None:
+            rows = self.centroid_rows(cs, ranked)
+        return CandidatePool(ranked, scores[order], rows)
 
     def sdr_scores(
         self, sources: Sequence[tuple[DocVectors, NormStats]], ids: Sequence[str], *, explain: bool = False,

@@ -12,11 +12,11 @@ generation is deleted after (a reader never sees a half-written sample).
 from __future__ import annotations
 
 import logging
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from sdr_search.core.errors import InvalidInputError, StoreError
+from sdr_search.core.errors import DocumentNotFoundError, IndexNotFoundError, InvalidInputError, StoreError
 from sdr_search.core.fusion import check_search_defaults
 from sdr_search.core.scoring import NormStats
 from sdr_search.core.vectors import CorpusVectors
@@ -31,6 +31,7 @@ from .requests import (
     build_stats_count_query,
     build_stats_update_actions,
     decode_vectors_b64,
+    error_from_response,
     initial_state,
     reference_os_id,
     sentence_offsets,
@@ -56,6 +57,21 @@ class StateIndex:
     def _bulk(self, target: Target, actions: list[dict[str, Any]], what: str, **options: Any) -> dict[str, str]:
         return self._transport.bulk(target.name, actions, [a["_id"] for a in actions], what, engine=target.engine,
                                     **options)
+
+    @staticmethod
+    def state_item(target: Target) -> dict[str, Any]:
+        """The ``_mget`` item of the state document (read with the query's documents: one round trip)."""
+        return {"_index": target.state, "_id": STATE_DOC_ID}
+
+    def state_from(self, target: Target, item: Mapping[str, Any]) -> dict[str, Any]:
+        """The ``state`` of the state document's ``_mget`` answer ``item`` (:meth:`state_item`; the
+        initial state when it does not exist yet); a missing state index raises as :meth:`read` does."""
+        if "error" in item:
+            err = error_from_response(404, item, what="reading the store state", index=target.state)
+            if isinstance(err, IndexNotFoundError):
+                self._transport.index_missing()
+            raise err
+        return item["_source"]["state"] if item.get("found") else initial_state(now())["state"]
 
     def read(self, target: Target) -> tuple[dict[str, Any], tuple[int, int] | None]:
         """The state document's ``state`` and its ``(seq_no, primary_term)`` (None if missing)."""
@@ -88,11 +104,19 @@ class StateIndex:
         state, _ = self.read(target)
         return self._stats_info(target, state)
 
-    def _stats_info(self, target: Target, state: Mapping[str, Any]) -> StatsInfo:
-        """The statistics info of the state document's ``state`` (two ``_count``s)."""
+    @staticmethod
+    def _stats_counts(target: Target) -> list[tuple[str, dict[str, Any] | None]]:
+        """The two counts of the statistics info: the documents, and those with statistics."""
+        return [(target.name, None), (target.state, build_stats_count_query())]
+
+    def _stats_info(self, target: Target, state: Mapping[str, Any], counts: Sequence[int] | None = None) -> StatsInfo:
+        """The statistics info of the state document's ``state`` (the two counts in one ``_msearch``, unless
+        ``counts`` has them)."""
         s = state["stats"]
-        documents = self._transport.count(target.name)
-        with_stats = self._transport.count(target.state, build_stats_count_query())
+        if counts is not None:
+            documents, with_stats = counts
+        else:
+            (documents, with_stats), _ = self._transport.counts(self._stats_counts(target))
         return StatsInfo(
             version=int(s["version"]), mode=s["mode"], sample_size=s["sample_size"], seed=s["seed"],
             stale=bool(s["stale"]), computed_at=s["computed_at"], docs_without_stats=max(0, documents - with_stats),
@@ -128,7 +152,9 @@ class StateIndex:
                                  max_items=SMALL_DOCS_PER_BULK)
         self._transport.call("refreshing the indices", lambda: self._transport.os().indices.refresh(
             index=f"{target.name},{target.state}"), index=target.name)  # count what was just written
-        behind = self._transport.count(target.name) - self._transport.count(target.state, build_stats_count_query(version))
+        (documents, current), _ = self._transport.counts([(target.name, None),
+                                                          (target.state, build_stats_count_query(version))])
+        behind = documents - current
         info = {"version": version, "mode": mode, "sample_size": sample_size, "seed": seed,
                 "computed_at": now(), "stale": bool(behind > 0 or unknown)}
         self._write_stats_state(target, state, seq, info)
@@ -231,11 +257,30 @@ class StateIndex:
             index=target.state, id=STATE_DOC_ID, body=body, params={"retry_on_conflict": 5}), index=target.state)
         return checked
 
-    def query_state(self, *, reference_version: int | None = None) -> QueryState:
+    def query_state(self, *, reference_version: int | None = None, documents: Any = None,
+                    ids: Sequence[str] = ()) -> QueryState:
         """Meta (the mapping's, cached with the target), search defaults, statistics info and
-        (unless ``reference_version`` is current) the reference sample from one GET of the state
-        document, plus the two ``_count``s of the statistics info and the reference's ``_mget``."""
+        (unless ``reference_version`` is current) the reference sample from one real-time read of the
+        state document, plus the statistics info's two counts (one ``_msearch``) and the reference's
+        ``_mget``. With ``ids`` (the query's indexed sources) the same ``_mget`` reads those documents and
+        their statistics (``documents``: the store's :class:`.documents.Documents`, which parses them)."""
         target = self._indices.read()
-        state, _ = self.read(target)
-        return query_state_of(target.meta, state.get("search_defaults"), self._stats_info(target, state),
-                              lambda: self._reference(target, state), reference_version)
+        items = [self.state_item(target)]
+        ids = list(dict.fromkeys(str(i) for i in ids))
+        for doc_id in ids:
+            items += documents.stored_items(target, doc_id)
+        got = self._transport.mget("reading the store state", {"docs": items})
+        state = self.state_from(target, got[0])
+        # the counts, and the sources' vectors where the plugin reads them, in one _msearch
+        fetches = documents.vector_searches(target, {doc_id: got[1 + 2 * k] for k, doc_id in enumerate(ids)})
+        counts, answers = self._transport.counts(self._stats_counts(target), [(target.name, b) for b in fetches.values()])
+        fetched = documents.vectors_from(target, answers)
+        stored = {}
+        for k, doc_id in enumerate(ids):
+            try:
+                stored[doc_id] = documents.stored_from(target, doc_id, got[1 + 2 * k], got[2 + 2 * k],
+                                                       fetched.get(doc_id))
+            except DocumentNotFoundError:
+                pass
+        return query_state_of(target.meta, state.get("search_defaults"), self._stats_info(target, state, counts),
+                              lambda: self._reference(target, state), reference_version, stored)

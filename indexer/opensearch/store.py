@@ -51,6 +51,7 @@ from sdr_search.core.vectors import CorpusVectors, DocVectors
 from sdr_search.indexer.opensearch.hosts import parse_urls
 from sdr_search.indexer.store import (
     CandidateFeatures,
+    CandidatePool,
     DocumentStore,
     IndexMeta,
     LexicalHits,
@@ -237,6 +238,16 @@ class OpenSearchStore(DocumentStore):
         return self._plugin.sdr_candidates(source, k, size, stats=stats, aggregation=aggregation,
                                            exclude_ids=exclude_ids, filter=filter)
 
+    def sdr_candidate_pool(
+        self, source: DocVectors, k: int, size: int, *, centroids: np.ndarray | None = None,
+        stats: NormStats | None = None, aggregation: str = "weighted-sum", exclude_ids: Sequence[str] = (),
+        filter: Mapping[str, Any] | None = None,
+    ) -> CandidatePool:
+        """The candidate stage and the pool's centroid rows in one search (:meth:`.plugin.SdrPlugin.sdr_candidate_pool`).
+        ``capabilities.sdr_candidates``."""
+        return self._plugin.sdr_candidate_pool(source, k, size, centroids=centroids, stats=stats, aggregation=aggregation,
+                                               exclude_ids=exclude_ids, filter=filter)
+
     def sdr_scores(
         self, sources: Sequence[tuple[DocVectors, NormStats]], ids: Sequence[str], *, explain: bool = False,
         explain_top: int = 0,
@@ -283,10 +294,11 @@ class OpenSearchStore(DocumentStore):
         """Record the search defaults in the state document (validated; ``{}`` clears them)."""
         return self._state.set_search_defaults(defaults)
 
-    def query_state(self, *, reference_version: int | None = None) -> QueryState:
-        """Meta, search defaults, statistics info and the reference sample from one GET of the state
-        document (:meth:`.state.StateIndex.query_state`)."""
-        return self._state.query_state(reference_version=reference_version)
+    def query_state(self, *, reference_version: int | None = None, ids: Sequence[str] = ()) -> QueryState:
+        """Meta, search defaults, statistics info and the reference sample from one real-time read of the
+        state document, with the documents ``ids`` and their statistics in the same ``_mget``
+        (:meth:`.state.StateIndex.query_state`)."""
+        return self._state.query_state(reference_version=reference_version, documents=self._documents, ids=ids)
 
     # -- lifecycle --------------------------------------------------------------------------------
     def close(self) -> None:

@@ -123,6 +123,11 @@ class Transport:
                                  active=len(self.urls) > 1)
         self.router.connections = lambda: getattr(self.os().transport.connection_pool, "orig_connections", ())
 
+    def index_missing(self) -> None:
+        """A request's answer said an index is missing (an ``_mget`` item's error): forget it, as for a
+        request that failed so."""
+        self._on_index_missing()
+
     def os(self) -> Any:
         """The opensearch-py client, created on first use."""
         if self.client is None:
@@ -235,9 +240,31 @@ class Transport:
         seconds = self.settings.timeout if left is None else max(0.001, min(self.settings.timeout, left))
         return {"cancel_after_time_interval": f"{max(1, int(seconds * 1000))}ms"}
 
-    def count(self, index: str, body: Mapping[str, Any] | None = None) -> int:
-        return int(self.call("counting documents", lambda: self.os().count(index=index, body=dict(body) if body else None),
-                             index=index)["count"])
+    def counts(self, searches: Sequence[tuple[str, Mapping[str, Any] | None]],
+               more: Sequence[tuple[str, Mapping[str, Any]]] = ()) -> tuple[list[int], list[Mapping[str, Any]]]:
+        """How many documents each ``(index, body)`` of ``searches`` matches (``body``: a ``_count`` body, None for
+        every document), as ``_count`` would say, and the answers of the searches ``more`` (``(index, search body)``),
+        all in one ``_msearch`` (one round trip); an answer's error raises as the request's own would."""
+        from opensearchpy import exceptions as ox
+
+        body: list[dict[str, Any]] = []
+        for index, query in searches:
+            body += [{"index": index}, {"size": 0, "track_total_hits": True, **(dict(query) if query else {})}]
+        for index, search in more:
+            body += [{"index": index}, dict(search)]
+
+        def counts() -> Mapping[str, Any]:
+            r = self.os().msearch(body=body, params=self.search_params())
+            for item in r["responses"]:
+                if "error" in item:  # as the request's own error (an index missing, a 503 retried)
+                    err = item["error"]
+                    raise ox.TransportError(int(item.get("status", 500)),
+                                            str(err.get("type") if isinstance(err, Mapping) else err), item)
+            return r
+
+        r = self.call("counting documents", counts, index=searches[0][0])
+        answers = r["responses"]
+        return [int(item["hits"]["total"]["value"]) for item in answers[: len(searches)]], answers[len(searches):]
 
     # -- reads by id ------------------------------------------------------------------------------
     def mget(self, what: str, body: Mapping[str, Any], *, index: str | None = None) -> list[dict[str, Any]]:

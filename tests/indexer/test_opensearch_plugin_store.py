@@ -280,6 +280,47 @@ def test_centroid_rows_from_the_node_equal_the_pre_rank(filled):
         store.centroid_rows(np.full((1, DIM), np.nan, dtype=np.float32), ids)
 
 
+def test_the_candidate_pool_brings_its_centroid_rows_in_the_same_search(filled, plugin_url):
+    """Issue 44: ``sdr_candidate_pool`` with the source's paragraph centroids answers the candidate stage and
+    the pool's centroid rows in one request (the ``sdr_vectors`` fetch on the candidate search's hits): the
+    pool equals ``sdr_candidates``, the rows equal ``centroid_rows`` of it; with the node's
+    ``sdr.limits.max_fetch_values`` below the pool's rows, they are read apart, and equal."""
+    from sdr_search.core.scoring import paragraph_centroids
+
+    store, vectors = filled
+    rng = np.random.default_rng(44)
+    source = DocVectors(unit(rng, 6), np.array([0, 2, 6]))
+    centroids = paragraph_centroids(source)
+    ids, scores = store.sdr_candidates(source, 5, 20, exclude_ids=["d03"])
+    requests: list[str] = []
+    client = store._os()
+    real_search, real_msearch = client.search, client.msearch
+    client.search = lambda *a, **kw: (requests.append("search"), real_search(*a, **kw))[1]
+    client.msearch = lambda *a, **kw: (requests.append("msearch"), real_msearch(*a, **kw))[1]
+    try:
+        pool = store.sdr_candidate_pool(source, 5, 20, centroids=centroids, exclude_ids=["d03"])
+    finally:
+        client.search, client.msearch = real_search, real_msearch
+    assert requests == ["search"]
+    assert pool.ids == ids and len(ids) > 15
+    np.testing.assert_array_equal(pool.scores, scores)
+    np.testing.assert_allclose(pool.centroid_rows, store.centroid_rows(centroids, ids), atol=1e-6)
+    assert store.sdr_candidate_pool(source, 5, 20).centroid_rows is None
+    settings = OpenSearch([plugin_url], timeout=60)
+    try:  # over 15 hits x 2 rows: more values than a limit of 30: the rows are read apart (pages of 15 documents)
+        settings.cluster.put_settings(body={"transient": {"sdr.limits.max_fetch_values": 30}})
+        limited = OpenSearchStore(plugin_url, index=store.index)
+        try:
+            apart = limited.sdr_candidate_pool(source, 5, 20, centroids=centroids, exclude_ids=["d03"])
+        finally:
+            limited.close()
+    finally:
+        settings.cluster.put_settings(body={"transient": {"sdr.limits.max_fetch_values": None}})
+        settings.close()
+    assert apart.ids == ids
+    np.testing.assert_allclose(apart.centroid_rows, pool.centroid_rows, atol=1e-6)
+
+
 def test_the_store_keeps_within_the_nodes_limits_and_answers_the_same(filled, plugin_url):
     """Issue 41: the store learns the node's ``sdr.limits.*`` (cluster settings, once per store) and never sends a
     request over them: set tight on the node (the plugin refuses any request over them with a 400, so an answer

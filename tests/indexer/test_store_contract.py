@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 
+import numpy as np
 import pytest
 
 from factories import META, make_docs, reference_sample
@@ -94,8 +95,16 @@ class TestOpenSearchStore(StoreContract):
         store.write_stats(stats_for(store, [d.id for d, _ in items]), mode="sampled", sample_size=2, seed=3)
         client.calls.clear()
         state = store.query_state()
-        assert client.calls == {"get": 1, "count": 2, "mget": 1}  # state document, stats counts, sample
+        assert client.calls == {"mget": 2, "msearch": 1}  # state document, stats counts (one request), sample
         assert state.reference is not None and state.stats.version == 1
         client.calls.clear()
         assert store.query_state(reference_version=1).reference_current
-        assert client.calls == {"get": 1, "count": 2}  # a current sample is not read again
+        assert client.calls == {"mget": 1, "msearch": 1}  # a current sample is not read again
+        client.calls.clear()  # issue 44: a query's indexed sources are read in the state's _mget
+        with_docs = store.query_state(reference_version=1, ids=[items[0][0].id, "absent"])
+        assert client.calls["mget"] == 1 and "get" not in client.calls  # (and the vector fetch, where the plugin has them)
+        assert list(with_docs.documents) == [items[0][0].id]
+        got, want = with_docs.documents[items[0][0].id], store.get(items[0][0].id)
+        assert got.document == want.document
+        np.testing.assert_array_equal(got.vectors.vectors, want.vectors.vectors)
+        np.testing.assert_array_equal(got.stats.mu, want.stats.mu)

@@ -52,10 +52,12 @@ def _fill(store) -> None:
 
 def _ids_in(value) -> list[str]:
     """The document ids a store read returned or was asked for, in order."""
-    from sdr_search.indexer.store import SdrScores, SentenceHits
+    from sdr_search.indexer.store import CandidatePool, SdrScores, SentenceHits
 
     if isinstance(value, SentenceHits):
         return [i for row in value.doc_ids for i in row]
+    if isinstance(value, CandidatePool):
+        return list(value.ids)
     if isinstance(value, SdrScores):
         return list(value.ids)
     if isinstance(value, tuple) and value and isinstance(value[0], list):  # sdr_candidates: (ids, scores)
@@ -135,10 +137,10 @@ def test_the_query_source_deleted_mid_query_is_still_a_404(tmp_path):
 
 # -- OpenSearch with the plugin: the candidate stage, the exact scores and the features on the node --
 OPENSEARCH_CASES = [
-    ("sdr_candidates", dict(method="sdr")),  # then the exact scores of the K on the node
-    ("sdr_candidates", dict(method="sdr", candidates=3)),  # then the centroid rows (pool > K)
-    ("centroid_rows", dict(method="sdr", candidates=3)),  # then the exact scores of the K kept
-    ("sdr_candidates", dict(method="hybrid", fusion="zscore")),  # then scores and mean vectors on the node
+    ("sdr_candidate_pool", dict(method="sdr")),  # then the exact scores of the K on the node
+    # the pool with its centroid rows (pool > K, one request), then the exact scores of the K kept
+    ("sdr_candidate_pool", dict(method="sdr", candidates=3)),
+    ("sdr_candidate_pool", dict(method="hybrid", fusion="zscore")),  # then scores and mean vectors on the node
     ("lexical_search", dict(method="hybrid", fusion="zscore")),  # a lexical-only candidate scored on the node
 ]
 

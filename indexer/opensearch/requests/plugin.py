@@ -115,7 +115,7 @@ def build_sdr_candidates_query(
     vectors: np.ndarray, par_sizes: Sequence[int], *, k: int, size: int, ef_search: int,
     aggregation: str = "weighted-sum", mu: Sequence[float] | None = None, sigma: Sequence[float] | None = None,
     exclude_ids: Sequence[str] = (), filter: Mapping[str, Any] | None = None, search: str = "documents",
-    oversample: int = 4,
+    oversample: int = 4, centroids: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """One search that runs SDR's candidate stage on each shard (the plugin's ``sdr_candidates``
     query): per source sentence (a row of ``vectors``, grouped into paragraphs by ``par_sizes``) the
@@ -126,7 +126,9 @@ def build_sdr_candidates_query(
     the excluded documents are asked for on top of ``k`` and dropped; with one, they are left out
     inside it. ``search`` ``documents``: each sentence's search is the nested k-NN of ``k`` documents;
     ``sentences``: the k-NN of ``max(k * oversample, ef_search)`` sentences, each document kept once,
-    the first ``k`` (the embedded store's nested k-NN)."""
+    the first ``k`` (the embedded store's nested k-NN). ``centroids`` (the source's paragraph centroids,
+    ``(n, dim)``): each hit also carries its n centroid rows (the ``sdr_vectors`` fetch of
+    :func:`build_vectors_search`, :func:`parse_centroid_rows_hit`), so the pre-rank needs no request of its own."""
     if search not in ("documents", "sentences"):
         raise ValueError(f"search must be documents or sentences, got {search!r}")
     if aggregation not in AGGREGATIONS:
@@ -142,7 +144,10 @@ def build_sdr_candidates_query(
         clause["exclude"] = excluded
     if filter is not None:
         clause["filter"] = copy.deepcopy(dict(filter))
-    return {"size": int(size), **HITS_BY_DOC_ID, "track_total_hits": False, "query": {"sdr_candidates": clause}}
+    body = {"size": int(size), **HITS_BY_DOC_ID, "track_total_hits": False, "query": {"sdr_candidates": clause}}
+    if centroids is not None:
+        body["ext"] = {"sdr_vectors": {"centroids": encode_vectors_b64(centroids)}}
+    return body
 
 
 def build_sentence_hits_msearch(
