@@ -38,6 +38,19 @@ class EmbeddedStoreSettings(BaseSettings):
             "(recall) at the cost of slower indexing. Recorded at creation. Default as OpenSearch k-NN."
         ),
     )
+    ann_codes: Literal["float32", "fp16", "sq8"] = Field(
+        "float32",
+        description=(
+            "What the FAISS HNSW graph keeps of each sentence vector to choose the k-NN hits: float32 "
+            "(1,536 bytes a sentence at dim 384, beside the vector file's own copy), fp16 (768) or sq8 "
+            "(384: an 8-bit scalar quantiser, trained on the store's rows). With fp16 or sq8 the hits are "
+            "scored again from the float rows of the vector file, so every score stays exact; only which "
+            "sentences are hits can change. sq8 cuts the graph's memory about 3.5x (a 10M-sentence store "
+            "in a 24 GiB machine) at the same measured top-10 fidelity, and costs a little query time "
+            "(docs/results/scale.md). Recorded at creation: a store keeps its own codes (a store made "
+            "before this setting has float32); to change them, index into a new store."
+        ),
+    )
     hnsw_ef_search: int = Field(
         100,
         ge=1,
