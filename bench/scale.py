@@ -247,29 +247,40 @@ def _phase_query(args, base: Base, store, node: dict[str, Any] | None) -> dict[s
     lat, parts, _ = run_queries(engine, base, picks, by_text=True)
     out["by_text"] = summarise(lat, parts)
     out["memory"] = proc_status() if node is None else node_memory(store, node)
+    variants = {}
+    for ef in args.ef_search if node is None else []:  # the same by-id queries with another efSearch
+        store.settings = store.settings.model_copy(update={"hnsw_ef_search": ef})
+        lat, parts, vtops = run_queries(engine, base, picks, by_text=False)
+        variants[ef] = (summarise(lat, parts), vtops)
     n = store.counts()["sentences"]
     if args.fidelity_queries and n <= args.fidelity_max:
-        out["fidelity"] = fidelity(engine, store, base, picks[: args.fidelity_queries], tops)
+        truth = exhaustive_tops(engine, store, base, picks[: args.fidelity_queries])
+        out["fidelity"] = overlap(truth, tops)
+        for ef, (summary, vtops) in variants.items():
+            summary["fidelity"] = overlap(truth, vtops)
+    if variants:
+        out["ef_search"] = {str(ef): summary for ef, (summary, _) in variants.items()}
     return out
 
 
-def fidelity(engine, store, base: Base, picks, tops) -> dict[str, Any]:
-    """Top-10 overlap of the engine's by-id answers with exhaustive float32 SDR over every document."""
+def exhaustive_tops(engine, store, base: Base, picks) -> list[list[str]]:
+    """The exhaustive float32 SDR top-10 of each by-id source: every document scored exactly with
+    the source's statistics (as ``bench/two_stage.py``'s ``exhaustive_top``)."""
     from sdr_search.core.scoring import document_max, paragraph_scores, rank, sdr_scores
 
-    def exhaustive_top(src, corpus, k: int = 10) -> list[str]:  # as bench/two_stage.py's
-        scores = sdr_scores(document_max(paragraph_scores(src.vectors, corpus), corpus.doc_par_offsets), src.stats)
-        return [corpus.ids[i] for i in rank(list(corpus.ids), scores) if corpus.ids[i] != src.indexed_id][:k]
-
     corpus = store.all_vectors()
-    t = time.perf_counter()
-    overlaps = []
-    for (i, c), top in zip(picks, tops):
-        doc_id = base.docs[i].document.id if c == 0 else f"{base.docs[i].document.id}#{c}"
-        truth = exhaustive_top(engine.source_from_id(doc_id), corpus)
-        overlaps.append(len(set(truth) & set(top[:10])) / max(1, len(truth)))
-    return {"top10": float(np.mean(overlaps)), "min": float(np.min(overlaps)), "n": len(overlaps),
-            "exhaustive_s_per_query": (time.perf_counter() - t) / max(1, len(picks))}
+    out = []
+    for i, c in picks:
+        src = engine.source_from_id(base.docs[i].document.id if c == 0 else f"{base.docs[i].document.id}#{c}")
+        scores = sdr_scores(document_max(paragraph_scores(src.vectors, corpus), corpus.doc_par_offsets), src.stats)
+        out.append([corpus.ids[j] for j in rank(list(corpus.ids), scores) if corpus.ids[j] != src.indexed_id][:10])
+    return out
+
+
+def overlap(truth: list[list[str]], tops: list[list[str]]) -> dict[str, Any]:
+    """Mean (and worst) fraction of each exhaustive top-10 found in the engine's top-10."""
+    fractions = [len(set(t) & set(top[:10])) / max(1, len(t)) for t, top in zip(truth, tops)]
+    return {"top10": float(np.mean(fractions)), "min": float(np.min(fractions)), "n": len(fractions)}
 
 
 # =============================================================================================
@@ -277,7 +288,7 @@ def fidelity(engine, store, base: Base, picks, tops) -> dict[str, Any]:
 # =============================================================================================
 def node_memory(store, node: dict[str, Any]) -> dict[str, Any]:
     """The node's JVM heap (used, committed, max) and its process RSS (from /proc, same machine)."""
-    stats = store.client.nodes.stats(metric="jvm,process")
+    stats = store._os().nodes.stats(metric="jvm,process")
     (_, n), = stats["nodes"].items()
     heap = n["jvm"]["mem"]
     pid = node.get("pid")
@@ -315,16 +326,23 @@ def node_grow(args, base: Base) -> dict[str, Any]:
         logger.info("node copy %d: %d sentences in %.0f s of puts", c, rows, t_put)
     if have == 0 and base.reference is not None:
         store.set_reference(base.reference)
+    client = store._os()
     t = time.perf_counter()
-    store.client.indices.refresh(index=args.node_index)
-    store.client.indices.flush(index=args.node_index)
+    client.indices.refresh(index=args.node_index)
+    client.indices.flush(index=args.node_index)
+    while client.indices.stats(index=args.node_index, metric="merge")["indices"][args.node_index]["primaries"]["merges"]["current"]:
+        time.sleep(0.5)  # merged segments' HNSW graphs are rebuilt in the background
+    client.indices.flush(index=args.node_index)
+    client.indices.refresh(index=args.node_index)
     t_refresh = time.perf_counter() - t
-    st = store.client.indices.stats(index=args.node_index, metric="store,segments", include_segment_file_sizes=True)
+    st = client.indices.stats(index=args.node_index, metric="store,segments", params={"include_segment_file_sizes": "true"})
     prim = st["indices"][args.node_index]["primaries"]
     files = {k: v["size_in_bytes"] for k, v in prim["segments"].get("file_sizes", {}).items()}
     return {"phase": "grow", "copies_before": have, "rows_added": rows, "put_s": t_put, "refresh_s": t_refresh,
             "rows_per_s": rows / max(t_put + t_refresh, 1e-9), "disk_bytes": prim["store"]["size_in_bytes"],
-            "segments": prim["segments"]["count"], "files": files, "memory": node_memory(store, vars(args))}
+            "page_cache_graph_bytes": sum(v for k, v in files.items() if k in ("vex", "veq", "vemq")),
+            "float_vector_bytes": files.get("vec", 0),
+            "segments": prim["segments"]["count"], "files": files, "memory": node_memory(store, {"pid": args.node_pid})}
 
 
 # =============================================================================================
@@ -398,6 +416,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--sizes", type=float, nargs="+", default=[1e5], help="sentence counts to measure at")
     p.add_argument("--queries", type=int, default=30)
     p.add_argument("--fidelity-queries", type=int, default=15)
+    p.add_argument("--ef-search", type=int, nargs="*", default=[],
+                   help="also time the by-id queries (and their fidelity) with these SDR_STORE_HNSW_EF_SEARCH values")
     p.add_argument("--fidelity-max", type=float, default=2.1e6, help="no exhaustive fidelity pass above this many sentences")
     p.add_argument("--out", type=Path, help="JSON lines file to append each measured point to")
     p.add_argument("--label", default=None, help="name of the series in --out (default: embedded-<codes> / node-<encoder>)")
@@ -418,6 +438,7 @@ def main(argv: list[str] | None = None) -> None:
         else:
             res = phase_grow(args, base) if args.phase == "grow" else phase_query(args, base)
         res["maxrss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        res["loadavg"] = os.getloadavg()  # the machine is shared: other work running meanwhile shows here
         print(json.dumps(res))
         return
     args.passthrough = [a for a in (argv if argv is not None else sys.argv[1:])]
