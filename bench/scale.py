@@ -389,6 +389,64 @@ def plot(results: Path, png: Path) -> None:
     fig.savefig(png, dpi=110)
 
 
+GROWTH = {
+    "by id p50": lambda p: p["query"]["by_id"]["total"]["p50"],
+    **{f"{s} p50": (lambda s: lambda p: p["query"]["by_id"][s]["p50"])(s) for s in ("candidates", "prerank", "fetch", "rerank")},
+    "by text p50": lambda p: p["query"]["by_text"]["total"]["p50"],
+    "peak RSS querying": lambda p: p["query"]["memory"].get("VmHWM", p["query"]["memory"].get("node_VmHWM", float("nan"))),
+    "peak RSS indexing": lambda p: p["grow"].get("VmHWM", float("nan")),
+    "disk": lambda p: sum(p["disk"].values()) if "disk" in p else p["grow"]["disk_bytes"],
+}
+
+
+def growth(points: list[dict[str, Any]]) -> dict[str, float]:
+    """Log-log slope of each measure against sentences (1: linear, 0: flat), least squares."""
+    x = np.log([p["sentences"] for p in points])
+    out = {}
+    for name, get in GROWTH.items():
+        y = np.array([get(p) for p in points], dtype=float)
+        ok = np.isfinite(y) & (y > 0)
+        if ok.sum() >= 2:
+            out[name] = float(np.polyfit(x[ok], np.log(y[ok]), 1)[0])
+    return out
+
+
+def table(results: Path) -> None:
+    """Print the points of ``results`` (JSON lines) as the markdown table of docs/results/scale.md."""
+    print("| series | sentences | build sent/s | peak RSS build / query (MiB) | disk (MB) | by id p50 / p99 | "
+          "candidates p50 / p99 | rerank p50 | by text p50 / p99 | top-10 fidelity | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    series: dict[str, list[dict[str, Any]]] = {}
+    for line in Path(results).read_text().splitlines():
+        if not line.strip():
+            continue
+        pt = json.loads(line)
+        g, q = pt["grow"], pt["query"]
+        if pt["label"].startswith("node"):
+            rss = f"node {q['memory'].get('node_VmHWM', float('nan')):,.0f} / heap {q['memory']['heap_used_mb']:,.0f}"
+            disk = g["disk_bytes"] / 1e6
+        else:
+            rss = f"{g['VmHWM']:,.0f} / {q['memory']['VmHWM']:,.0f}"
+            disk = sum(pt["disk"].values()) / 1e6
+        fid = q.get("fidelity", {}).get("top10")
+        bi, bt = q["by_id"], q["by_text"]
+        load = q.get("loadavg", [float("nan")])[0]
+        print(f"| {pt['label']} | {pt['sentences']:,} | {g['rows_per_s']:,.0f} | {rss} | {disk:,.0f} | "
+              f"{bi['total']['p50']:,.0f} / {bi['total']['p99']:,.0f} | {bi['candidates']['p50']:,.0f} / "
+              f"{bi['candidates']['p99']:,.0f} | {bi['rerank']['p50']:,.0f} | {bt['total']['p50']:,.0f} / "
+              f"{bt['total']['p99']:,.0f} | {'' if fid is None else f'{fid:.3f}'} | {load:.1f} |")
+        series.setdefault(pt["label"], []).append(pt)
+        for ef, v in q.get("ef_search", {}).items():
+            f = v.get("fidelity", {}).get("top10")
+            print(f"| {pt['label']}, efSearch {ef} | {pt['sentences']:,} | | | | {v['total']['p50']:,.0f} / "
+                  f"{v['total']['p99']:,.0f} | {v['candidates']['p50']:,.0f} / {v['candidates']['p99']:,.0f} | "
+                  f"{v['rerank']['p50']:,.0f} | | {'' if f is None else f'{f:.3f}'} | |")
+    print("\nlog-log slope against sentences (1 = linear):")
+    for label, pts in series.items():
+        if len(pts) >= 2:
+            print(f"- {label} ({len(pts)} points): " + ", ".join(f"{k} {v:.2f}" for k, v in growth(pts).items()))
+
+
 # =============================================================================================
 # driver
 # =============================================================================================
@@ -424,10 +482,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--phase", choices=["grow", "query"], help=argparse.SUPPRESS)
     p.add_argument("--copies", type=int, help=argparse.SUPPRESS)
     p.add_argument("--plot", type=Path, nargs=2, metavar=("RESULTS", "PNG"), help="draw RESULTS (JSON lines) into PNG")
+    p.add_argument("--table", type=Path, metavar="RESULTS", help="print RESULTS (JSON lines) as a markdown table")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     if args.plot:
         plot(*args.plot)
+        return
+    if args.table:
+        table(args.table)
         return
     base = Base(args.base)
     args.node_pid = args.node_pid
