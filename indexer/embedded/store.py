@@ -727,8 +727,8 @@ class EmbeddedStore(DocumentStore):
             located = self._located(conn, ids, "paragraph_centroids")
             rows = self._row_map()
 
-            def views(starts: list[int], lengths: list[int]) -> list[np.ndarray]:
-                return self._vectors.ranges(starts, lengths, rows.committed)
+            def views(starts: list[int], lengths: list[int]) -> list[np.ndarray]:  # read, not mapped: RSS
+                return self._vectors.read_ranges(starts, lengths, rows.committed)
 
             return self._centroids.get(rows.epoch, [located[i] for i in ids], views,
                                        lambda: list(catalog.locate_all(conn).values()), len(rows.seq_ids))
