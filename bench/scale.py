@@ -374,6 +374,8 @@ def plot(results: Path, png: Path) -> None:
         else:
             ax2.plot(x, [p["grow"]["VmHWM"] / 1024 for p in pts], "^-", label=f"{label}: peak RSS indexing")
             ax2.plot(x, [p["query"]["memory"]["VmHWM"] / 1024 for p in pts], "o-", label=f"{label}: peak RSS querying")
+            ax2.plot(x, [p["query"]["memory"]["RssAnon"] / 1024 for p in pts], "o--",
+                     label=f"{label}: anonymous RSS querying (without the vector file's mapped pages)")
             ax2.plot(x, [sum(p["disk"].values()) / 2**30 for p in pts], "x:", label=f"{label}: store on disk")
     for ax in (ax1, ax2):
         ax.set_xscale("log")
