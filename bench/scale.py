@@ -360,13 +360,13 @@ def plot(results: Path, png: Path) -> None:
         if line.strip():
             pt = json.loads(line)
             points.setdefault(pt["label"], []).append(pt)
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 8))
     for label, pts in sorted(points.items()):
         pts = sorted(pts, key=lambda p: p["sentences"])
         x = [p["sentences"] for p in pts]
         ax1.plot(x, [p["query"]["by_id"]["total"]["p50"] for p in pts], "o-", label=f"{label} by id")
         ax1.plot(x, [p["query"]["by_text"]["total"]["p50"] for p in pts], "s--", label=f"{label} by text")
-        ax1.plot(x, [p["query"]["by_id"]["candidates"]["p50"] for p in pts], ":", label=f"{label} candidates (by id)")
+        ax1.plot(x, [p["query"]["by_id"]["candidates"]["p50"] for p in pts], "v:", label=f"{label} candidates (by id)")
         if label.startswith("node"):
             ax2.plot(x, [p["query"]["memory"].get("node_VmRSS", float("nan")) / 1024 for p in pts], "o-",
                      label=f"{label}: node RSS after queries")
@@ -382,7 +382,7 @@ def plot(results: Path, png: Path) -> None:
         ax.set_yscale("log")
         ax.set_xlabel("sentences")
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2)
     ax1.set_ylabel("p50 ms (MoreLikeThis.run, method sdr, K = 100)")
     ax2.set_ylabel("GiB")
     ax1.set_title("latency")
