@@ -38,6 +38,21 @@ class EmbeddedStoreSettings(BaseSettings):
             "(recall) at the cost of slower indexing. Recorded at creation. Default as OpenSearch k-NN."
         ),
     )
+    ann_codes: Literal["float32", "fp16", "sq8"] = Field(
+        "float32",
+        description=(
+            "What the FAISS HNSW graph keeps of each sentence vector to choose the k-NN hits: float32 "
+            "(1,536 bytes a sentence at dim 384, beside the vector file's own copy), fp16 (768) or sq8 "
+            "(384: an 8-bit scalar quantiser, trained on the store's rows). With fp16 or sq8 the hits are "
+            "scored again from the float rows of the vector file, so every score stays exact; only which "
+            "sentences are hits can change. sq8 makes the graph about 3x smaller (528 against 1,680 bytes a "
+            "sentence with its links: about 5 GB instead of 17 at 10M sentences), builds as fast, and gave "
+            "the same top-10 fidelity to exhaustive SDR up to 1M sentences; its search decodes codes, so "
+            "the candidate stage is slower (docs/results/scale.md). Use it above a few million sentences. "
+            "Recorded at creation: a store keeps its own codes (a store made before this setting has "
+            "float32); to change them, index into a new store."
+        ),
+    )
     hnsw_ef_search: int = Field(
         100,
         ge=1,

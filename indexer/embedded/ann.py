@@ -1,6 +1,17 @@
 """The FAISS HNSW index ``faiss.index`` (inner product) over every row of the vector file; row =
 FAISS id, dead rows included.
 
+The graph's nodes hold a copy of each row in one of three codes (``SDR_STORE_ANN_CODES``,
+recorded at creation): ``float32`` (1,536 bytes a row at dim 384), ``fp16`` (768) or ``sq8`` (384:
+FAISS's 8-bit scalar quantiser, one byte per dimension over the range each dimension spans in
+the rows it was trained on). With ``fp16`` or ``sq8`` the graph only chooses the sentence hits:
+their scores are computed again from the float rows of the memory-mapped vector file
+(:func:`exact_hit_scores`), so every score the store returns is exact, as with ``float32``.
+An ``sq8`` index is trained on the rows present when it is built (:func:`add_rows`); while it
+holds fewer than ``SQ_TRAIN_ROWS`` rows it is rebuilt, and so retrained, whenever the store has
+grown to twice its rows (:meth:`AnnIndex.current`): a store grown from a few documents does not
+keep the value ranges of its first put.
+
 The index is a cache of the vector file (crash safety): it is saved with write-temp +
 ``os.replace`` (:meth:`AnnIndex.save`); on load it is caught up when it has fewer rows than
 committed and rebuilt when it has more (written after a transaction that was lost) or cannot be
@@ -34,7 +45,8 @@ from .durable import fsync_path
 from .twins import TwinGroups
 from .vectorfile import CHUNK_ROWS, VectorFile
 
-__all__ = ["FAISS", "FAISS_TMP", "faiss_module", "AnnIndex", "add_rows", "write_index", "query_matrix", "knn_rounds"]
+__all__ = ["FAISS", "FAISS_TMP", "ANN_CODES", "SQ_TRAIN_ROWS", "faiss_module", "AnnIndex", "add_rows", "write_index",
+           "query_matrix", "knn_rounds", "exact_hit_scores", "index_codes"]
 
 logger = logging.getLogger(__package__)  # "sdr_search.indexer.embedded", one logger for the whole store
 
@@ -42,6 +54,9 @@ FAISS = "faiss.index"
 FAISS_TMP = "faiss.index.tmp"
 _SERIAL_ADD_ROWS = 4_096  # FAISS additions up to this many rows run single-threaded
 _ROUND_GROWTH = 4  # each follow-up search round fetches this many times more hits
+ANN_CODES = ("float32", "fp16", "sq8")
+SQ_TRAIN_ROWS = 65_536  # an sq8 quantiser is trained on at most this many rows (evenly spaced)
+_SQ_MARGIN = 0.05  # each dimension's trained range is widened by this fraction on either side
 
 
 def faiss_module():
@@ -72,13 +87,35 @@ def _serial_faiss(enabled: bool) -> Iterator[None]:
         faiss.omp_set_num_threads(previous)
 
 
+def index_codes(index) -> str | None:
+    """The codes (:data:`ANN_CODES`) of a FAISS HNSW index; ``None`` for any other kind of index."""
+    faiss = faiss_module()
+
+    typed = faiss.downcast_index(index)  # a second wrapper: ``index`` keeps owning the C++ object
+    if isinstance(typed, faiss.IndexHNSWFlat):
+        return "float32"
+    if isinstance(typed, faiss.IndexHNSWSQ):
+        qtype = faiss.downcast_index(typed.storage).sq.qtype
+        return {faiss.ScalarQuantizer.QT_fp16: "fp16", faiss.ScalarQuantizer.QT_8bit: "sq8"}.get(qtype)
+    return None
+
+
+def _train(index, stop: int, source: np.ndarray) -> None:
+    """Train ``index``'s quantiser on up to :data:`SQ_TRAIN_ROWS` rows of ``source[:stop]``, evenly spaced."""
+    rows = np.unique(np.linspace(0, stop - 1, num=min(stop, SQ_TRAIN_ROWS)).astype(np.int64))
+    index.train(np.ascontiguousarray(source[rows], dtype=np.float32))
+
+
 def add_rows(index, start: int, stop: int, source: np.ndarray) -> None:
-    """Add rows ``[start, stop)`` of ``source`` (the vector file's rows) to ``index``.
+    """Add rows ``[start, stop)`` of ``source`` (the vector file's rows) to ``index``; an untrained
+    (``sq8``) index is first trained on ``source[:stop]``.
 
     Small additions (one ``put``) run on one OpenMP thread: for a few hundred rows the thread
     start-up of HNSW's parallel insert costs more than it saves (docs/results/indexing.md,
     "The FAISS index").
     """
+    if stop > start and not index.is_trained:
+        _train(index, stop, source)
     with _serial_faiss(stop - start <= _SERIAL_ADD_ROWS):
         for a in range(start, stop, CHUNK_ROWS):
             b = min(stop, a + CHUNK_ROWS)
@@ -96,16 +133,17 @@ def write_index(index, path: Path) -> None:
 class AnnIndex:
     """The FAISS index of the store directory ``directory``, over the rows of ``vectors``.
 
-    The store sets :attr:`hnsw` (``m``, ``ef_construction``) from what it recorded and, read-only,
-    :attr:`read_path` while a compaction is unfinished. :attr:`index` is the loaded index
+    The store sets :attr:`hnsw` (``m``, ``ef_construction``) and :attr:`codes` (:data:`ANN_CODES`)
+    from what it recorded and, read-only, :attr:`read_path` while a compaction is unfinished. :attr:`index` is the loaded index
     (``None`` until needed); :attr:`base` counts its rows when it was last loaded or saved.
     """
 
     def __init__(self, directory: Path, vectors: VectorFile) -> None:
         self.directory = directory
         self.hnsw: dict[str, int] = {}
+        self.codes = "float32"
         self.read_path: Path | None = None  # read-only view of an interrupted compaction
-        self.index = None  # faiss.IndexHNSWFlat
+        self.index = None  # faiss.IndexHNSWFlat or IndexHNSWSQ
         self.base = 0  # rows in the index when it was last loaded or saved
         self._vectors = vectors
 
@@ -113,10 +151,23 @@ class AnnIndex:
     def path(self) -> Path:
         return self.read_path if self.read_path is not None else self.directory / FAISS
 
+    @property
+    def compressed(self) -> bool:
+        """Whether the graph holds codes other than float32 (hit scores then come from the vector file)."""
+        return self.codes != "float32"
+
     def new_index(self):
+        """An empty HNSW index of the recorded shape and codes (an ``sq8`` one still untrained)."""
         faiss = faiss_module()
 
-        index = faiss.IndexHNSWFlat(int(self._vectors.dim or 0), int(self.hnsw["m"]), faiss.METRIC_INNER_PRODUCT)
+        dim, m = int(self._vectors.dim or 0), int(self.hnsw["m"])
+        if self.codes == "float32":
+            index = faiss.IndexHNSWFlat(dim, m, faiss.METRIC_INNER_PRODUCT)
+        else:
+            qtype = faiss.ScalarQuantizer.QT_fp16 if self.codes == "fp16" else faiss.ScalarQuantizer.QT_8bit
+            index = faiss.IndexHNSWSQ(dim, qtype, m, faiss.METRIC_INNER_PRODUCT)
+            sq = faiss.downcast_index(index.storage).sq
+            sq.rangestat, sq.rangestat_arg = faiss.ScalarQuantizer.RS_minmax, _SQ_MARGIN
         index.hnsw.efConstruction = int(self.hnsw["ef_construction"])
         return index
 
@@ -141,6 +192,10 @@ class AnnIndex:
         if index.d != self._vectors.dim or index.metric_type != faiss.METRIC_INNER_PRODUCT:
             logger.warning("store %s: FAISS index has the wrong shape; rebuilding it", self.directory)
             return None
+        if index_codes(index) != self.codes:
+            logger.warning("store %s: FAISS index holds %s codes, the store records %s; rebuilding it",
+                           self.directory, index_codes(index), self.codes)
+            return None
         if index.ntotal > committed:
             logger.warning(
                 "store %s: FAISS index has %d rows but only %d are committed (written after a lost "
@@ -162,6 +217,10 @@ class AnnIndex:
                 index = self.new_index()
             self.index = index
             self.base = int(index.ntotal)
+        if self.codes == "sq8" and 0 < self.index.ntotal < SQ_TRAIN_ROWS and committed >= 2 * self.index.ntotal:
+            logger.info("store %s: retraining the sq8 index (%d rows, trained on %d)", self.directory, committed,
+                        self.index.ntotal)
+            self.index = self.new_index()
         if self.index.ntotal < committed:
             add_rows(self.index, int(self.index.ntotal), committed, self._vectors.matrix(committed))
         return self.index
@@ -200,6 +259,24 @@ def _search(index, q: np.ndarray, n_hits: int, ef_search: int) -> tuple[np.ndarr
     params = faiss.SearchParametersHNSW()
     params.efSearch = max(ef_search, n_hits)
     return index.search(q, n_hits, params=params)
+
+
+def exact_hit_scores(q: np.ndarray, rows: np.ndarray, matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The hits ``rows`` (``(n, hits)``, ``-1`` = none) of the query rows ``q`` scored exactly:
+    ``(scores, rows)``, each row sorted best first by the inner product of ``q`` with the float rows
+    of ``matrix`` (the vector file; float16 files are widened), missing hits last at ``-inf``.
+
+    Reads each distinct hit row once, in row order (sequential within the memory map)."""
+    n, width = rows.shape
+    if n == 0 or width == 0:
+        return np.zeros((n, width), np.float32), rows
+    valid = rows >= 0
+    unique, inverse = np.unique(np.where(valid, rows, 0), return_inverse=True)
+    vecs = np.asarray(matrix[unique], dtype=np.float32)
+    scores = np.einsum("nhd,nd->nh", vecs[inverse.reshape(n, width)], q, dtype=np.float32)
+    scores[~valid] = -np.inf
+    order = np.argsort(-scores, axis=1, kind="stable")
+    return np.take_along_axis(scores, order, axis=1), np.take_along_axis(rows, order, axis=1)
 
 
 def exact_doc_hits(
@@ -290,7 +367,7 @@ def _first_hits_rows(
 
 def knn_rounds(
     index, q: np.ndarray, k: int, want: int, row_seq: np.ndarray, exclude: np.ndarray, *,
-    oversample: int, ef_search: int, rounds: int, twins: TwinGroups | None = None,
+    oversample: int, ef_search: int, rounds: int, twins: TwinGroups | None = None, exact: np.ndarray | None = None,
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """For each query row, the ``(seqs, scores)`` of its top-``k`` documents by best sentence
     (more when documents tie at the k-th place; ``twins`` adds the identical rows of every hit).
@@ -299,6 +376,7 @@ def knn_rounds(
     ``want``: how many documents a row can get at most. Fetches ``k * oversample`` sentence hits
     per row in one batched search (``efSearch`` at least ``ef_search``); rows left with fewer than
     ``want`` documents are searched again with 4x as many hits, up to ``rounds`` searches in all.
+    ``exact``: the vector file's rows, to score the hits from (an index of compressed codes).
     """
     total = int(index.ntotal)
     n_hits = min(total, k * oversample)
@@ -306,6 +384,8 @@ def knn_rounds(
     pending = np.arange(q.shape[0])
     for round_ in range(rounds):
         dist, rows = _search(index, q[pending], n_hits, ef_search)
+        if exact is not None:
+            dist, rows = exact_hit_scores(q[pending], rows, exact)
         if twins is None:
             found = _first_hits_rows(dist, rows, row_seq, exclude, k)
         else:

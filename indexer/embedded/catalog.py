@@ -116,6 +116,7 @@ def initialise(conn: sqlite3.Connection, settings: EmbeddedStoreSettings) -> boo
             "format_version": FORMAT_VERSION,
             "vector_dtype": s.vector_dtype,
             "hnsw": {"m": s.hnsw_m, "ef_construction": s.hnsw_ef_construction},
+            "ann_codes": s.ann_codes,
             "committed_rows": 0,
             "faiss_rows": 0,
             "generation": 0,

@@ -216,13 +216,14 @@ class EmbeddedStore(DocumentStore):
             return
         (self.path / f"vectors.{s.vector_dtype}").touch()
         fsync_path(self.path)
-        logger.info("created store %s (vectors %s, HNSW M=%d)", self.path, s.vector_dtype, s.hnsw_m)
+        logger.info("created store %s (vectors %s, HNSW M=%d, %s codes)", self.path, s.vector_dtype, s.hnsw_m, s.ann_codes)
 
     def _read_recorded(self, conn: sqlite3.Connection) -> None:
         """Read the settings recorded at creation (they win over the environment)."""
         meta = catalog.recorded_meta(conn, self.path)
         self._vectors.dtype = meta["vector_dtype"]
         self._ann.hnsw = {k: int(v) for k, v in meta["hnsw"].items()}
+        self._ann.codes = meta.get("ann_codes", "float32")  # stores made before issue 44: float32 graphs
         self._vectors.dim = catalog.recorded_dim(meta)
         if self.settings.vector_dtype != self._vectors.dtype:
             logger.info("store %s records vectors as %s; using that (setting says %s)",
@@ -340,6 +341,16 @@ class EmbeddedStore(DocumentStore):
         ``prior_rows`` (default: all committed rows) is only used to decide what to log.
         """
         return self._ann.current(self._row_map().committed, prior_rows)
+
+    def _exact_rows(self) -> np.ndarray | None:
+        """The vector file's rows when the graph holds compressed codes (hits are scored from them)."""
+        return self._matrix() if self._ann.compressed else None
+
+    @property
+    def ann_codes(self) -> str:
+        """The recorded codes of the FAISS graph (``float32``, ``fp16`` or ``sq8``)."""
+        self._db()
+        return self._ann.codes
 
     def _save_faiss(self, conn: sqlite3.Connection) -> None:
         """Write the FAISS index atomically (exclusive lock held, index matches this epoch)."""
@@ -551,7 +562,8 @@ class EmbeddedStore(DocumentStore):
             index = self._faiss()
             twins = self._twins.current(rows.epoch, rows.committed, self._matrix()) if self.settings.knn_twins else None
             results = knn_rounds(index, q, k, want, rows.rows, exclude, oversample=self.settings.knn_oversample,
-                                 ef_search=self.settings.hnsw_ef_search, rounds=self.settings.knn_rounds, twins=twins)
+                                 ef_search=self.settings.hnsw_ef_search, rounds=self.settings.knn_rounds, twins=twins,
+                                 exact=self._exact_rows())
             ids = [[rows.seq_ids[int(s)] for s in seqs] for seqs, _ in results]
         return SentenceHits(ids, [np.asarray(d, dtype=np.float32) for _, d in results])
 
@@ -573,7 +585,7 @@ class EmbeddedStore(DocumentStore):
             oversample = int(np.ceil(self.settings.knn_oversample * min(_MAX_FILTER_OVERSAMPLE, 1 / selectivity)))
             results = knn_rounds(self._faiss(), q, k, min(k, len(docs)), masked, exclude,
                                  oversample=oversample, ef_search=self.settings.hnsw_ef_search,
-                                 rounds=self.settings.knn_rounds)
+                                 rounds=self.settings.knn_rounds, exact=self._exact_rows())
         ids = [[rows.seq_ids[int(s)] for s in seqs] for seqs, _ in results]
         return SentenceHits(ids, [np.asarray(d, dtype=np.float32) for _, d in results])
 
@@ -716,8 +728,8 @@ class EmbeddedStore(DocumentStore):
             located = self._located(conn, ids, "paragraph_centroids")
             rows = self._row_map()
 
-            def views(starts: list[int], lengths: list[int]) -> list[np.ndarray]:
-                return self._vectors.ranges(starts, lengths, rows.committed)
+            def views(starts: list[int], lengths: list[int]) -> list[np.ndarray]:  # read, not mapped: RSS
+                return self._vectors.read_ranges(starts, lengths, rows.committed)
 
             return self._centroids.get(rows.epoch, [located[i] for i in ids], views,
                                        lambda: list(catalog.locate_all(conn).values()), len(rows.seq_ids))

@@ -118,6 +118,25 @@ class VectorFile:
             return [mm[a : a + n] for a, n in zip(starts, lengths)]
         return [np.asarray(mm[a : a + n], dtype=np.float32) for a, n in zip(starts, lengths)]
 
+    def read_ranges(self, starts: Sequence[int], lengths: Sequence[int], committed: int) -> list[np.ndarray]:
+        """The row ranges as :meth:`ranges` gives them, but read with ``pread`` into float32 copies,
+        not through the memory map: a pass over the whole file (filling the paragraph centroids
+        at the first query) then leaves no file pages mapped into the process, so its RSS stays
+        what it needs (the pages stay in the page cache, which the kernel reclaims as it likes;
+        docs/results/scale.md)."""
+        if committed * self.row_bytes() > self.size():
+            raise self._damaged()
+        row, dim = self.row_bytes(), self.dim or 0
+        out = []
+        with open(self.path, "rb") as fh:
+            fd = fh.fileno()
+            for a, n in zip(starts, lengths):
+                buf = os.pread(fd, int(n) * row, int(a) * row)
+                if len(buf) != int(n) * row:
+                    raise self._damaged()
+                out.append(np.frombuffer(buf, dtype=self.np_dtype).reshape(int(n), dim).astype(np.float32, copy=False))
+        return out
+
     def gather(self, starts: np.ndarray, lengths: np.ndarray, committed: int, *, view: bool = False) -> np.ndarray:
         """The row ranges ``[starts[i], starts[i] + lengths[i])``, concatenated, as float32.
 

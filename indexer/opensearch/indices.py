@@ -233,7 +233,7 @@ class Indices:
         body = build_index_body(
             meta.dim, m=s.hnsw_m, ef_construction=s.hnsw_ef_construction, engine=s.engine,
             shards=s.shards, replicas=s.replicas, derived_source=derived, max_sentences=s.max_sentences, meta={},
-            recovery_source_excludes=recovery,
+            recovery_source_excludes=recovery, knn_encoder=s.knn_encoder,
         )
         engine, space_type = knn_method(body)
         body["mappings"]["_meta"] = build_meta(meta, versions=versions, hnsw=hnsw, derived_source=derived,

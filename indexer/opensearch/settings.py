@@ -123,6 +123,13 @@ class OpenSearchSettings(BaseSettings):
         "native, faster to build and search at large scale, but needs the k-NN plugin's JNI libraries; "
         "a node without them exits on the first graph build. Fixed at index creation.",
     )
+    knn_encoder: Literal["none", "sq"] = Field(
+        "none",
+        description="Quantisation of the k-NN field's HNSW graph in a new index (lucene engine): 'sq' keeps 7-bit "
+        "codes for the graph search (Lucene's scalar quantiser), about a quarter of the float vectors' page "
+        "cache, while the sdr plugin's exact scores still read the float vectors, which Lucene keeps beside "
+        "them (disk grows by the codes). Measured in docs/results/scale.md. Fixed at index creation.",
+    )
     hnsw_ef_search: int = Field(
         100, ge=2,
         description="Candidate list size at query time, sent with every k-NN query "

@@ -744,3 +744,41 @@ def test_paragraph_centroids_follow_puts_replacements_deletes_and_compaction(tmp
             np.testing.assert_allclose(g, f, atol=1e-6)
         with pytest.raises(InvalidInputError):
             reopened.paragraph_centroids([])
+
+
+# -- memory: the centroid fill reads, it does not map ----------------------------------------------
+def _mapped_kib(path: Path) -> int:
+    """KiB of ``path`` resident through this process's memory maps (/proc/self/smaps)."""
+    total, inside = 0, False
+    with open("/proc/self/smaps") as fh:
+        for line in fh:
+            head = line.split()
+            if head and "-" in head[0] and len(head) >= 5:  # a mapping's header line
+                inside = len(head) >= 6 and head[-1] == str(path)
+            elif inside and head and head[0] == "Rss:":
+                total += int(head[1])
+    return total
+
+
+@pytest.mark.unit
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs Linux /proc")
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_centroid_fill_leaves_the_vector_file_unmapped(tmp_path, dtype):
+    """The first pre-rank fills every document's paragraph centroids in one pass over the vector
+    file (issue 44): read with pread, that pass adds none of the file to the process's RSS (through
+    the memory map it added the whole file: 15 GB at 10M sentences), and gives the same centroids."""
+    items = make_docs(300, seed=31, n_pars=3, n_sents=6)
+    with open_store(tmp_path / "s", settings=EmbeddedStoreSettings(vector_dtype=dtype)) as store:
+        store.put(items)
+    with EmbeddedStore(tmp_path / "s") as store:
+        ids = [d.id for d, _ in items]
+        got = store.paragraph_centroids(ids[:2])
+        assert _mapped_kib(store.vector_path) == 0
+        mapped = store.fetch(ids)  # the rerank's reads go through the map
+        assert _mapped_kib(store.vector_path) > 0
+        for (_, vectors), centroids in zip(items[:2], got):
+            expected = np.stack([vectors.vectors[a:b].mean(axis=0) for a, b in zip(vectors.par_offsets[:-1],
+                                                                                   vectors.par_offsets[1:])])
+            np.testing.assert_allclose(centroids / np.linalg.norm(centroids, axis=1, keepdims=True),
+                                       expected / np.linalg.norm(expected, axis=1, keepdims=True), atol=2e-3)
+        del mapped

@@ -1084,3 +1084,21 @@ def test_sentence_counts_search():
     r = {"hits": {"hits": [{"_id": "x", "fields": {"doc_id": ["a"], "n_sentences": [7]}},
                            {"_id": "y", "fields": {"doc_id": ["b"]}}]}}
     assert parse_sentence_counts(r) == {"a": 7, "b": 0}
+
+
+@pytest.mark.unit
+def test_index_body_knn_encoder_sq_quantises_the_lucene_graph_only():
+    """SDR_OPENSEARCH_KNN_ENCODER=sq (issue 44): the lucene method gets Lucene's scalar quantiser
+    (``encoder: sq``); the default mapping has none; faiss or an unknown encoder is refused."""
+    def method(body):
+        return body["mappings"]["properties"]["sentences"]["properties"]["vector"]["method"]
+
+    plain = build_index_body(8, m=8, ef_construction=64, shards=1, replicas=0, meta={})
+    assert "encoder" not in method(plain)["parameters"]
+    sq = build_index_body(8, m=8, ef_construction=64, shards=1, replicas=0, meta={}, knn_encoder="sq")
+    assert method(sq)["parameters"] == {"m": 8, "ef_construction": 64, "encoder": {"name": "sq"}}
+    assert method(sq)["engine"] == "lucene"
+    with pytest.raises(ValueError, match="lucene"):
+        build_index_body(8, m=8, ef_construction=64, shards=1, replicas=0, meta={}, engine="faiss", knn_encoder="sq")
+    with pytest.raises(ValueError, match="knn_encoder"):
+        build_index_body(8, m=8, ef_construction=64, shards=1, replicas=0, meta={}, knn_encoder="pq")

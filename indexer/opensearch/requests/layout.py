@@ -210,6 +210,7 @@ def build_index_body(
     derived_source: bool = False,
     max_sentences: int = 20_000,
     recovery_source_excludes: bool = False,
+    knn_encoder: str = "none",
 ) -> dict[str, Any]:
     """Settings and mappings of a document index (``mappings/index.json`` filled in).
 
@@ -225,7 +226,14 @@ def build_index_body(
     prune it (2.x; half the index as written, measured in docs/results/opensearch.md). A replica that
     recovers by replaying operations from that history would then index those documents without
     vectors: :class:`OpenSearchStore` asks for it only for an index created without replicas.
+    ``knn_encoder`` ``"sq"`` (Lucene engine only) quantises the HNSW graph's vectors to 7 bits
+    (Lucene's scalar quantiser, k-NN 2.16+: ``method.parameters.encoder``); Lucene keeps the float
+    vectors too, which the sdr plugin's exact scores read.
     """
+    if knn_encoder not in ("none", "sq"):
+        raise ValueError(f"knn_encoder must be 'none' or 'sq', got {knn_encoder!r}")
+    if knn_encoder == "sq" and engine != "lucene":
+        raise ValueError("knn_encoder 'sq' needs the lucene engine")
     for name, value in {"dim": dim, "m": m, "ef_construction": ef_construction,
                         "shards": shards, "max_sentences": max_sentences}.items():
         if int(value) < 1:
@@ -250,6 +258,9 @@ def build_index_body(
     elif recovery_source_excludes:
         source = body["mappings"].setdefault("_source", {})
         source["recovery_source_excludes"] = list(source.get("excludes", [KNN_FIELD]))
+    if knn_encoder == "sq":
+        method = body["mappings"]["properties"]["sentences"]["properties"]["vector"]["method"]
+        method.setdefault("parameters", {})["encoder"] = {"name": "sq"}
     knn_method(body)  # refuses an edited mapping whose space type has no score translation
     body["mappings"]["_meta"] = copy.deepcopy(dict(meta))
     return body
