@@ -61,9 +61,9 @@ class MLTSettings(HybridSettings):
     in_store: bool = Field(
         True,
         description="Run the candidate stage and the exact SDR score inside the store when it can (OpenSearch with "
-        "the sdr plugin: capabilities sdr_candidates and exact_sdr), so that no vector travels: the pool of "
-        "prerank_factor x K candidates is then scored exactly on the node and its best K kept, instead of the "
-        "centroid pre-rank. false: the store's k-NN hits, and vectors fetched for the Python rerank (the reference "
+        "the sdr plugin: capabilities sdr_candidates and exact_sdr), so that no vector travels: the centroid "
+        "pre-rank narrows the pool of prerank_factor x K candidates to K from centroid rows computed on the node, "
+        "and the K are scored exactly there. false: the store's k-NN hits, and vectors fetched for the Python rerank (the reference "
         "the plugin is tested against).",
     )
     max_query_sentences: int = Field(
