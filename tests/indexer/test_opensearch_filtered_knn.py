@@ -193,7 +193,7 @@ def test_a_filtered_query_returns_size_hits_ranked_as_exhaustive_sdr(filtered_st
     # K = size under the matches: through the filtered k-NN (with K >= the matches the engine ranks them all)
     narrow = MoreLikeThis(store=store, settings=MLTSettings(method="sdr", candidates=size, knn_k=10))
     searched = []
-    stage = "sdr_candidates" if store.capabilities.sdr_candidates else "sentence_knn"  # the plugin's, or k-NN hits
+    stage = "sdr_candidate_pool" if store.capabilities.sdr_candidates else "sentence_knn"  # the plugin's, or k-NN hits
     real = getattr(store, stage)
     setattr(store, stage, lambda *a, **k: searched.append(k.get("filter")) or real(*a, **k))
     try:
