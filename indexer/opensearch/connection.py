@@ -50,7 +50,6 @@ class NodeRouter:
         self._lock = threading.Lock()
         self._probing = threading.Lock()
         self._prefer: tuple[str, float] | None = None  # (preference, monotonic expiry)
-        self._ids: dict[str, str] = {}  # node URL -> node id, learnt from its answers
         self._probed_at = float("-inf")
         self.connections: Any = lambda: ()
 
@@ -79,13 +78,9 @@ class NodeRouter:
         with ThreadPoolExecutor(len(connections), thread_name_prefix="sdr-node-probe") as pool:
             answers = list(pool.map(lambda c: _node_id(c, wait), connections))
         hung = [c.host for c, node in zip(connections, answers) if node is None]
-        live = []
+        live = [node for node in answers if node is not None]
         self._probed_at = time.monotonic()
         with self._lock:
-            for c, node in zip(connections, answers):
-                if node is not None:
-                    self._ids[c.host] = node
-                    live.append(node)
             if hung and live:
                 if self._prefer is None:
                     logger.warning("node(s) %s do not answer within %.1f s: reads prefer the shard copies on %s",

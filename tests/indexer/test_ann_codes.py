@@ -85,8 +85,10 @@ def test_store_made_before_the_setting_opens_as_float32(tmp_path, caplog):
     assert (tmp_path / "s" / "faiss.index").read_bytes() == before
 
 
-@pytest.mark.parametrize("codes", COMPRESSED)
+@pytest.mark.parametrize("codes", ["float32", *COMPRESSED])
 def test_catch_up_rebuild_and_wrong_codes(tmp_path, caplog, codes):
+    """The FAISS index is a cache of the vector file, whatever its codes: a missing, short, unreadable,
+    wrongly coded or too long (a lost transaction) index file is caught up or rebuilt, with a warning."""
     items = make_docs(20, seed=21)
     probe = np.stack([v.vectors[0] for _, v in items])
     expected = [[d.id] for d, _ in items]
@@ -100,7 +102,7 @@ def test_catch_up_rebuild_and_wrong_codes(tmp_path, caplog, codes):
 
     def check(store_path: Path, want: list[list[str]], message: str) -> None:
         caplog.clear()
-        with caplog.at_level(logging.INFO, logger="sdr_search.indexer.embedded"), EmbeddedStore(store_path) as s:
+        with caplog.at_level(logging.WARNING, logger="sdr_search.indexer.embedded"), EmbeddedStore(store_path) as s:
             got = s.sentence_knn(probe[: len(want)], 1).doc_ids
             assert index_codes(s._ann.index) == codes  # the graph it loaded or rebuilt
         assert got == want
@@ -112,10 +114,11 @@ def test_catch_up_rebuild_and_wrong_codes(tmp_path, caplog, codes):
     check(path, expected, "catching up 60 rows")
     (path / "faiss.index").write_bytes(b"garbage" * 10)
     check(path, expected, "unreadable")
-    with open_store(tmp_path / "flat", "float32") as flat:
-        flat.put(items)
-    (path / "faiss.index").write_bytes((tmp_path / "flat" / "faiss.index").read_bytes())
-    check(path, expected, f"holds float32 codes, the store records {codes}")
+    other = "sq8" if codes == "float32" else "float32"
+    with open_store(tmp_path / "other", other) as wrong:
+        wrong.put(items)
+    (path / "faiss.index").write_bytes((tmp_path / "other" / "faiss.index").read_bytes())
+    check(path, expected, f"holds {other} codes, the store records {codes}")
     with open_store(tmp_path / "half", codes) as half:
         half.put(items[:10])
     (tmp_path / "half" / "faiss.index").write_bytes(long_index)  # more rows than committed

@@ -573,38 +573,6 @@ def test_torn_tail_is_truncated(tmp_path, caplog):
 
 
 @pytest.mark.unit
-def test_faiss_catch_up_and_rebuild(tmp_path, caplog):
-    items = make_docs(20, seed=21)
-    probe = np.stack([v.vectors[0] for _, v in items])
-    expected = [[d.id] for d, _ in items]
-    path = tmp_path / "s"
-    with open_store(path) as store:
-        store.put(items[:10])
-    short_index = (path / "faiss.index").read_bytes()
-    with EmbeddedStore(path) as store:
-        store.put(items[10:])
-    long_index = (path / "faiss.index").read_bytes()
-
-    def check(store_path: Path, want: list[list[str]], message: str) -> None:
-        caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="sdr_search.indexer.embedded"), EmbeddedStore(store_path) as s:
-            got = s.sentence_knn(probe[: len(want)], 1).doc_ids
-        assert got == want
-        assert message in caplog.text
-
-    (path / "faiss.index").unlink()
-    check(path, expected, "no FAISS index file")
-    (path / "faiss.index").write_bytes(short_index)
-    check(path, expected, "catching up 60 rows")
-    (path / "faiss.index").write_bytes(b"garbage" * 10)
-    check(path, expected, "unreadable")
-    with open_store(tmp_path / "half") as half:
-        half.put(items[:10])
-    (tmp_path / "half" / "faiss.index").write_bytes(long_index)  # more rows than committed
-    check(tmp_path / "half", expected[:10], "lost transaction")
-
-
-@pytest.mark.unit
 def test_library_versions():
     versions = library_versions()
     assert versions["numpy"] == np.__version__
