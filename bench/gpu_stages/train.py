@@ -82,6 +82,12 @@ class TrainStage(ServicesStage):
         steps: dict[str, int] = {}
         if a.train_steps:
             steps = {o: a.train_steps for o in objectives}
+            # the H200's loop ran 0.044-0.065 s/step after about 60 s of start-up (docs/results/gpu.md)
+            need = 60.0 + 0.05 * a.train_steps
+            if need > plan["train_window_s"] and not a.dry_run:
+                self.event(f"train: warning: --train-steps {a.train_steps} needs about {need:.0f} s on an H200, the "
+                           f"window is {plan['train_window_s']} s: the trained stores and their evaluations may not fit "
+                           "(raise --budget or lower --train-steps)")
         elif a.dry_run:
             steps = {o: 2 for o in objectives}
         else:
