@@ -1,7 +1,8 @@
 """Where ``sdr reindex`` writes and how its batches travel: the plan (a new ``<live>-<timestamp>``
 target beside the live name, or the unfinished one to resume, :func:`plan_reindex`), the dispatcher
 (a Celery queue, or this process without a broker, :func:`dispatcher_for`), and the new embedded
-store's FAISS index built once at the end (:func:`finalise_embedded`). The switch itself is in
+store's FAISS index built once at the end (:func:`finalise_embedded`), or the new OpenSearch index merged to
+few segments (:func:`finalise_opensearch`). The switch itself is in
 :mod:`.swap`, the job in :mod:`.reindex`."""
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from sdr_search.core.errors import InvalidInputError, StoreError
 from .stores import embedded_spec, open_store_spec, opensearch_spec
 from .swap import ReindexState, embedded_state_path, opensearch_state_path, timestamped_name
 
-__all__ = ["ReindexPlan", "plan_reindex", "dispatcher_for", "finalise_embedded"]
+__all__ = ["ReindexPlan", "plan_reindex", "dispatcher_for", "finalise_embedded", "finalise_opensearch"]
 
 logger = logging.getLogger("sdr")
 
@@ -147,3 +148,27 @@ def finalise_embedded(path: str) -> int:
         rows = store.build_ann()
     logger.info("built the FAISS index of %s (%d sentence rows) in %.1f s", path, rows, time.perf_counter() - t0)
     return rows
+
+
+def finalise_opensearch(spec: dict[str, str], *, poll_s: float = 5.0) -> dict[str, float | int]:
+    """Force-merge the new index to ``SDR_OPENSEARCH_REINDEX_MAX_SEGMENTS`` segments per shard before
+    readers switch to it: each segment has its own HNSW graph and the candidate search walks them all,
+    and a reindexed generation is written once, then read. Returns the primary segments before and
+    after and the seconds it took (empty when the setting is 0)."""
+    with open_store_spec(spec) as store:
+        most = store.settings.reindex_max_segments
+        if most == 0:
+            return {}
+        t0 = time.perf_counter()
+        logged = [t0]
+
+        def progress(segments: int, seconds: float) -> None:
+            if time.perf_counter() - logged[0] >= 30:
+                logged[0] = time.perf_counter()
+                logger.info("merging the segments of %s: %d after %.0f s", spec["index"], segments, seconds)
+
+        before, after = store.merge_segments(most, poll_s=poll_s, progress=progress)
+    seconds = round(time.perf_counter() - t0, 2)
+    logger.info("merged %s from %d to %d segments (at most %d per shard) in %.1f s", spec["index"], before, after,
+                most, seconds)
+    return {"segments_before": before, "segments": after, "merge_seconds": seconds}

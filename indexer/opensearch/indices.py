@@ -303,6 +303,63 @@ class Indices:
 
         self._transport.call("moving an alias", move, index=target.name)
 
+    def segments(self) -> tuple[int, int]:
+        """The document index's primary segments and primary shards."""
+        target = self.read()
+        stats = self._transport.call("reading the index's segments", lambda: self._transport.os().indices.stats(
+            index=target.name, metric="segments", params={"level": "shards"}), index=target.name)
+        shards = stats["indices"][target.name]["shards"]
+        primaries = [copy for copies in shards.values() for copy in copies if copy["routing"]["primary"]]
+        return sum(int(c["segments"]["count"]) for c in primaries), len(primaries)
+
+    def merge_segments(self, max_segments: int, *, poll_s: float = 5.0,
+                       progress: Callable[[int, float], None] | None = None) -> tuple[int, int]:
+        """Force-merge the document index to at most ``max_segments`` segments per shard; returns the
+        primary segments before and after. The merge runs as a node task (``wait_for_completion=false``):
+        this polls the segment count every ``poll_s``, calling ``progress(segments, seconds)`` after each
+        poll, and asks again when the task is gone with the count still over (a node that restarted
+        drops it; at most 5 times). A merge that ended with the count still over (writes came in) is
+        not asked for again: a warning says so."""
+        import time
+
+        target = self.read()
+        before, shards = self.segments()
+        count, t0, asked = before, time.monotonic(), 0
+        while count > max_segments * shards and asked < 5:
+            asked += 1
+            task = self._transport.call("force-merging the index", lambda: self._transport.os().transport.perform_request(
+                "POST", f"/{target.name}/_forcemerge",
+                params={"max_num_segments": max_segments, "wait_for_completion": "false"}), index=target.name)
+            task_id = (task or {}).get("task")
+            state = "gone"
+            while True:
+                time.sleep(poll_s)
+                # a merged segment replaces the old ones in what searches (and the segment stats) see at a refresh
+                self._transport.call("refreshing the index", lambda: self._transport.os().indices.refresh(
+                    index=target.name), index=target.name)
+                count, shards = self.segments()
+                if progress is not None:
+                    progress(count, time.monotonic() - t0)
+                state = self._task_state(task_id) if task_id else "gone"
+                if count <= max_segments * shards or state != "running":
+                    break
+            if count > max_segments * shards and state == "completed":
+                break
+        if count > max_segments * shards:
+            logger.warning("force-merging %s left %d segments (asked: %d per shard of %d)", target.name, count,
+                           max_segments, shards)
+        return before, count
+
+    def _task_state(self, task_id: str) -> str:
+        """``running``, ``completed`` or ``gone`` (unknown to the node, as after a restart, or not readable)."""
+        from opensearchpy import exceptions as ox
+
+        try:
+            r = self._transport.os().tasks.get(task_id=task_id)
+        except ox.TransportError:  # not found, or the node cannot be reached (a ConnectionError is one)
+            return "gone"
+        return "completed" if r.get("completed", False) else "running"
+
     def drop(self) -> bool:
         """Delete the document index and its state index; False when there was nothing to delete."""
         target = self.resolve()

@@ -130,6 +130,14 @@ class OpenSearchSettings(BaseSettings):
         "cache, while the sdr plugin's exact scores still read the float vectors, which Lucene keeps beside "
         "them (disk grows by the codes). Measured in docs/results/scale.md. Fixed at index creation.",
     )
+    reindex_max_segments: int = Field(
+        1, ge=0,
+        description="`sdr reindex` into OpenSearch force-merges the new index to at most this many segments per "
+        "shard before the alias moves to it (0: no merge). Each segment has its own HNSW graph, and the "
+        "candidate search walks every one: on the demo corpus 11 segments as written cost 232 ms against 79 "
+        "merged to one (docs/results/opensearch.md). The merge rebuilds the graphs once; its time grows "
+        "faster than the index (docs/results/scale.md).",
+    )
     hnsw_ef_search: int = Field(
         100, ge=2,
         description="Candidate list size at query time, sent with every k-NN query "

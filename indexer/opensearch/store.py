@@ -40,7 +40,7 @@ the number of statistics documents.
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -157,6 +157,16 @@ class OpenSearchStore(DocumentStore):
     def point_alias(self, alias: str) -> None:
         """Point ``alias`` at this store's index, removing it from any other index (atomic)."""
         self._indices.point_alias(alias)
+
+    def segments(self) -> tuple[int, int]:
+        """The document index's primary segments and primary shards."""
+        return self._indices.segments()
+
+    def merge_segments(self, max_segments: int, *, poll_s: float = 5.0,
+                       progress: Callable[[int, float], None] | None = None) -> tuple[int, int]:
+        """Force-merge the document index to at most ``max_segments`` segments per shard
+        (:meth:`.indices.Indices.merge_segments`); returns the primary segments before and after."""
+        return self._indices.merge_segments(max_segments, poll_s=poll_s, progress=progress)
 
     def drop(self) -> bool:
         """Delete the document index and its state index; False when there was nothing to delete."""

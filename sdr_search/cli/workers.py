@@ -35,7 +35,7 @@ def cmd_reindex(args) -> int:
     from sdr_search.workers import tasks
     from sdr_search.workers.app import STATS_TASK
     from sdr_search.workers.dispatch import QueueDispatcher, run_all
-    from sdr_search.workers.plan import dispatcher_for, finalise_embedded, plan_reindex
+    from sdr_search.workers.plan import dispatcher_for, finalise_embedded, finalise_opensearch, plan_reindex
     from sdr_search.workers.records import batch_records, count_records, iter_records
     from sdr_search.workers.reindex import IndexJob, JobTimeout
     from sdr_search.workers.stores import open_store_spec, spec_label
@@ -130,6 +130,7 @@ def cmd_reindex(args) -> int:
         previous = switch_symlink(Path(plan.live), Path(plan.target))
         out["previous"] = str(previous) if previous else None
     else:
+        out.update(finalise_opensearch(plan.spec))
         out["previous"] = swap_opensearch_alias(args.opensearch, plan.live, plan.target)
     plan.state_path.unlink(missing_ok=True)
     out.update(swapped=True, complete=True, seconds=round(time.perf_counter() - t0, 1))

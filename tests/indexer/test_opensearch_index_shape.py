@@ -153,3 +153,30 @@ def test_query_body_carries_ef_search():
     body = osr.build_msearch_body(np.ones((1, DIM), np.float32), 5, "i", ef_search=64)
     assert json.loads(json.dumps(body))[1]["query"]["nested"]["query"]["knn"]["sentences.vector"]["method_parameters"] == {
         "ef_search": 64}
+
+
+def test_merge_segments_leaves_one_segment_per_shard_and_every_document(opensearch_url, os_index):
+    """``merge_segments`` (what ``sdr reindex`` runs before the alias moves) force-merges on the node:
+    an index written in several refreshed batches has several segments, then one per shard, with the
+    same documents, counts and nearest sentences."""
+    store = open_store(opensearch_url, os_index(), refresh="true", shards=2)
+    try:
+        written = docs(24, seed=3)
+        for k in range(0, 24, 4):  # each refreshed put leaves new segments
+            store.put(written[k:k + 4])
+        before, shards = store.segments()
+        assert shards == 2 and before > shards
+        query = written[5][1].vectors
+        hits_before = store.sentence_knn(query, 5)
+        counts = store.counts()
+        seen: list[tuple[int, float]] = []
+        assert store.merge_segments(1, poll_s=0.2, progress=lambda n, s: seen.append((n, s))) == (before, shards)
+        assert store.segments() == (shards, shards)
+        assert seen and seen[-1][0] == shards
+        assert store.counts() == counts
+        assert sorted(store.iter_ids()) == sorted(d.id for d, _ in written)
+        hits_after = store.sentence_knn(query, 5)
+        assert hits_after.doc_ids == hits_before.doc_ids
+        assert store.merge_segments(1, poll_s=0.2) == (shards, shards)  # nothing to merge: no request
+    finally:
+        store.drop()

@@ -96,6 +96,7 @@ def _build_old_generation(url: str, alias: str, env: dict[str, str], tmp_path: P
                   tmp_path / "reindex-old.log").result(timeout=180)
     assert out["complete"] and out["swapped"] and out["previous"] is None
     assert (out["indexed"], out["skipped"], out["failed"]) == (N_OLD, 0, 0)
+    assert out["segments"] == 1 and out["merge_seconds"] >= 0
     assert out["index"].startswith(f"{alias}-") and out["live"] == alias
     assert _aliased(url, alias) == {out["index"]}
     assert not _state_files(env)
@@ -146,6 +147,8 @@ def check_generation(url: str, alias: str, index: str, records: list[dict], enco
         assert counts["sentences"] == sum(d.n_sentences for d in docs.values())
         info = store.stats_info()
         assert not info.stale and info.docs_without_stats == 0
+        segments, shards = store.segments()  # merged before the alias moved (SDR_OPENSEARCH_REINDEX_MAX_SEGMENTS=1)
+        assert segments == shards
         for doc_id in ids[:: max(1, len(ids) // 6)]:
             stored = store.get(doc_id)
             np.testing.assert_allclose(stored.vectors.vectors, encoder.encode(docs[doc_id].sentences), atol=2e-5)

@@ -14,11 +14,14 @@ import org.apache.lucene.index.FilterLeafReader;
 import org.apache.lucene.index.LeafReader;
 import org.apache.lucene.index.LeafReaderContext;
 import org.apache.lucene.index.VectorSimilarityFunction;
+import org.apache.lucene.search.KnnCollector;
 import org.apache.lucene.search.KnnFloatVectorQuery;
 import org.apache.lucene.search.ScoreDoc;
 import org.apache.lucene.search.TopKnnCollector;
+import org.apache.lucene.search.knn.MultiLeafKnnCollector;
 import org.apache.lucene.util.Bits;
 import org.apache.lucene.util.VectorUtil;
+import org.apache.lucene.util.hnsw.BlockingFloatHeap;
 import org.apache.lucene.util.hnsw.HnswGraphSearcher;
 import org.apache.lucene.util.hnsw.RandomVectorScorer;
 
@@ -49,6 +52,9 @@ final class GraphProbe {
     private final Bits[] acceptOrds;
     private final VectorDot dot;
     private final VectorSimilarityFunction function;
+    private final int[] order;  // the leaves with vectors, largest graph first
+    private final int searched;
+    private long visited;
 
     private GraphProbe(SegmentGraph[] graphs, int[] docBases, Bits[] acceptOrds, VectorDot dot, VectorSimilarityFunction function) {
         this.graphs = graphs;
@@ -56,6 +62,16 @@ final class GraphProbe {
         this.acceptOrds = acceptOrds;
         this.dot = dot;
         this.function = function;
+        List<Integer> leaves = new ArrayList<>();
+        for (int l = 0; l < graphs.length; l++) {
+            if (graphs[l] != null && graphs[l].size() > 0) {
+                leaves.add(l);
+            }
+        }
+        leaves.sort((a, b) -> graphs[a].size() != graphs[b].size() ? Integer.compare(graphs[b].size(), graphs[a].size())
+            : Integer.compare(a, b));
+        this.order = leaves.stream().mapToInt(Integer::intValue).toArray();
+        this.searched = order.length;
     }
 
     /** Whether the probes of this node go through this class (see the class comment), for a field of {@code function}. */
@@ -134,21 +150,28 @@ final class GraphProbe {
     /**
      * The top {@code k} sentences (shard doc ids) by the field's similarity score, best first, ties by doc id.
      * Each segment's graph is searched for k (a segment of no more than k vectors read whole, as Lucene's
-     * reader does), then the segments' hits merged. Lucene's query shares the best scores between the
-     * segments' searches (and Lucene 10 re-runs some): on an index of many segments the two find about as many
-     * of the exact top hits (within 2 % in the Java tests). Merged to one segment, as the bench's index is, the
-     * two walk the same graph the same way.
+     * reader does), then the segments' hits merged. As Lucene's query does on an index of several segments
+     * (its {@code TopKnnCollectorManager}), the segments' searches share the best k scores found so far
+     * ({@link MultiLeafKnnCollector} over one {@link BlockingFloatHeap}): a later segment's walk stops
+     * exploring where it cannot beat them, so an index of many segments costs far less than one full walk per
+     * segment. The largest segments are searched first, so that the shared bar is high early. Merged to one
+     * segment, as `sdr reindex` leaves an index, the two walk the same graph the same way.
      */
     ScoreDoc[] search(float[] query, int k) throws IOException {
+        return search(query, k, true);
+    }
+
+    /** {@link #search(float[], int)}; {@code share} false: each segment walked on its own (the tests' baseline). */
+    ScoreDoc[] search(float[] query, int k, boolean share) throws IOException {
+        BlockingFloatHeap shared = share && searched > 1 ? new BlockingFloatHeap(k) : null;
         List<ScoreDoc> all = new ArrayList<>();
-        for (int l = 0; l < graphs.length; l++) {
+        visited = 0;
+        for (int l : order) {
             SegmentGraph graph = graphs[l];
-            if (graph == null || graph.size() == 0) {
-                continue;
-            }
             RandomVectorScorer scorer = scorer(graph, query);
             Bits accept = acceptOrds[l];
-            TopKnnCollector collector = new TopKnnCollector(k, Integer.MAX_VALUE);
+            TopKnnCollector local = new TopKnnCollector(k, Integer.MAX_VALUE);
+            KnnCollector collector = shared == null ? local : new MultiLeafKnnCollector(k, shared, local);
             if (k < graph.size()) {
                 HnswGraphSearcher.search(scorer, collector, graph.graph(), accept);
             } else {
@@ -159,12 +182,18 @@ final class GraphProbe {
                     }
                 }
             }
-            for (ScoreDoc hit : collector.topDocs().scoreDocs) {
+            visited += collector.visitedCount();
+            for (ScoreDoc hit : local.topDocs().scoreDocs) {
                 all.add(new ScoreDoc(docBases[l] + graph.ordToDoc(hit.doc), hit.score));
             }
         }
         all.sort((a, b) -> a.score != b.score ? Float.compare(b.score, a.score) : Integer.compare(a.doc, b.doc));
         return all.subList(0, Math.min(k, all.size())).toArray(new ScoreDoc[0]);
+    }
+
+    /** Vectors compared by the last {@link #search} (the tests read it). */
+    long visited() {
+        return visited;
     }
 
     /** Scores as the field's similarity scales them (Lucene's {@code VectorSimilarityFunction#compare}), from {@link #dot}. */

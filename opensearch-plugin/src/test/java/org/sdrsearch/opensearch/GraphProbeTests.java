@@ -164,6 +164,69 @@ public class GraphProbeTests extends LuceneTestCase {
         }
     }
 
+    /**
+     * Many small segments: the searches that share the best scores found so far (the default) compare far fewer
+     * vectors than one full walk per segment, and find as many of the exact top hits as Lucene's query (within 2 %),
+     * which shares them too.
+     */
+    public void testSharedScoresCutTheWorkOfManySegments() throws Exception {
+        Random random = new Random(random().nextLong());
+        int dim = 24;
+        VectorSimilarityFunction function = VectorSimilarityFunction.MAXIMUM_INNER_PRODUCT;
+        try (Directory dir = newDirectory()) {
+            IndexWriterConfig config = newIndexWriterConfig().setCodec(TestUtil.getDefaultCodec())
+                .setMergePolicy(NoMergePolicy.INSTANCE).setMaxBufferedDocs(Integer.MAX_VALUE)
+                .setRAMBufferSizeMB(IndexWriterConfig.DEFAULT_RAM_BUFFER_SIZE_MB);
+            try (IndexWriter writer = new IndexWriter(dir, config)) {
+                for (int segment = 0; segment < 12; segment++) {
+                    for (int s = 0; s < 1500; s++) {
+                        Document child = new Document();
+                        child.add(new KnnFloatVectorField(FIELD, BruteForceSdr.unit(random, dim), function));
+                        writer.addDocument(child);
+                    }
+                    writer.flush();
+                }
+            }
+            try (DirectoryReader reader = DirectoryReader.open(dir)) {
+                assertEquals(12, reader.leaves().size());
+                GraphProbe probe = GraphProbe.open(reader.leaves(), FIELD, function);
+                assertNotNull(probe);
+                Map<Integer, float[]> vectors = liveVectors(reader);
+                long visitedShared = 0;
+                long visitedAlone = 0;
+                int foundShared = 0;
+                int foundAlone = 0;
+                int foundByLucene = 0;
+                int hits = 0;
+                IndexSearcher searcher = new IndexSearcher(reader);
+                for (int q = 0; q < 30; q++) {
+                    float[] query = BruteForceSdr.unit(random, dim);
+                    int k = 100;
+                    Set<Integer> exact = exactTop(vectors, query, k, function);
+                    ScoreDoc[] alone = probe.search(query, k, false);
+                    visitedAlone += probe.visited();
+                    ScoreDoc[] shared = probe.search(query, k);
+                    visitedShared += probe.visited();
+                    assertEquals(k, shared.length);
+                    for (ScoreDoc hit : searcher.search(new KnnFloatVectorQuery(FIELD, query, k), k).scoreDocs) {
+                        foundByLucene += exact.contains(hit.doc) ? 1 : 0;
+                    }
+                    for (int i = 0; i < k; i++) {
+                        foundAlone += exact.contains(alone[i].doc) ? 1 : 0;
+                        foundShared += exact.contains(shared[i].doc) ? 1 : 0;
+                        assertEquals("score of " + shared[i].doc, function.compare(query, vectors.get(shared[i].doc)),
+                            shared[i].score, 1e-6f);
+                    }
+                    hits += k;
+                }
+                assertTrue("shared: " + visitedShared + " vectors compared, alone " + visitedAlone,
+                    visitedShared < 0.8 * visitedAlone);
+                assertTrue("exact top hits found, shared " + foundShared + " Lucene's query " + foundByLucene + " of " + hits,
+                    foundShared >= foundByLucene - hits / 50);
+            }
+        }
+    }
+
     /** Every live sentence's vector, by shard doc id (VectorCursor: the line's own vector reading). */
     private static Map<Integer, float[]> liveVectors(DirectoryReader reader) throws IOException {
         Map<Integer, float[]> out = new HashMap<>();
