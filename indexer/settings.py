@@ -53,6 +53,19 @@ class EmbeddedStoreSettings(BaseSettings):
             "float32); to change them, index into a new store."
         ),
     )
+    hit_scores: Literal["exact", "codes"] = Field(
+        "exact",
+        description=(
+            "With fp16 or sq8 codes (ann_codes): how the k-NN hits are scored. 'exact': again from the float "
+            "rows of the vector file, so every sentence score the store returns is exact; each query then "
+            "reads its hits' rows (about 120 per source sentence, scattered over the file), which needs the "
+            "vector file in the page cache: at 2M sentences under a 3.4 GB memory limit the candidate stage "
+            "went from 65 to 2,143 ms p50. 'codes': the graph's own approximate scores; they only choose and "
+            "order the candidate documents, and the exact SDR rerank still reads float rows (the K candidates' "
+            "rows, contiguous per document), so the final scores stay exact (docs/results/scale.md). No "
+            "effect on a float32 graph."
+        ),
+    )
     hnsw_ef_search: int = Field(
         100,
         ge=1,

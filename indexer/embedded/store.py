@@ -343,8 +343,9 @@ class EmbeddedStore(DocumentStore):
         return self._ann.current(self._row_map().committed, prior_rows)
 
     def _exact_rows(self) -> np.ndarray | None:
-        """The vector file's rows when the graph holds compressed codes (hits are scored from them)."""
-        return self._matrix() if self._ann.compressed else None
+        """The vector file's rows when the graph holds compressed codes and hits are scored exactly from
+        them (``hit_scores`` 'exact'); None: the graph's own scores."""
+        return self._matrix() if self._ann.compressed and self.settings.hit_scores == "exact" else None
 
     @property
     def ann_codes(self) -> str:

@@ -154,3 +154,33 @@ def test_compaction_keeps_codes_and_answers(tmp_path, codes):
     assert saved_codes(tmp_path / "s") == codes
     with EmbeddedStore(tmp_path / "s") as store:
         check_exact(store, items[1::2], np.stack([v.vectors[4] for _, v in items[1::2]]), k=3)
+
+
+@pytest.mark.parametrize("codes", COMPRESSED)
+def test_hit_scores_from_the_codes_leave_the_vector_file_unread(tmp_path, codes, monkeypatch):
+    """``hit_scores='codes'``: the hits keep the graph's own (approximate) scores, and the vector file
+    is not read to score them; the documents found are those of the exact search but for near-ties,
+    and the scores within the codes' rounding of the exact ones."""
+    from sdr_search.indexer.embedded import ann
+
+    items = make_docs(150, seed=3)
+    queries = np.stack([v.vectors[1] for _, v in items[::10]])
+    with open_store(tmp_path / "s", codes) as store:
+        store.put(items)
+        exact = store.sentence_knn(queries, 5)
+    read: list[int] = []
+    real = ann.exact_hit_scores
+    monkeypatch.setattr(ann, "exact_hit_scores", lambda q, rows, m: read.append(rows.size) or real(q, rows, m))
+    with EmbeddedStore(tmp_path / "s", settings=EmbeddedStoreSettings(hit_scores="codes")) as store:
+        approx = store.sentence_knn(queries, 5)
+    assert not read
+    with EmbeddedStore(tmp_path / "s") as store:  # the default scores them exactly, through the same function
+        assert store.sentence_knn(queries, 5).doc_ids == exact.doc_ids
+    assert read
+    same = sum(len(set(a) & set(b)) for a, b in zip(approx.doc_ids, exact.doc_ids))
+    assert same >= 0.9 * sum(len(b) for b in exact.doc_ids)
+    tolerance = 2e-3 if codes == "fp16" else 3e-2
+    for a_ids, a_scores, e_ids, e_scores in zip(approx.doc_ids, approx.scores, exact.doc_ids, exact.scores):
+        assert a_ids[0] == e_ids[0]  # each query is a stored sentence: its own document first
+        np.testing.assert_allclose(a_scores[0], e_scores[0], atol=tolerance)
+        assert not np.array_equal(a_scores, e_scores) or codes == "fp16"
