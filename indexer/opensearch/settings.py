@@ -134,7 +134,7 @@ class OpenSearchSettings(BaseSettings):
         1, ge=0,
         description="`sdr reindex` into OpenSearch force-merges the new index to at most this many segments per "
         "shard before the alias moves to it (0: no merge). Each segment has its own HNSW graph, and the "
-        "candidate search walks every one: on the demo corpus 11 segments as written cost 232 ms against 79 "
+        "candidate search walks every one: on the demo corpus 11 segments as written cost 232 ms at p50 against 61 "
         "merged to one (docs/results/opensearch.md). The merge rebuilds the graphs once; its time grows "
         "faster than the index (docs/results/scale.md).",
     )
