@@ -10,6 +10,7 @@ request that finds the index missing, :meth:`~sdr_search.indexer.opensearch.Open
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import metadata as importlib_metadata
@@ -320,18 +321,14 @@ class Indices:
         poll, and asks again when the task is gone with the count still over (a node that restarted
         drops it; at most 5 times). A merge that ended with the count still over (writes came in) is
         not asked for again: a warning says so."""
-        import time
-
         target = self.read()
         before, shards = self.segments()
         count, t0, asked = before, time.monotonic(), 0
         while count > max_segments * shards and asked < 5:
             asked += 1
-            task = self._transport.call("force-merging the index", lambda: self._transport.os().transport.perform_request(
-                "POST", f"/{target.name}/_forcemerge",
-                params={"max_num_segments": max_segments, "wait_for_completion": "false"}), index=target.name)
+            task = self._transport.call("force-merging the index", lambda: self._transport.os().indices.forcemerge(
+                index=target.name, max_num_segments=max_segments, wait_for_completion=False), index=target.name)
             task_id = (task or {}).get("task")
-            state = "gone"
             while True:
                 time.sleep(poll_s)
                 # a merged segment replaces the old ones in what searches (and the segment stats) see at a refresh

@@ -53,7 +53,6 @@ final class GraphProbe {
     private final VectorDot dot;
     private final VectorSimilarityFunction function;
     private final int[] order;  // the leaves with vectors, largest graph first
-    private final int searched;
     private long visited;
 
     private GraphProbe(SegmentGraph[] graphs, int[] docBases, Bits[] acceptOrds, VectorDot dot, VectorSimilarityFunction function) {
@@ -71,7 +70,6 @@ final class GraphProbe {
         leaves.sort((a, b) -> graphs[a].size() != graphs[b].size() ? Integer.compare(graphs[b].size(), graphs[a].size())
             : Integer.compare(a, b));
         this.order = leaves.stream().mapToInt(Integer::intValue).toArray();
-        this.searched = order.length;
     }
 
     /** Whether the probes of this node go through this class (see the class comment), for a field of {@code function}. */
@@ -163,7 +161,7 @@ final class GraphProbe {
 
     /** {@link #search(float[], int)}; {@code share} false: each segment walked on its own (the tests' baseline). */
     ScoreDoc[] search(float[] query, int k, boolean share) throws IOException {
-        BlockingFloatHeap shared = share && searched > 1 ? new BlockingFloatHeap(k) : null;
+        BlockingFloatHeap shared = share && order.length > 1 ? new BlockingFloatHeap(k) : null;
         List<ScoreDoc> all = new ArrayList<>();
         visited = 0;
         for (int l : order) {
