@@ -27,6 +27,7 @@ from sdr_search.indexer.validation import check_put_items
 from .indices import Indices, Target
 from .plugin import SdrPlugin
 from .requests import (
+    CENTROIDS_FIELD,
     VECTORS_B64,
     build_bulk_actions,
     build_counts_query,
@@ -94,7 +95,7 @@ class Documents:
             raise target.legacy("written to")
         ids = [doc.id for doc, _ in items]
         actions = build_bulk_actions(items, index=target.name, encoder_tag=meta.encoder_tag, model_id=meta.model_id,
-                                     vector_copy=target.vectors == VECTORS_B64)
+                                     vector_copy=target.vectors == VECTORS_B64, centroids=target.stored_centroids)
         # a document written again with the same content keeps its statistics, and alone makes none stale
         stored = self.content_keys(ids)
         changed = [doc.id for doc, _ in items if stored.get(doc.id) != document_key(meta.encoder_tag, doc.paragraphs)]
@@ -149,7 +150,7 @@ class Documents:
         """The two ``_mget`` items :meth:`stored_from` reads a document from (the document without its
         sentence vectors and text, its statistics): sent alone by :meth:`get`, or with the state document
         (:meth:`.store.OpenSearchStore.query_state`)."""
-        docs = build_mget_body([doc_id], {"excludes": ["sentences", "text"]}, index=target.name)["docs"]
+        docs = build_mget_body([doc_id], {"excludes": ["sentences", "text", CENTROIDS_FIELD]}, index=target.name)["docs"]
         docs.append({"_index": target.state, "_id": stats_os_id(doc_id), "_source": ["stats_mu", "stats_sigma"]})
         return docs
 

@@ -34,6 +34,7 @@ from .requests import (
     initial_state,
     knn_method,
     legacy_metadata,
+    stored_centroids,
     state_index_name,
 )
 from .settings import OpenSearchSettings
@@ -73,6 +74,7 @@ class Target:
     vectors: str = VECTORS_B64  # where readers find the vectors (_meta.sdr.vectors; indices from before: b64)
     derived_source: bool = False  # k-NN derived source (vectors rebuilt into _source on read)
     legacy_metadata: bool = False  # metadata mapped field by field (layout 1): read only, no filter (legacy_metadata)
+    stored_centroids: bool = False  # the mapping has the paragraph centroids' field: writes fill it (stored_centroids)
 
     @property
     def recorded(self) -> IndexMeta:
@@ -148,7 +150,8 @@ class Indices:
         target = Target(name, state_index_name(name), index_meta_from_meta(meta),
                         str(recorded.get("engine", "faiss")), str(recorded.get("space_type", "innerproduct")),
                         _bm25_factor(recorded), str(recorded.get("vectors", VECTORS_B64)),
-                        bool(recorded.get("derived_source", False)), legacy_metadata(body.get("mappings", {})))
+                        bool(recorded.get("derived_source", False)), legacy_metadata(body.get("mappings", {})),
+                        stored_centroids(body.get("mappings", {})))
         if target.meta is not None:
             self._target = target
         return target

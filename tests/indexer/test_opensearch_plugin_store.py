@@ -280,6 +280,83 @@ def test_centroid_rows_from_the_node_equal_the_pre_rank(filled):
         store.centroid_rows(np.full((1, DIM), np.nan, dtype=np.float32), ids)
 
 
+def test_the_node_reads_the_centroids_stored_at_index_time(plugin_url, monkeypatch):
+    """Issue 44 (round trips): a new index keeps each document's paragraph centroids (``par_centroids``: binary doc
+    values, out of 2.x's ``_source``) and the node's centroid rows read them instead of the sentences. Proved by a
+    document whose stored centroids were written apart from its sentences (the rows follow the stored ones); a
+    document written without them, and an index whose mapping predates the field (the store then writes none), give
+    the rows of the sentences."""
+    import uuid
+
+    from sdr_search.core.scoring import paragraph_centroids
+    from sdr_search.indexer.opensearch.requests import CENTROIDS_FIELD, build_bulk_actions, decode_vectors_b64, layout
+    from sdr_search.reranker.prerank import centroid_rows
+
+    rng = np.random.default_rng(444)
+    items = [item(f"s{k}", rng, [3, 1, 4], 0) for k in range(4)]
+    vectors = {d.id: v for d, v in items}
+    source = DocVectors(unit(rng, 5), np.array([0, 2, 5]))
+    centroids = paragraph_centroids(source)
+    want = centroid_rows(source, [paragraph_centroids(vectors[i]) for i in sorted(vectors)])
+
+    store = OpenSearchStore(plugin_url, index=f"sdr-test-stored-centroids-{uuid.uuid4().hex[:10]}")
+    try:
+        store.ensure_meta(META)
+        store.put(items)
+        client = store._os()
+        mapping = client.indices.get_mapping(index=store.index_name)[store.index_name]["mappings"]
+        assert mapping["properties"][CENTROIDS_FIELD] == {"type": "binary", "doc_values": True}
+        raw = client.get(index=store.index_name, id="s1")["_source"]
+        if not mapping["_meta"]["sdr"]["derived_source"]:
+            assert CENTROIDS_FIELD not in raw  # doc values only
+        (action,) = build_bulk_actions([items[1]], index=store.index_name, encoder_tag=META.encoder_tag,
+                                       model_id=META.model_id, centroids=True)
+        np.testing.assert_array_equal(decode_vectors_b64(action["_source"][CENTROIDS_FIELD], DIM),
+                                      paragraph_centroids(vectors["s1"]))
+        np.testing.assert_allclose(store.centroid_rows(centroids, sorted(vectors)), want, atol=1e-5)
+
+        # s2's stored centroids made different from its sentences: two unit rows of our choosing
+        crafted = np.zeros((2, DIM), dtype=np.float32)
+        crafted[0, 0] = crafted[1, 1] = 1.0
+        (action,) = build_bulk_actions([items[2]], index=store.index_name, encoder_tag=META.encoder_tag,
+                                       model_id=META.model_id, centroids=True)
+        action["_source"][CENTROIDS_FIELD] = layout.encode_vectors_b64(crafted)
+        client.index(index=store.index_name, id=action["_id"], body=action["_source"], refresh=True)
+        got = store.centroid_rows(centroids, ["s2"])[:, 0]
+        np.testing.assert_allclose(got, (centroids @ crafted.T).max(axis=1), atol=1e-6)
+        assert not np.allclose(got, want[:, 2], atol=1e-3)
+        # s3 written without them: its sentences
+        (action,) = build_bulk_actions([items[3]], index=store.index_name, encoder_tag=META.encoder_tag,
+                                       model_id=META.model_id, centroids=False)
+        client.index(index=store.index_name, id=action["_id"], body=action["_source"], refresh=True)
+        np.testing.assert_allclose(store.centroid_rows(centroids, ["s3", "s0"]), want[:, [3, 0]], atol=1e-5)
+    finally:
+        store.drop()
+        store.close()
+
+    real = layout.load_mapping
+
+    def before_the_field(name):
+        body = real(name)
+        if name == "index.json":
+            body["mappings"]["properties"].pop(CENTROIDS_FIELD)
+            body["mappings"]["_source"]["excludes"].remove(CENTROIDS_FIELD)
+        return body
+
+    monkeypatch.setattr(layout, "load_mapping", before_the_field)
+    old = OpenSearchStore(plugin_url, index=f"sdr-test-no-stored-centroids-{uuid.uuid4().hex[:10]}")
+    try:
+        old.ensure_meta(META)
+        monkeypatch.setattr(layout, "load_mapping", real)
+        old.put(items)  # a strict mapping without the field: the store writes none
+        mapping = old._os().indices.get_mapping(index=old.index_name)[old.index_name]["mappings"]
+        assert CENTROIDS_FIELD not in mapping["properties"]
+        np.testing.assert_allclose(old.centroid_rows(centroids, sorted(vectors)), want, atol=1e-5)
+    finally:
+        old.drop()
+        old.close()
+
+
 def test_the_candidate_pool_brings_its_centroid_rows_in_the_same_search(filled, plugin_url):
     """Issue 44: ``sdr_candidate_pool`` with the source's paragraph centroids answers the candidate stage and
     the pool's centroid rows in one request (the ``sdr_vectors`` fetch on the candidate search's hits): the

@@ -120,7 +120,7 @@ def test_index_body_golden():
         "mappings": {
             "dynamic": "strict",
             "date_detection": False,
-            "_source": {"excludes": ["sentences.vector"]},
+            "_source": {"excludes": ["sentences.vector", "par_centroids"]},
             "properties": {
                 "doc_id": {"type": "keyword"},
                 "title": {"type": "text", "fields": {"keyword": {"type": "keyword", "ignore_above": 1024}}},
@@ -136,6 +136,7 @@ def test_index_body_golden():
                 "paragraphs": {"type": "object", "enabled": False},
                 "par_sizes": {"type": "integer", "index": False, "doc_values": False},
                 "vectors_b64": {"type": "binary"},
+                "par_centroids": {"type": "binary", "doc_values": True},
                 "sentences": {"type": "nested", "properties": {
                     "vector": {"type": "knn_vector", "dimension": 384, "doc_values": False, "method": {
                         "name": "hnsw", "engine": "lucene", "space_type": "innerproduct",
@@ -183,7 +184,7 @@ def test_index_body_always_sets_derived_source():
     """3.x turns derived source on unless the request sets it: 'off' must be written, not left out."""
     body = build_index_body(4, m=16, ef_construction=100, shards=1, replicas=0, meta={}, derived_source=False)
     assert body["settings"]["index"]["knn.derived_source.enabled"] is False
-    assert body["mappings"]["_source"] == {"excludes": ["sentences.vector"]}
+    assert body["mappings"]["_source"] == {"excludes": ["sentences.vector", "par_centroids"]}
 
 
 def test_knn_method_reads_the_filled_mapping(monkeypatch):
@@ -910,7 +911,8 @@ def test_index_body_without_vectors_in_recovery_source():
                       space_type="innerproduct", vectors=VECTORS_INDEX, recovery_source_excludes=True)
     assert meta["sdr"]["vectors"] == "index" and meta["sdr"]["recovery_source_excludes"] is True
     body = build_index_body(8, m=16, ef_construction=100, shards=1, replicas=0, meta=meta, recovery_source_excludes=True)
-    assert body["mappings"]["_source"] == {"excludes": ["sentences.vector"], "recovery_source_excludes": ["sentences.vector"]}
+    assert body["mappings"]["_source"] == {"excludes": ["sentences.vector", "par_centroids"],
+                                           "recovery_source_excludes": ["sentences.vector", "par_centroids"]}
     # derived source: no _source section at all (3.x rebuilds the vectors, recovery included)
     body = build_index_body(8, m=16, ef_construction=100, shards=1, replicas=0, meta=meta, derived_source=True,
                             recovery_source_excludes=True)
@@ -925,6 +927,26 @@ def test_document_source_without_the_base64_copy():
     actions = build_bulk_actions([(doc, vectors)], index="i", encoder_tag="t", model_id="m", indexed_at=AT, vector_copy=False)
     assert "vectors_b64" not in actions[0]["_source"]
     assert "vectors_b64" in build_bulk_actions([(doc, vectors)], index="i", encoder_tag="t", model_id="m")[0]["_source"]
+
+
+def test_document_source_with_the_stored_centroids():
+    """Issue 44: ``centroids=True`` adds each paragraph's normalised mean (what the pre-rank computes), bit for bit,
+    as base64 float32 under ``par_centroids``; an index's mapping says whether it has the field."""
+    from sdr_search.core.scoring import paragraph_centroids
+    from sdr_search.indexer.opensearch.requests import CENTROIDS_FIELD, stored_centroids
+
+    doc, vectors = small_doc()
+    src = build_document_source(doc, vectors, encoder_tag="t", model_id="m", indexed_at=AT, centroids=True)
+    got = decode_vectors_b64(src[CENTROIDS_FIELD], vectors.vectors.shape[1])
+    np.testing.assert_array_equal(got, paragraph_centroids(vectors))
+    assert got.shape[0] == len(doc.paragraphs)
+    assert CENTROIDS_FIELD not in build_document_source(doc, vectors, encoder_tag="t", model_id="m", indexed_at=AT)
+    (action,) = build_bulk_actions([(doc, vectors)], index="i", encoder_tag="t", model_id="m", centroids=True)
+    assert action["_source"][CENTROIDS_FIELD] == src[CENTROIDS_FIELD]
+    body = build_index_body(8, m=16, ef_construction=100, shards=1, replicas=0, meta={})
+    assert stored_centroids(body["mappings"])
+    body["mappings"]["properties"].pop(CENTROIDS_FIELD)
+    assert not stored_centroids(body["mappings"])
 
 
 def test_sdr_candidates_query():

@@ -65,7 +65,8 @@ from .knn import (  # noqa: F401
     knn_score_to_cosine,
     parse_knn_responses,
 )
-from .layout import (  # noqa: F401
+from .layout import (
+    CENTROIDS_FIELD,  # noqa: F401
     AGGREGATIONS,
     ENGINES,
     FORMAT_VERSION,
@@ -96,6 +97,7 @@ from .layout import (  # noqa: F401
     knn_method,
     legacy_metadata,
     load_mapping,
+    stored_centroids,
     reference_os_id,
     state_index_name,
     stats_os_id,
@@ -153,6 +155,7 @@ from .writes import (  # noqa: F401
 )
 
 __all__ = [
+    "CENTROIDS_FIELD",
     "AGGREGATIONS",
     "BulkOutcome",
     "ENGINES",
@@ -224,6 +227,7 @@ __all__ = [
     "hit_doc_id",
     "index_meta_from_meta",
     "legacy_metadata",
+    "stored_centroids",
     "initial_state",
     "knn_method",
     "knn_score_to_cosine",

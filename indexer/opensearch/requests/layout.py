@@ -51,6 +51,12 @@ per source sentence). A broader restriction is given as a metadata filter (``fil
 MATCH_NONE: dict[str, Any] = {"match_none": {}}
 """The filter of a metadata filter that no stored document can match (nothing to search)."""
 
+CENTROIDS_FIELD = "par_centroids"
+"""The top-level ``binary`` field (doc values on, left out of ``_source``) of each document's paragraph
+centroids, little-endian float32 rows (:func:`sdr_search.core.scoring.paragraph_centroids`): the sdr
+plugin's centroid rows read it instead of every sentence vector of a candidate (the plugin's
+``StoredCentroids``). Written only to an index whose mapping has it (:func:`stored_centroids`); an index
+made before it, or a document without it, is read from its sentences as before."""
 STATE_DOC_ID = "state"
 VECTORS_B64 = "b64"
 """``_meta.sdr.vectors`` of an index whose documents carry the base64 copy ``vectors_b64`` (every index
@@ -196,6 +202,12 @@ def legacy_metadata(mappings: Mapping[str, Any]) -> bool:
     layout 2: its metadata mapped field by field, without :data:`METADATA_TERMS_FIELD`. The store
     reads such an index, and refuses to write to it or to filter it (``sdr reindex`` rebuilds it)."""
     return METADATA_TERMS_FIELD not in (mappings.get("properties") or {})
+
+
+def stored_centroids(mappings: Mapping[str, Any]) -> bool:
+    """Whether an index mapping (a ``GET _mapping`` answer's ``mappings``) has the stored paragraph centroids'
+    field :data:`CENTROIDS_FIELD` (indices created from this version's ``mappings/index.json`` on)."""
+    return CENTROIDS_FIELD in (mappings.get("properties") or {})
 
 
 def build_index_body(

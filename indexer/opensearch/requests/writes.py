@@ -21,12 +21,12 @@ from sdr_search.core.errors import (
     StoreError,
 )
 from sdr_search.core.metadata import metadata_terms
-from sdr_search.core.scoring import NormStats
+from sdr_search.core.scoring import NormStats, paragraph_centroids
 from sdr_search.core.vectors import DocVectors
 
 from sdr_search.indexer.store import ReferenceParagraphs
 
-from .layout import document_os_id, encode_vectors_b64, reference_os_id, stats_os_id
+from .layout import CENTROIDS_FIELD, document_os_id, encode_vectors_b64, reference_os_id, stats_os_id
 
 
 # bulk actions (opensearch-py ``streaming_bulk`` action format)
@@ -37,13 +37,17 @@ def _now() -> str:
 
 def build_document_source(
     doc: Document, vectors: DocVectors, *, encoder_tag: str, model_id: str, indexed_at: str, vector_copy: bool = True,
+    centroids: bool = False,
 ) -> dict[str, Any]:
     """``_source`` of one document. ``metadata`` is kept as given (the mapping does not index it) and
     ``metadata_terms`` holds the typed terms filters match (:func:`sdr_search.core.metadata.metadata_terms`).
     ``sentences[r]`` is row ``r`` of the document's vectors
     (``position`` = sentence index in the document, ``paragraph`` = its paragraph). ``vector_copy``:
     also the base64 copy ``vectors_b64`` (an index whose ``_meta.sdr.vectors`` is
-    :data:`VECTORS_B64`)."""
+    :data:`VECTORS_B64`). ``centroids``: also the paragraph centroids (:data:`CENTROIDS_FIELD`, an index
+    whose mapping has the field, :func:`stored_centroids`), each paragraph's normalised mean sentence
+    vector as the pre-rank computes it, which the sdr plugin's centroid rows read instead of every
+    sentence vector of the document."""
     sizes = [len(p) for p in doc.paragraphs]
     paragraph_of = np.repeat(np.arange(len(sizes)), sizes).tolist()
     rows = np.asarray(vectors.vectors, dtype=np.float32).tolist()
@@ -62,6 +66,7 @@ def build_document_source(
         "paragraphs": [list(p) for p in doc.paragraphs],
         "par_sizes": sizes,
         **({"vectors_b64": encode_vectors_b64(vectors.vectors)} if vector_copy else {}),
+        **({CENTROIDS_FIELD: encode_vectors_b64(paragraph_centroids(vectors))} if centroids else {}),
         "sentences": [{"vector": v, "paragraph": p, "position": r} for r, (v, p) in enumerate(zip(rows, paragraph_of))],
     }
 
@@ -74,6 +79,7 @@ def build_bulk_actions(
     model_id: str,
     indexed_at: str | None = None,
     vector_copy: bool = True,
+    centroids: bool = False,
 ) -> list[dict[str, Any]]:
     """One ``index`` action per document (whole-document writes, never partial updates),
     with the stable ``_id`` of :func:`document_os_id`."""
@@ -81,7 +87,7 @@ def build_bulk_actions(
     return [
         {"_op_type": "index", "_index": index, "_id": document_os_id(doc.id),
          "_source": build_document_source(doc, vec, encoder_tag=encoder_tag, model_id=model_id, indexed_at=at,
-                                          vector_copy=vector_copy)}
+                                          vector_copy=vector_copy, centroids=centroids)}
         for doc, vec in items
     ]
 

@@ -72,6 +72,28 @@ final class CandidateReader {
         }
     }
 
+    /** The number of sentences of parent document {@code parent} (as {@link #read}, without copying a vector). */
+    int count(int parent) throws IOException {
+        if (parent <= lastParent) {
+            throw new IllegalStateException("candidates must be read in increasing doc id order: " + parent + " after " + lastParent);
+        }
+        lastParent = parent;
+        if (vectors == null || parents == null || parent == 0) {
+            return 0;
+        }
+        int first = parents.prevSetBit(parent - 1) + 1;
+        int doc = vectors.docID();
+        if (doc < first) {
+            doc = vectors.advance(first);
+        }
+        int n = 0;
+        while (doc < parent) {
+            n++;
+            doc = vectors.nextDoc();
+        }
+        return n;
+    }
+
     private static long value(SortedNumericDocValues values, int doc) throws IOException {
         if (values.docID() <= doc && values.advanceExact(doc) && values.docValueCount() > 0) {
             return values.nextValue();

@@ -192,17 +192,19 @@ final class SdrFetchSubPhase implements FetchSubPhase {
             private LeafReaderContext leaf;
             private int dim;
             private int last = -1;
-            private float[][] rows;  // the source's centroids, split once at this dimension
+            private CentroidMatcher matcher;  // the source's centroids, split once at this dimension
+            private StoredCentroids stored;   // this segment's centroids written at index time (null: none)
 
-            private float[][] sourceRows() {
-                if (rows == null || (rows.length > 0 && rows[0].length != dim)) {
+            private CentroidMatcher matcher() {
+                if (matcher == null || matcher.rows() != ext.centroids().length / dim) {
                     float[] flat = ext.centroids();
-                    rows = new float[flat.length / dim][];
+                    float[][] rows = new float[flat.length / dim][];
                     for (int i = 0; i < rows.length; i++) {
                         rows[i] = Arrays.copyOfRange(flat, i * dim, (i + 1) * dim);
                     }
+                    matcher = new CentroidMatcher(rows);
                 }
-                return rows;
+                return matcher;
             }
 
             @Override
@@ -221,6 +223,7 @@ final class SdrFetchSubPhase implements FetchSubPhase {
                 if (candidate == null || candidate.dim() != dim) {
                     candidate = new CandidateSentences(dim);
                 }
+                stored = ext.centroids() == null ? null : StoredCentroids.open(leaf.reader(), dim);
                 return new CandidateReader(leaf, parents, ext.field(), ext.paragraphField(), ext.positionField(), dim);
             }
 
@@ -230,14 +233,21 @@ final class SdrFetchSubPhase implements FetchSubPhase {
                 int doc = hitContext.docId();
                 Map<String, Object> out;
                 if (reader == null) {
-                    out = ext.centroids() != null ? centroidRows(null, 0, new float[0][], guard) : ext.mean() ? encodeMean(null, 0)
-                        : encode(null, 0);
+                    out = ext.centroids() != null ? rowsOf(null, 0, null) : ext.mean() ? encodeMean(null, 0) : encode(null, 0);
                 } else {
                     if (doc <= last) {
                         reader = open();
                     }
                     last = doc;
-                    reader.read(doc, candidate);
+                    // the centroids written at index time when the document has them (its sentences only counted), else its sentences
+                    float[][] centroids = stored == null ? null : stored.read(doc);
+                    if (centroids != null && centroids.length > 0) {
+                        candidate.clear();
+                    } else {
+                        centroids = null;
+                        reader.read(doc, candidate);
+                    }
+                    int sentences = centroids != null ? reader.count(doc) : candidate.size();
                     long own = ext.centroids() != null ? ext.centroids().length / dim : ext.mean() ? dim : (long) candidate.size() * dim;
                     // one hit alone is always returned (the index's nested-objects limit bounds it); more, within the limit
                     if (hits > 0) {
@@ -246,7 +256,9 @@ final class SdrFetchSubPhase implements FetchSubPhase {
                     }
                     returned.add(own * BYTES_PER_VALUE);
                     values += own;
-                    out = ext.centroids() != null ? centroidRows(candidate, dim, sourceRows(), guard)
+                    out = ext.centroids() != null
+                        ? rowsOf(centroids != null ? centroids : sentences == 0 ? null : paragraphCentroids(candidate, dim), sentences,
+                            matcher())
                         : ext.mean() ? encodeMean(candidate, dim) : encode(candidate, dim);
                 }
                 hits++;
@@ -256,19 +268,44 @@ final class SdrFetchSubPhase implements FetchSubPhase {
     }
 
     /**
-     * For each of the source's paragraph centroids ({@code centroids}, rows of {@code dim}) its best cosine with
+     * For each of the source's paragraph centroids ({@code rows}, of {@code dim}) its best cosine with
      * the paragraph centroids of {@code c} (each paragraph's normalised mean sentence vector: float32 sums and
      * norm, as the Python pre-rank's {@code paragraph_centroids}), as base64 float32, with the sentence and
      * paragraph counts; {@code "centroid_rows": null} for no sentence. The sums are plain float loops (the JIT
-     * vectorises them), the norms and cosines {@link VectorDot}'s SIMD dot product where the JVM has it: with
-     * double sums and a scalar norm this took 15 % of a node's samples on IRLeD's 200-document pools.
+     * vectorises them), the norms {@link VectorDot}'s SIMD dot product where the JVM has it (with double sums
+     * and a scalar norm this took 15 % of a node's samples on IRLeD's 200-document pools), the cosines
+     * {@link CentroidMatcher}'s kernel.
      */
     static Map<String, Object> centroidRows(CandidateSentences c, int dim, float[][] rows) {
-        return centroidRows(c, dim, rows, ShardGuard.NONE);
+        int m = c == null ? 0 : c.size();
+        return m == 0 ? rowsOf(null, 0, null) : rowsOf(paragraphCentroids(c, dim), m, new CentroidMatcher(rows));
     }
 
-    static Map<String, Object> centroidRows(CandidateSentences c, int dim, float[][] rows, ShardGuard guard) {
-        int m = c == null ? 0 : c.size();
+    /**
+     * The centroid rows of a candidate of {@code sentences} sentences whose paragraph centroids are {@code own}
+     * (computed, {@link #paragraphCentroids}, or stored at index time, {@link StoredCentroids}); {@code own} null
+     * or {@code sentences} 0: the answer for a candidate without sentences.
+     */
+    static Map<String, Object> rowsOf(float[][] own, int sentences, CentroidMatcher matcher) {
+        Map<String, Object> out = new LinkedHashMap<>();
+        out.put("sentences", sentences);
+        out.put("paragraphs", own == null || sentences == 0 ? 0 : own.length);
+        if (own == null || sentences == 0 || own.length == 0) {
+            out.put("centroid_rows", null);
+            return out;
+        }
+        float[] best = matcher.best(own);
+        ByteBuffer buffer = ByteBuffer.allocate(matcher.rows() * Float.BYTES).order(ByteOrder.LITTLE_ENDIAN);
+        for (int i = 0; i < matcher.rows(); i++) {
+            buffer.putFloat(best[i]);
+        }
+        out.put("centroid_rows", Base64.getEncoder().encodeToString(buffer.array()));
+        return out;
+    }
+
+    /** {@code c}'s paragraph centroids (at least one sentence), in paragraph order: each paragraph's normalised mean. */
+    static float[][] paragraphCentroids(CandidateSentences c, int dim) {
+        int m = c.size();
         long[] keys = new long[m];
         for (int r = 0; r < m; r++) {
             keys[r] = c.paragraph(r);
@@ -295,27 +332,7 @@ final class SdrFetchSubPhase implements FetchSubPhase {
                 sum[x] /= norm;
             }
         }
-        Map<String, Object> out = new LinkedHashMap<>();
-        out.put("sentences", m);
-        out.put("paragraphs", paragraphs);
-        if (m == 0) {
-            out.put("centroid_rows", null);
-            return out;
-        }
-        ByteBuffer buffer = ByteBuffer.allocate(rows.length * Float.BYTES).order(ByteOrder.LITTLE_ENDIAN);
-        for (int i = 0; i < rows.length; i++) {
-            if ((i & 1023) == 1023) {
-                guard.checkCancelled();  // rows x paragraphs dot products: one hit can be long
-            }
-            float[] row = rows[i];
-            float best = Float.NEGATIVE_INFINITY;
-            for (float[] unit : own) {
-                best = Math.max(best, simd != null ? simd.dot(row, unit) : VectorUtil.dotProduct(row, unit));
-            }
-            buffer.putFloat(best);
-        }
-        out.put("centroid_rows", Base64.getEncoder().encodeToString(buffer.array()));
-        return out;
+        return own;
     }
 
     /**
