@@ -26,7 +26,10 @@ the encoder is not what is timed. Then, in this order:
    ``--max-queries`` of ``--queries`` as new text (their vectors from the embedding cache, given to
    the engine pre-encoded, so the encoder is not timed; ``--skip-latency-text``: by id only). The ways
    alternate query by query (round n: the n-th id source through every way, then the n-th text
-   source): p50 / p99 of the whole call and of the engine's stages (``timings_ms``: source =
+   source), each query after a pause of ``--pause-ms`` (a thread team of the previous way, e.g. numpy's
+   BLAS threads, which spin for a while after each product, would otherwise share the 2 cores with the
+   next way's node: measured, the engine on the plugin by id at 181 ms right after an embedded query
+   against 151 after a 0.5 s pause): p50 / p99 of the whole call and of the engine's stages (``timings_ms``: source =
    resolving the source (by id: reading its vectors and statistics; by text: its statistics against
    the reference sample), candidates = nested k-NN + aggregation (on the plugin: one search),
    prerank = paragraph centroids + fusion (on the plugin: exact SDR of the pool on the node), fetch,
@@ -549,6 +552,7 @@ def latency(args, emb: EmbeddedStore, nodes: dict[str, OpenSearchStore], corpus:
                 continue
             key, query = queries[mode][n]
             for name, run in ways.items():
+                time.sleep(args.pause_ms / 1e3)
                 mark = log.mark()
                 t = time.perf_counter()
                 top, stages = run(query)
@@ -707,6 +711,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-queries", type=int, default=None, help="only the first N queries (default: all)")
     ap.add_argument("--candidates", type=int, nargs="+", default=[100], help="K values for the fidelity section")
     ap.add_argument("--latency-queries", type=int, default=100)
+    ap.add_argument("--pause-ms", type=float, default=300,
+                    help="pause before each timed query, so that no way's idle threads (numpy's BLAS team spins after "
+                    "each product) run beside the next one's (0: back to back, as before issue 44's last runs)")
     ap.add_argument("--force-merge", type=int, default=1, metavar="N",
                     help="after the first latency run, force-merge the node's index to N segments and time again "
                          "(0: skip)")
