@@ -34,8 +34,8 @@ from .requests import (
     initial_state,
     knn_method,
     legacy_metadata,
-    stored_centroids,
     state_index_name,
+    stored_centroids,
 )
 from .settings import OpenSearchSettings
 from .transport import Transport

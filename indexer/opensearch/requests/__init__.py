@@ -65,9 +65,9 @@ from .knn import (  # noqa: F401
     knn_score_to_cosine,
     parse_knn_responses,
 )
-from .layout import (
-    CENTROIDS_FIELD,  # noqa: F401
+from .layout import (  # noqa: F401
     AGGREGATIONS,
+    CENTROIDS_FIELD,
     ENGINES,
     FORMAT_VERSION,
     HITS_BY_DOC_ID,
@@ -97,10 +97,10 @@ from .layout import (
     knn_method,
     legacy_metadata,
     load_mapping,
-    stored_centroids,
     reference_os_id,
     state_index_name,
     stats_os_id,
+    stored_centroids,
 )
 from .lexical import (  # noqa: F401
     build_lexical_msearch,
@@ -155,8 +155,8 @@ from .writes import (  # noqa: F401
 )
 
 __all__ = [
-    "CENTROIDS_FIELD",
     "AGGREGATIONS",
+    "CENTROIDS_FIELD",
     "BulkOutcome",
     "ENGINES",
     "FORMAT_VERSION",

@@ -49,31 +49,14 @@ final class CandidateReader {
         this.positions = positionField == null ? null : DocValues.getSortedNumeric(reader, positionField);
     }
 
-    /** Fills {@code into} with the sentences of parent document {@code parent} (segment-local, increasing between calls). */
-    void read(int parent, CandidateSentences into) throws IOException {
-        into.clear();
-        if (parent <= lastParent) {
-            throw new IllegalStateException("candidates must be read in increasing doc id order: " + parent + " after " + lastParent);
+    /**
+     * Fills {@code into} with the sentences of parent document {@code parent} (segment-local, increasing between
+     * calls), or with {@code into} null only counts them (no vector copied); returns how many there are.
+     */
+    int read(int parent, CandidateSentences into) throws IOException {
+        if (into != null) {
+            into.clear();
         }
-        lastParent = parent;
-        if (vectors == null || parents == null || parent == 0) {
-            return;
-        }
-        int first = parents.prevSetBit(parent - 1) + 1;  // prevSetBit gives -1 when none
-        int doc = vectors.docID();
-        if (doc < first) {
-            doc = vectors.advance(first);
-        }
-        while (doc < parent) {
-            long paragraph = value(paragraphs, doc);
-            long position = positions == null ? CandidateSentences.MISSING : value(positions, doc);
-            vectors.copyVector(into.add(paragraph, position));
-            doc = vectors.nextDoc();
-        }
-    }
-
-    /** The number of sentences of parent document {@code parent} (as {@link #read}, without copying a vector). */
-    int count(int parent) throws IOException {
         if (parent <= lastParent) {
             throw new IllegalStateException("candidates must be read in increasing doc id order: " + parent + " after " + lastParent);
         }
@@ -81,13 +64,18 @@ final class CandidateReader {
         if (vectors == null || parents == null || parent == 0) {
             return 0;
         }
-        int first = parents.prevSetBit(parent - 1) + 1;
+        int first = parents.prevSetBit(parent - 1) + 1;  // prevSetBit gives -1 when none
         int doc = vectors.docID();
         if (doc < first) {
             doc = vectors.advance(first);
         }
         int n = 0;
         while (doc < parent) {
+            if (into != null) {
+                long paragraph = value(paragraphs, doc);
+                long position = positions == null ? CandidateSentences.MISSING : value(positions, doc);
+                vectors.copyVector(into.add(paragraph, position));
+            }
             n++;
             doc = vectors.nextDoc();
         }

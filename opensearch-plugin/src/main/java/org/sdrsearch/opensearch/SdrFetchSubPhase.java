@@ -241,13 +241,7 @@ final class SdrFetchSubPhase implements FetchSubPhase {
                     last = doc;
                     // the centroids written at index time when the document has them (its sentences only counted), else its sentences
                     float[][] centroids = stored == null ? null : stored.read(doc);
-                    if (centroids != null && centroids.length > 0) {
-                        candidate.clear();
-                    } else {
-                        centroids = null;
-                        reader.read(doc, candidate);
-                    }
-                    int sentences = centroids != null ? reader.count(doc) : candidate.size();
+                    int sentences = reader.read(doc, centroids == null ? candidate : null);
                     long own = ext.centroids() != null ? ext.centroids().length / dim : ext.mean() ? dim : (long) candidate.size() * dim;
                     // one hit alone is always returned (the index's nested-objects limit bounds it); more, within the limit
                     if (hits > 0) {
@@ -257,8 +251,7 @@ final class SdrFetchSubPhase implements FetchSubPhase {
                     returned.add(own * BYTES_PER_VALUE);
                     values += own;
                     out = ext.centroids() != null
-                        ? rowsOf(centroids != null ? centroids : sentences == 0 ? null : paragraphCentroids(candidate, dim), sentences,
-                            matcher())
+                        ? rowsOf(centroids != null ? centroids : paragraphCentroids(candidate, dim), sentences, matcher())
                         : ext.mean() ? encodeMean(candidate, dim) : encode(candidate, dim);
                 }
                 hits++;
@@ -303,7 +296,7 @@ final class SdrFetchSubPhase implements FetchSubPhase {
         return out;
     }
 
-    /** {@code c}'s paragraph centroids (at least one sentence), in paragraph order: each paragraph's normalised mean. */
+    /** {@code c}'s paragraph centroids, in paragraph order: each paragraph's normalised mean (none for no sentence). */
     static float[][] paragraphCentroids(CandidateSentences c, int dim) {
         int m = c.size();
         long[] keys = new long[m];

@@ -7,6 +7,7 @@ import org.apache.lucene.index.BinaryDocValues;
 import org.apache.lucene.index.DocValuesType;
 import org.apache.lucene.index.FieldInfo;
 import org.apache.lucene.index.LeafReader;
+import org.apache.lucene.store.ByteArrayDataInput;
 import org.apache.lucene.util.BytesRef;
 
 import java.io.IOException;
@@ -66,17 +67,17 @@ final class StoredCentroids {
      * finite rows of {@code dim} float32.
      */
     static float[][] decode(BytesRef ref, int dim) {
-        int[] at = { ref.offset };
-        int end = ref.offset + ref.length;
-        if (readVInt(ref.bytes, at, end) != 1) {
+        ByteArrayDataInput in = new ByteArrayDataInput(ref.bytes, ref.offset, ref.length);
+        if (ref.length == 0 || in.readVInt() != 1 || in.eof()) {
             return null;
         }
-        int length = readVInt(ref.bytes, at, end);
+        int length = in.readVInt();
+        int at = in.getPosition();
         long rowBytes = (long) dim * Float.BYTES;
-        if (length <= 0 || length % rowBytes != 0 || length > end - at[0]) {
+        if (length <= 0 || length % rowBytes != 0 || length > ref.offset + ref.length - at) {
             return null;
         }
-        FloatBuffer floats = ByteBuffer.wrap(ref.bytes, at[0], length).order(ByteOrder.LITTLE_ENDIAN).asFloatBuffer();
+        FloatBuffer floats = ByteBuffer.wrap(ref.bytes, at, length).order(ByteOrder.LITTLE_ENDIAN).asFloatBuffer();
         float[][] rows = new float[(int) (length / rowBytes)][dim];
         for (float[] row : rows) {
             floats.get(row);
@@ -87,18 +88,5 @@ final class StoredCentroids {
             }
         }
         return rows;
-    }
-
-    /** A vint (7 bits per byte, low first) at {@code at[0]}, moving it on; -1 when malformed or past {@code end}. */
-    private static int readVInt(byte[] bytes, int[] at, int end) {
-        int value = 0;
-        for (int shift = 0; shift < 32 && at[0] < end; shift += 7) {
-            byte b = bytes[at[0]++];
-            value |= (b & 0x7F) << shift;
-            if ((b & 0x80) == 0) {
-                return value;
-            }
-        }
-        return -1;
     }
 }

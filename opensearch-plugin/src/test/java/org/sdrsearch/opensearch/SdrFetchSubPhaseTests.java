@@ -212,7 +212,7 @@ public class SdrFetchSubPhaseTests extends LuceneTestCase {
                         int d = Integer.parseInt(leaf.reader().storedFields().document(doc).get("id").substring(1));
                         float[][] own = stored == null ? null : stored.read(doc);
                         assertEquals("document " + d, storedAt[d], own != null);
-                        int count = counts.count(doc);
+                        int count = counts.read(doc, null);
                         sentences.read(doc, c);
                         assertEquals(c.size(), count);
                         Map<String, Object> got = own != null ? SdrFetchSubPhase.rowsOf(own, count, matcher)
