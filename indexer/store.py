@@ -449,7 +449,8 @@ class DocumentStore(ABC):
 
     def documents_of(self, ids: Sequence[str]) -> dict[str, Document]:
         """The documents (title, metadata, paragraphs; no vectors) of those ``ids`` that exist (a
-        missing id is left out), in the order asked, for presenting results (titles, snippets).
+        missing id is left out), in the order asked, for presenting results (titles, snippets). A store
+        whose searches see writes at a refresh reads them as its searches do (those that found the ids).
         This default reads each document with :meth:`get` (vectors included); a store that reads
         them alone, in bulk, declares ``capabilities.metadata_lookup``."""
         from sdr_search.core.errors import DocumentNotFoundError

@@ -1,6 +1,6 @@
 """The OpenSearch store's document reads and writes: ``put`` and ``delete`` (with the statistics they
-make stale), reads by id (``_mget``: documents, metadata, content keys, vectors) and scans of every
-document (ids, vectors).
+make stale), reads by id (``_mget``, real-time: a document, content keys, vectors; a search: the
+documents and metadata of many ids that searches found) and scans of every document (ids, vectors).
 
 Vectors are read from the base64 copy ``vectors_b64`` (``_meta.sdr.vectors`` :data:`VECTORS_B64`),
 or, in an index that keeps them only in the k-NN field (:data:`VECTORS_INDEX`), through the sdr
@@ -50,6 +50,9 @@ from .transport import Transport
 __all__ = ["Documents"]
 
 logger = logging.getLogger(__name__)
+
+# what stored_from reads of a document's _source (its text and metadata; par_sizes checks the vectors)
+_STORED_FIELDS = ("doc_id", "title", "metadata", "paragraphs", "par_sizes", "n_sentences")
 
 
 class Documents:
@@ -146,32 +149,37 @@ class Documents:
         return self.stored_from(target, doc_id, main, stats_doc)
 
     @staticmethod
-    def stored_items(target: Target, doc_id: str) -> list[dict[str, Any]]:
-        """The two ``_mget`` items :meth:`stored_from` reads a document from (the document without its
-        sentence vectors and text, its statistics): sent alone by :meth:`get`, or with the state document
-        (:meth:`.store.OpenSearchStore.query_state`)."""
-        docs = build_mget_body([doc_id], {"excludes": ["sentences", "text", CENTROIDS_FIELD]}, index=target.name)["docs"]
+    def stored_items(target: Target, doc_id: str, *, main: bool = True) -> list[dict[str, Any]]:
+        """The ``_mget`` items :meth:`stored_from` reads a document from: the document without its sentence
+        vectors and text (unless ``main`` is False: then :meth:`stored_searches` reads it), and its statistics;
+        sent alone by :meth:`get`, or with the state document (:meth:`.state.StateIndex.query_state`)."""
+        docs = build_mget_body([doc_id], {"excludes": ["sentences", "text", CENTROIDS_FIELD]},
+                               index=target.name)["docs"] if main else []
         docs.append({"_index": target.state, "_id": stats_os_id(doc_id), "_source": ["stats_mu", "stats_sigma"]})
         return docs
 
-    def vector_searches(self, target: Target, mains: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-        """``id -> search`` of the plugin's vector fetch for those documents of the ``_mget`` answers ``mains``
-        (:meth:`stored_items`) that were found, in an index that keeps its vectors only in the k-NN field, when
-        together they fit one fetch (``sdr.limits.max_fetch_values``; by their recorded sentence counts): sent
-        with other searches (:meth:`.state.StateIndex.query_state`), their answers read by :meth:`vectors_from`.
-        Empty otherwise (:meth:`stored_from` fetches the vectors itself)."""
-        if target.vectors == VECTORS_B64 or not self._plugin.available():
-            return {}
-        found = {d: m["_source"] for d, m in mains.items() if "error" not in m and m.get("found")}
-        values = sum(int(src.get("n_sentences") or 0) for src in found.values()) * int(target.recorded.dim)
-        if not found or values > self._plugin.limits().max_fetch_values:
-            return {}
-        return {d: build_vectors_search([d]) for d in found}
+    def read_by_search(self, target: Target) -> bool:
+        """Whether the query's indexed sources are read by :meth:`stored_searches` (their fields and vectors in
+        one hit of the plugin's vector fetch) rather than by ``_mget``: an index that keeps its vectors only in
+        the k-NN field, on a node with the plugin. The vectors come from a search there in any case, and a
+        ``GET`` of a derived-source index (3.x) rebuilds every sentence vector into ``_source`` before any
+        filter (about 20 ms per source on the demo corpus)."""
+        return target.vectors != VECTORS_B64 and self._plugin.available()
 
-    def vectors_from(self, target: Target, answers: Sequence[Mapping[str, Any]]) -> dict[str, DocVectors]:
-        """``id -> DocVectors`` of the answers to :meth:`vector_searches` (a document deleted since has none)."""
+    @staticmethod
+    def stored_searches(ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """``id -> search`` of each document's fields and vectors (one document per search, which the plugin
+        serves whatever its size): sent with other searches (:meth:`.state.StateIndex.query_state`), their
+        answers read by :meth:`stored_hits`."""
+        return {d: build_vectors_search([d], fields=_STORED_FIELDS) for d in dict.fromkeys(str(i) for i in ids)}
+
+    @staticmethod
+    def stored_hits(target: Target, answers: Sequence[Mapping[str, Any]]) -> dict[str, tuple[dict[str, Any], DocVectors]]:
+        """``id -> (an _mget-like answer with the hit's _source, DocVectors)`` of the answers to
+        :meth:`stored_searches` (a document the searches do not see has none)."""
         dim = int(target.recorded.dim)
-        return {str(hit_doc_id(h)): parse_vector_hit(h, dim) for a in answers for h in a.get("hits", {}).get("hits", [])}
+        return {str(hit_doc_id(h)): ({"found": True, "_source": h.get("_source") or {}}, parse_vector_hit(h, dim))
+                for a in answers for h in a.get("hits", {}).get("hits", [])}
 
     def stored_from(self, target: Target, doc_id: str, main: Mapping[str, Any],
                     stats_doc: Mapping[str, Any], vectors: DocVectors | None = None) -> StoredDocument:
@@ -211,18 +219,20 @@ class Documents:
         return {doc_id: src["content_key"] for doc_id, src in found.items()}
 
     def metadata_of(self, ids: Sequence[str]) -> dict[str, Mapping[str, Any]]:
-        """Metadata of those ``ids`` that exist, with one ``_mget`` per 500 ids and no vectors
-        (what metadata filters need; cheaper than :meth:`get` per document; ``capabilities.metadata_lookup``)."""
+        """Metadata of those ``ids`` that searches see, with one search per 500 ids and no vectors (what
+        metadata filters need; cheaper than :meth:`get` per document; ``capabilities.metadata_lookup``;
+        :meth:`documents_of`)."""
         target = self._indices.read()
-        found = self._transport.mget_sources(target.name, [str(i) for i in ids], ["metadata"], "reading metadata")
+        found = self._transport.search_sources(target.name, [str(i) for i in ids], ["metadata"], "reading metadata")
         return {doc_id: src.get("metadata") or {} for doc_id, src in found.items()}
 
     def documents_of(self, ids: Sequence[str]) -> dict[str, Document]:
-        """The documents of those ``ids`` that exist (in the order asked), with one ``_mget`` per
-        500 ids and no vectors (``capabilities.metadata_lookup``)."""
+        """The documents of those ``ids`` that searches see (in the order asked), with one search per
+        500 ids and no vectors (``capabilities.metadata_lookup``; :meth:`.transport.Transport.search_sources`:
+        on a derived-source index an ``_mget`` would rebuild every sentence vector of each document first)."""
         target = self._indices.read()
-        found = self._transport.mget_sources(target.name, [str(i) for i in ids],
-                                             ["doc_id", "title", "metadata", "paragraphs"], "reading documents")
+        found = self._transport.search_sources(target.name, [str(i) for i in ids],
+                                               ["doc_id", "title", "metadata", "paragraphs"], "reading documents")
         return {
             doc_id: Document(str(src.get("doc_id", doc_id)), parse_stored_paragraphs(src, doc_id),
                              src.get("title"), src.get("metadata") or {})

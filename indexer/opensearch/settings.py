@@ -90,8 +90,8 @@ class OpenSearchSettings(BaseSettings):
         "wait_for",
         description="Refresh policy of writes. 'wait_for': a write returns once searches see it (up to one "
         "refresh interval, 1 s by default). 'true': force a refresh (immediate, costly under load). 'false': "
-        "return at once; searches, counts and statistics see the write after the next refresh (fastest for "
-        "bulk loads).",
+        "return at once; searches, counts, statistics, queries by id and the hits' titles and text see the write "
+        "after the next refresh (fastest for bulk loads; a GET of the document sees it at once).",
     )
     msearch_batch: int = Field(
         100, ge=1,

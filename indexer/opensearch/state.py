@@ -262,24 +262,28 @@ class StateIndex:
         """Meta (the mapping's, cached with the target), search defaults, statistics info and
         (unless ``reference_version`` is current) the reference sample from one real-time read of the
         state document, plus the statistics info's two counts (one ``_msearch``) and the reference's
-        ``_mget``. With ``ids`` (the query's indexed sources) the same ``_mget`` reads those documents and
-        their statistics (``documents``: the store's :class:`.documents.Documents`, which parses them)."""
+        ``_mget``. With ``ids`` (the query's indexed sources) the same ``_mget`` reads their statistics, and
+        the documents themselves are read there too or, where the plugin reads their vectors, by the same
+        ``_msearch`` with their vectors, as searches see them (``documents``: the store's
+        :class:`.documents.Documents`, which chooses and parses them; :meth:`~.documents.Documents.read_by_search`)."""
         target = self._indices.read()
         items = [self.state_item(target)]
         ids = list(dict.fromkeys(str(i) for i in ids))
+        by_search = bool(ids) and documents.read_by_search(target)  # the sources' fields with their vectors
         for doc_id in ids:
-            items += documents.stored_items(target, doc_id)
+            items += documents.stored_items(target, doc_id, main=not by_search)
         got = self._transport.mget("reading the store state", {"docs": items})
         state = self.state_from(target, got[0])
-        # the counts, and the sources' vectors where the plugin reads them, in one _msearch
-        fetches = documents.vector_searches(target, {doc_id: got[1 + 2 * k] for k, doc_id in enumerate(ids)})
+        # the counts, and the sources (fields and vectors) where the plugin reads them, in one _msearch
+        fetches = documents.stored_searches(ids) if by_search else {}
         counts, answers = self._transport.counts(self._stats_counts(target), [(target.name, b) for b in fetches.values()])
-        fetched = documents.vectors_from(target, answers)
+        hits = documents.stored_hits(target, answers) if by_search else {}
+        per = 1 if by_search else 2  # _mget items per source: its statistics (and its document)
         stored = {}
         for k, doc_id in enumerate(ids):
+            main, vectors = hits.get(doc_id, ({"found": False}, None)) if by_search else (got[1 + per * k], None)
             try:
-                stored[doc_id] = documents.stored_from(target, doc_id, got[1 + 2 * k], got[2 + 2 * k],
-                                                       fetched.get(doc_id))
+                stored[doc_id] = documents.stored_from(target, doc_id, main, got[per * (k + 1)], vectors)
             except DocumentNotFoundError:
                 pass
         return query_state_of(target.meta, state.get("search_defaults"), self._stats_info(target, state, counts),

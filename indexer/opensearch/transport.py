@@ -46,7 +46,10 @@ from sdr_search.core.retry import retry_call
 from .bulk import run_bulk
 from .connection import NodeRouter, connection_class
 from .hosts import parse_urls, transport_retries
-from .requests import build_mget_body, build_scan_query, bulk_lines, error_from_response, shard_failure
+from .requests import (
+    build_mget_body, build_scan_query, build_sources_search, bulk_lines, document_os_id, error_from_response,
+    shard_failure,
+)
 from .settings import OpenSearchSettings
 
 __all__ = ["Transport", "chunks"]
@@ -292,6 +295,22 @@ class Transport:
                 if d.get("found"):
                     found[doc_id] = d["_source"]
         return found
+
+    def search_sources(self, index: str, ids: Sequence[str], fields: Sequence[str], what: str) -> dict[str, dict]:
+        """``id -> _source`` (filtered to ``fields``) for the ids in ``index`` that searches see, by searches of
+        at most 500 ids (:func:`build_sources_search`): for reads of many documents that a search found (the
+        hits to present, the candidates to filter), where a real-time ``_mget`` of a derived-source index would
+        rebuild every document's sentence vectors first."""
+        found: dict[str, dict] = {}
+        for chunk in chunks(list(dict.fromkeys(str(i) for i in ids)), _MGET_CHUNK):
+            wanted = {document_os_id(i): i for i in chunk}
+            r = self.call(what, lambda chunk=chunk: self.os().search(
+                index=index, body=build_sources_search(chunk, fields), params=self.search_params()), index=index)
+            for hit in r.get("hits", {}).get("hits", []):
+                doc_id = wanted.get(str(hit.get("_id")))
+                if doc_id is not None:
+                    found[doc_id] = hit.get("_source") or {}
+        return {i: found[i] for i in dict.fromkeys(str(i) for i in ids) if i in found}
 
     # -- writes -----------------------------------------------------------------------------------
     def bulk(self, index: str, actions: list[dict[str, Any]], keys: Sequence[str], what: str, *, engine: str,

@@ -25,6 +25,7 @@ from sdr_search.indexer.opensearch.requests import (
     build_lexical_msearch,
     build_meta,
     build_mget_body,
+    build_sources_search,
     build_more_like_this_query,
     build_msearch_bodies,
     build_msearch_body,
@@ -489,6 +490,10 @@ def test_read_bodies_golden():
         {"_id": "a", "_source": ["par_sizes", "vectors_b64"]}, {"_id": "b", "_source": ["par_sizes", "vectors_b64"]}]}
     assert build_mget_body(["a"], {"excludes": ["sentences"]}, index="i") == {"docs": [
         {"_index": "i", "_id": "a", "_source": {"excludes": ["sentences"]}}]}
+    long_id = "é" * 300  # 600 UTF-8 bytes, over the _id limit: searched by its hashed _id, as written
+    assert build_sources_search(["a", long_id, "a"], ["title", "paragraphs"]) == {
+        "size": 2, "track_total_hits": False, "query": {"ids": {"values": ["a", document_os_id(long_id)]}},
+        "_source": {"includes": ["title", "paragraphs"], "excludes": ["sentences.vector"]}}
     assert build_counts_query() == {"size": 0, "track_total_hits": True, "aggs": {
         "paragraphs": {"sum": {"field": "n_paragraphs"}}, "sentences": {"sum": {"field": "n_sentences"}}}}
     assert build_stats_count_query() == {"query": {"bool": {"filter": [{"term": {"kind": "stats"}}]}}}

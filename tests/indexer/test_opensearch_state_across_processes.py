@@ -105,23 +105,25 @@ def test_a_query_sees_what_another_process_wrote_before_it(engine, plugin_url): 
     assert after.stats_stale
 
     # the source rewritten with the content of the document it ranked last: queried by its id, its new
-    # vectors find that document first (the same vectors: the best SDR score), and its statistics, deleted
-    # with the old content, are the reference sample's
+    # vectors find that document first (the same vectors: the best SDR score), its new text is the one its
+    # snippets quote, and its statistics, deleted with the old content, are the reference sample's
     last = first.hits[-1].id
     assert first.hits[0].id != last
     write_elsewhere(plugin_url, store.index, "put", as_payload(*by_id[last], source))
     rewritten = mlt.run(Query(id=source, size=5))
     assert rewritten.hits[0].id == last
+    assert first.hits[0].snippet.source_sentence.endswith(f" of {source}.")
+    assert rewritten.hits[0].snippet.source_sentence.endswith(f" of {last}.")
     assert rewritten.stats_origin == "reference-sample"
 
 
 def test_a_query_on_the_plugin_path_takes_five_requests(engine):
     """The round trips of one query by id on an index of one shard (issue 44; nine before): the state
-    document with the source and its statistics (one real-time ``_mget``), the statistics counts with the
-    source's vectors (one ``_msearch``), the candidate stage with the pool's centroid rows (one search), the
-    K's exact scores with the presented hits' breakdowns (one ``_msearch``), the presented documents (one
-    ``_mget``). By new text (pre-encoded) the same five, the ``_msearch`` without the source's vectors
-    (seven before)."""
+    document with the source's statistics (one real-time ``_mget``), the statistics counts with the
+    source's fields and vectors (one ``_msearch``), the candidate stage with the pool's centroid rows (one
+    search), the K's exact scores with the presented hits' breakdowns (one ``_msearch``), the presented
+    documents (one search of their ids: a ``GET`` of a derived-source index rebuilds their vectors). By new
+    text (pre-encoded) the same five, the ``_msearch`` without the source (seven before)."""
     mlt, items = engine
     client = mlt.store._os()
     sent: list[str] = []
@@ -135,14 +137,14 @@ def test_a_query_on_the_plugin_path_takes_five_requests(engine):
         setattr(client, name, counted(name))
     try:
         mlt.run(Query(id="d00", size=3))
-        assert sent == ["mget", "msearch", "search", "msearch", "mget"]
+        assert sent == ["mget", "msearch", "search", "msearch", "search"]
         sent.clear()
         doc, vectors = items[3]
         mlt.run(Query(document=doc, vectors=vectors, size=3))
-        assert sent == ["mget", "msearch", "search", "msearch", "mget"]
+        assert sent == ["mget", "msearch", "search", "msearch", "search"]
         sent.clear()  # K over the corpus (no pre-rank): the presented hits still explained with the scores
         mlt.run(Query(id="d00", size=3, candidates=50))
-        assert sent == ["mget", "msearch", "search", "msearch", "mget"]
+        assert sent == ["mget", "msearch", "search", "msearch", "search"]
     finally:
         for name, fn in real.items():
             setattr(client, name, fn)

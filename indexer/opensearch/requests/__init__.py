@@ -132,6 +132,7 @@ from .reads import (  # noqa: F401
     build_counts_query,
     build_mget_body,
     build_scan_query,
+    build_sources_search,
     build_stats_count_query,
     parse_b64_vectors,
     parse_derived_vectors,

@@ -12,7 +12,7 @@ import numpy as np
 from sdr_search.core.errors import StoreError
 from sdr_search.core.vectors import DocVectors
 
-from .layout import decode_vectors_b64, document_os_id
+from .layout import KNN_FIELD, decode_vectors_b64, document_os_id
 
 
 # reads
@@ -29,6 +29,22 @@ def build_mget_body(ids: Iterable[str], fields: Sequence[str] | Mapping[str, Any
             entry = {"_index": index, **entry}
         docs.append(entry)
     return {"docs": docs}
+
+
+def build_sources_search(ids: Sequence[str], fields: Sequence[str]) -> dict[str, Any]:
+    """A search for the documents ``ids`` (by stable ``_id``, at most one page: the caller chunks) with
+    ``_source`` filtered to ``fields``, the sentence vectors excluded by name: the cheap way to read many
+    documents' text and metadata. A ``GET``/``_mget`` of a derived-source index (3.x) rebuilds every
+    sentence vector into each document's ``_source`` before any filter applies (about 25 ms per document
+    on the demo corpus); a search's fetch skips that when the vector field is excluded by name.
+    What it sees is the index as of its last refresh, as the searches that found the ids saw it."""
+    os_ids = list(dict.fromkeys(document_os_id(str(i)) for i in ids))
+    return {
+        "size": len(os_ids),
+        "track_total_hits": False,
+        "query": {"ids": {"values": os_ids}},
+        "_source": {"includes": list(fields), "excludes": [KNN_FIELD]},
+    }
 
 
 def build_counts_query() -> dict[str, Any]:
