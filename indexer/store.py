@@ -521,7 +521,8 @@ class DocumentStore(ABC):
                               reference_version, self.stored_documents(ids))
 
     def stored_documents(self, ids: Sequence[str]) -> dict[str, StoredDocument]:
-        """:meth:`get` of those ``ids`` that exist."""
+        """:meth:`get` of those ``ids`` that exist (the query's sources, document feedback's): this default
+        reads each; a store with a round trip per read reads them together (OpenSearch: two requests)."""
         from sdr_search.core.errors import DocumentNotFoundError
 
         out: dict[str, StoredDocument] = {}

@@ -168,18 +168,16 @@ class MoreLikeThis:
                              size=spec.adaptive.feedback_docs)
         t1 = time.perf_counter()
         timings["feedback_first_rank"] = _ms(t1 - t0)
-        sources = [s for s in (self._feedback_source(h.id, state) for h in first) if s is not None]
+        # the feedback documents as sources (their stored vectors and statistics), read together; one deleted
+        # since the first ranking found it (a concurrent write) is left out, and the query goes on without it
+        ids = [h.id for h in first]
+        stored = self.store.stored_documents(ids)
+        for doc_id in ids:
+            if doc_id not in stored:
+                logger.info("feedback document %r was deleted during the query; ranking without it", doc_id)
+        sources = [self.sources.source_from_id(i, state, stored[i]) for i in ids if i in stored]
         timings["feedback_sources"] = _ms(time.perf_counter() - t1)
         return sources
-
-    def _feedback_source(self, doc_id: str, state: QueryState) -> Source | None:
-        """A feedback document as a source (its stored vectors and statistics); None when it was
-        deleted since the first ranking found it (a concurrent write): the query goes on without it."""
-        try:
-            return self.source_from_id(doc_id, state)
-        except DocumentNotFoundError:
-            logger.info("feedback document %r was deleted during the query; ranking without it", doc_id)
-            return None
 
     def _feedback_round(
         self, source: Source, against: Source | None, feedback: list[Source], exclude: list[str],

@@ -34,7 +34,7 @@ from sdr_search.core.sentences import possible_sentence_ends
 from sdr_search.core.settings import EncoderSettings, SegmentationSettings
 from sdr_search.core.stats import SampledParagraphs, stats_against_sample
 from sdr_search.core.vectors import DocVectors
-from sdr_search.indexer.store import DocumentStore, IndexMeta, QueryState
+from sdr_search.indexer.store import DocumentStore, IndexMeta, QueryState, StoredDocument
 
 from .offsets import aligned_spans, sentence_spans
 from .query import Query, SourceItem
@@ -226,10 +226,12 @@ class SourceResolver:
                 f"{self.max_query_sentences} (SDR_MAX_QUERY_SENTENCES)"
             )
 
-    def source_from_id(self, doc_id: str, state: QueryState | None = None) -> Source:
+    def source_from_id(self, doc_id: str, state: QueryState | None = None, stored: StoredDocument | None = None) -> Source:
         """An indexed document as the source: its stored statistics, else the reference sample's. The
-        document as read with the query's state when it was (:meth:`state` with the query), else read now."""
-        stored = state.documents.get(doc_id) if state is not None else None
+        document ``stored`` when given (read already: document feedback reads its documents together), else
+        as read with the query's state when it was (:meth:`state` with the query), else read now."""
+        if stored is None and state is not None:
+            stored = state.documents.get(doc_id)
         if stored is None:
             stored = self.store.get(doc_id)
         if stored.stats is not None and len(stored.stats.mu) == stored.vectors.n_paragraphs:

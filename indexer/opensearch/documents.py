@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -47,12 +48,23 @@ from .settings import OpenSearchSettings
 from .state import SMALL_DOCS_PER_BULK, StateIndex
 from .transport import Transport
 
-__all__ = ["Documents"]
+__all__ = ["Documents", "StoredReads"]
 
 logger = logging.getLogger(__name__)
 
 # what stored_from reads of a document's _source (its text and metadata; par_sizes checks the vectors)
 _STORED_FIELDS = ("doc_id", "title", "metadata", "paragraphs", "par_sizes", "n_sentences")
+
+
+@dataclass(frozen=True)
+class StoredReads:
+    """The requests that read stored documents together (:meth:`Documents.stored_reads`): ``ids`` (distinct,
+    in order), whether their fields come by search (``by_search``), the ``_mget`` ``items`` and the ``searches``."""
+
+    ids: list[str]
+    by_search: bool
+    items: list[dict[str, Any]]
+    searches: list[dict[str, Any]]
 
 
 class Documents:
@@ -151,35 +163,63 @@ class Documents:
     @staticmethod
     def stored_items(target: Target, doc_id: str, *, main: bool = True) -> list[dict[str, Any]]:
         """The ``_mget`` items :meth:`stored_from` reads a document from: the document without its sentence
-        vectors and text (unless ``main`` is False: then :meth:`stored_searches` reads it), and its statistics;
-        sent alone by :meth:`get`, or with the state document (:meth:`.state.StateIndex.query_state`)."""
+        vectors and text (unless ``main`` is False: then a search reads it, :meth:`stored_reads`), and its
+        statistics; sent alone by :meth:`get`, or with others (:meth:`stored_reads`)."""
         docs = build_mget_body([doc_id], {"excludes": ["sentences", "text", CENTROIDS_FIELD]},
                                index=target.name)["docs"] if main else []
         docs.append({"_index": target.state, "_id": stats_os_id(doc_id), "_source": ["stats_mu", "stats_sigma"]})
         return docs
 
     def read_by_search(self, target: Target) -> bool:
-        """Whether the query's indexed sources are read by :meth:`stored_searches` (their fields and vectors in
-        one hit of the plugin's vector fetch) rather than by ``_mget``: an index that keeps its vectors only in
-        the k-NN field, on a node with the plugin. The vectors come from a search there in any case, and a
-        ``GET`` of a derived-source index (3.x) rebuilds every sentence vector into ``_source`` before any
-        filter (about 20 ms per source on the demo corpus)."""
+        """Whether stored documents read together (:meth:`stored_reads`) come by search (their
+        fields and vectors in one hit of the plugin's vector fetch) rather than by ``_mget``: an index that keeps
+        its vectors only in the k-NN field, on a node with the plugin. The vectors come from a search there in
+        any case, and a ``GET`` of a derived-source index (3.x) rebuilds every sentence vector into ``_source``
+        before any filter (about 20 ms per document on the demo corpus)."""
         return target.vectors != VECTORS_B64 and self._plugin.available()
 
-    @staticmethod
-    def stored_searches(ids: Sequence[str]) -> dict[str, dict[str, Any]]:
-        """``id -> search`` of each document's fields and vectors (one document per search, which the plugin
-        serves whatever its size): sent with other searches (:meth:`.state.StateIndex.query_state`), their
-        answers read by :meth:`stored_hits`."""
-        return {d: build_vectors_search([d], fields=_STORED_FIELDS) for d in dict.fromkeys(str(i) for i in ids)}
+    def stored_reads(self, target: Target, ids: Sequence[str]) -> "StoredReads":
+        """How to read the stored documents ``ids`` together (the query's indexed sources, document feedback's
+        sources): the ``_mget`` items (their statistics; the documents too unless :meth:`read_by_search`) and the
+        searches of their fields and vectors, to send alone (:meth:`stored_documents`) or with other items and
+        searches (:meth:`.state.StateIndex.query_state`); :meth:`stored_of` reads the answers."""
+        ids = list(dict.fromkeys(str(i) for i in ids))
+        by_search = bool(ids) and self.read_by_search(target)
+        items = [item for d in ids for item in self.stored_items(target, d, main=not by_search)]
+        searches = [build_vectors_search([d], fields=_STORED_FIELDS) for d in ids] if by_search else []
+        return StoredReads(ids, by_search, items, searches)
 
-    @staticmethod
-    def stored_hits(target: Target, answers: Sequence[Mapping[str, Any]]) -> dict[str, tuple[dict[str, Any], DocVectors]]:
-        """``id -> (an _mget-like answer with the hit's _source, DocVectors)`` of the answers to
-        :meth:`stored_searches` (a document the searches do not see has none)."""
+    def stored_of(self, target: Target, reads: "StoredReads", got: Sequence[Mapping[str, Any]],
+                  answers: Sequence[Mapping[str, Any]]) -> dict[str, StoredDocument]:
+        """The documents of ``reads`` that exist (as :meth:`get` reads each), from the answers to its ``_mget``
+        items (``got``) and its searches (``answers``). With the searches, one document per search (the plugin
+        serves one whatever its size); a document they do not see is left out."""
         dim = int(target.recorded.dim)
-        return {str(hit_doc_id(h)): ({"found": True, "_source": h.get("_source") or {}}, parse_vector_hit(h, dim))
-                for a in answers for h in a.get("hits", {}).get("hits", [])}
+        hits = {str(hit_doc_id(h)): h for a in answers for h in a.get("hits", {}).get("hits", [])}
+        per = 1 if reads.by_search else 2  # _mget items per document: its statistics (and the document)
+        out: dict[str, StoredDocument] = {}
+        for k, doc_id in enumerate(reads.ids):
+            if reads.by_search:
+                hit = hits.get(doc_id)
+                main = {"found": hit is not None, "_source": (hit or {}).get("_source") or {}}
+                vectors = None if hit is None else parse_vector_hit(hit, dim)
+            else:
+                main, vectors = got[per * k], None
+            try:
+                out[doc_id] = self.stored_from(target, doc_id, main, got[per * k + per - 1], vectors)
+            except DocumentNotFoundError:
+                pass
+        return out
+
+    def stored_documents(self, ids: Sequence[str]) -> dict[str, StoredDocument]:
+        """:meth:`get` of those ``ids`` that exist, in two requests whatever their number (:meth:`stored_reads`)."""
+        target = self._indices.read()
+        reads = self.stored_reads(target, ids)
+        if not reads.ids:
+            return {}
+        got = self._transport.mget("reading documents", {"docs": reads.items})
+        answers = self._transport.msearch("reading documents", [(target.name, b) for b in reads.searches])
+        return self.stored_of(target, reads, got, answers)
 
     def stored_from(self, target: Target, doc_id: str, main: Mapping[str, Any],
                     stats_doc: Mapping[str, Any], vectors: DocVectors | None = None) -> StoredDocument:

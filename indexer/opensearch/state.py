@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from sdr_search.core.errors import DocumentNotFoundError, IndexNotFoundError, InvalidInputError, StoreError
+from sdr_search.core.errors import IndexNotFoundError, InvalidInputError, StoreError
 from sdr_search.core.fusion import check_search_defaults
 from sdr_search.core.scoring import NormStats
 from sdr_search.core.vectors import CorpusVectors
@@ -267,24 +267,11 @@ class StateIndex:
         ``_msearch`` with their vectors, as searches see them (``documents``: the store's
         :class:`.documents.Documents`, which chooses and parses them; :meth:`~.documents.Documents.read_by_search`)."""
         target = self._indices.read()
-        items = [self.state_item(target)]
-        ids = list(dict.fromkeys(str(i) for i in ids))
-        by_search = bool(ids) and documents.read_by_search(target)  # the sources' fields with their vectors
-        for doc_id in ids:
-            items += documents.stored_items(target, doc_id, main=not by_search)
-        got = self._transport.mget("reading the store state", {"docs": items})
+        reads = documents.stored_reads(target, ids)  # the sources: statistics in the _mget, fields and vectors by search
+        got = self._transport.mget("reading the store state", {"docs": [self.state_item(target), *reads.items]})
         state = self.state_from(target, got[0])
-        # the counts, and the sources (fields and vectors) where the plugin reads them, in one _msearch
-        fetches = documents.stored_searches(ids) if by_search else {}
-        counts, answers = self._transport.counts(self._stats_counts(target), [(target.name, b) for b in fetches.values()])
-        hits = documents.stored_hits(target, answers) if by_search else {}
-        per = 1 if by_search else 2  # _mget items per source: its statistics (and its document)
-        stored = {}
-        for k, doc_id in enumerate(ids):
-            main, vectors = hits.get(doc_id, ({"found": False}, None)) if by_search else (got[1 + per * k], None)
-            try:
-                stored[doc_id] = documents.stored_from(target, doc_id, main, got[per * (k + 1)], vectors)
-            except DocumentNotFoundError:
-                pass
+        # the counts, and the sources where the plugin reads them, in one _msearch
+        counts, answers = self._transport.counts(self._stats_counts(target), [(target.name, b) for b in reads.searches])
+        stored = documents.stored_of(target, reads, got[1:], answers)
         return query_state_of(target.meta, state.get("search_defaults"), self._stats_info(target, state, counts),
                               lambda: self._reference(target, state), reference_version, stored)

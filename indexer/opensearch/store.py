@@ -196,6 +196,11 @@ class OpenSearchStore(DocumentStore):
     def get(self, doc_id: str) -> StoredDocument:
         return self._documents.get(doc_id)
 
+    def stored_documents(self, ids: Sequence[str]) -> dict[str, StoredDocument]:
+        """:meth:`get` of those ``ids`` that exist, in two requests whatever their number
+        (:meth:`.documents.Documents.stored_documents`)."""
+        return self._documents.stored_documents(ids)
+
     def content_keys(self, ids: Sequence[str]) -> dict[str, str]:
         return self._documents.content_keys(ids)
 

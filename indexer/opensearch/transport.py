@@ -243,30 +243,34 @@ class Transport:
         seconds = self.settings.timeout if left is None else max(0.001, min(self.settings.timeout, left))
         return {"cancel_after_time_interval": f"{max(1, int(seconds * 1000))}ms"}
 
-    def counts(self, searches: Sequence[tuple[str, Mapping[str, Any] | None]],
-               more: Sequence[tuple[str, Mapping[str, Any]]] = ()) -> tuple[list[int], list[Mapping[str, Any]]]:
-        """How many documents each ``(index, body)`` of ``searches`` matches (``body``: a ``_count`` body, None for
-        every document), as ``_count`` would say, and the answers of the searches ``more`` (``(index, search body)``),
-        all in one ``_msearch`` (one round trip); an answer's error raises as the request's own would."""
+    def msearch(self, what: str, searches: Sequence[tuple[str, Mapping[str, Any]]]) -> list[Mapping[str, Any]]:
+        """The answers of the searches ``(index, search body)``, in order, in one ``_msearch`` (one round trip);
+        an answer's error raises as the request's own would (an index missing, a 503 retried)."""
         from opensearchpy import exceptions as ox
 
         body: list[dict[str, Any]] = []
-        for index, query in searches:
-            body += [{"index": index}, {"size": 0, "track_total_hits": True, **(dict(query) if query else {})}]
-        for index, search in more:
+        for index, search in searches:
             body += [{"index": index}, dict(search)]
 
-        def counts() -> Mapping[str, Any]:
+        def msearch() -> Mapping[str, Any]:
             r = self.os().msearch(body=body, params=self.search_params())
             for item in r["responses"]:
-                if "error" in item:  # as the request's own error (an index missing, a 503 retried)
+                if "error" in item:
                     err = item["error"]
                     raise ox.TransportError(int(item.get("status", 500)),
                                             str(err.get("type") if isinstance(err, Mapping) else err), item)
             return r
 
-        r = self.call("counting documents", counts, index=searches[0][0])
-        answers = r["responses"]
+        return list(self.call(what, msearch, index=searches[0][0])["responses"]) if searches else []
+
+    def counts(self, searches: Sequence[tuple[str, Mapping[str, Any] | None]],
+               more: Sequence[tuple[str, Mapping[str, Any]]] = ()) -> tuple[list[int], list[Mapping[str, Any]]]:
+        """How many documents each ``(index, body)`` of ``searches`` matches (``body``: a ``_count`` body, None for
+        every document), as ``_count`` would say, and the answers of the searches ``more`` (``(index, search body)``),
+        all in one ``_msearch`` (:meth:`msearch`)."""
+        counting = [(index, {"size": 0, "track_total_hits": True, **(dict(query) if query else {})})
+                    for index, query in searches]
+        answers = self.msearch("counting documents", [*counting, *more])
         return [int(item["hits"]["total"]["value"]) for item in answers[: len(searches)]], answers[len(searches):]
 
     # -- reads by id ------------------------------------------------------------------------------

@@ -374,6 +374,19 @@ def test_a_feedback_document_deleted_during_the_query_is_left_out(store_path, tm
         assert len(res.hits) == 5 and all(h.snippet is not None for h in res.hits if h.id != gone)
 
 
+def test_document_feedback_reads_its_documents_together(store_path, monkeypatch):
+    """The feedback documents are read in one store call (``stored_documents``: two requests on OpenSearch
+    whatever their number, tests/reranker/test_results.py), not one read each."""
+    text = "The river story begins. The music and the river go on."
+    with EmbeddedStore(store_path) as store:
+        engine = _engine(store)
+        batches = []
+        real = store.stored_documents
+        monkeypatch.setattr(store, "stored_documents", lambda ids: batches.append(list(ids)) or real(ids))
+        res = engine.run(Query(text=text, size=5))
+        assert batches == [res.hybrid["feedback"]["ids"]] and len(batches[0]) > 1
+
+
 def test_document_feedback_fetches_each_candidate_once(store_path, monkeypatch):
     """The second search reuses the vectors the first one fetched: no candidate is read twice."""
     text = "The river story begins. The music and the river go on."

@@ -167,6 +167,49 @@ def test_opensearch_documents_of_never_reads_by_get(opensearch_url, monkeypatch,
         store.close()
 
 
+@pytest.mark.integration
+@pytest.mark.parametrize("derived", ["on", "off"])
+def test_opensearch_stored_documents_reads_many_in_two_requests(opensearch_url, derived):
+    """``stored_documents`` (document feedback's sources) is ``get`` of each id that exists, in one ``_mget``
+    (their statistics) and one ``_msearch`` (their fields and vectors) whatever their number, with statistics
+    and without."""
+    from factories import META, make_docs
+    from sdr_search.indexer.opensearch import OpenSearchSettings, OpenSearchStore
+
+    store = OpenSearchStore(opensearch_url, index=f"sdr-results-{uuid.uuid4().hex[:10]}",
+                            settings=OpenSearchSettings(replicas=0, derived_source=derived))
+    try:
+        store.ensure_meta(META)
+        store.put(make_docs(5, seed=7))
+        refresh_stats(store, exact=True, progress=False)
+        store.put(make_docs(6, seed=7)[5:])  # one document without statistics
+        ids = ["d004", "nope", "d001", "d005", "d001"]
+        expected = {i: store.get(i) for i in ("d004", "d001", "d005")}
+        client = store._os()
+        sent: list[str] = []
+        real = {name: getattr(client, name) for name in ("get", "mget", "search", "msearch")}
+        for name in real:
+            setattr(client, name, lambda *a, name=name, **kw: (sent.append(name), real[name](*a, **kw))[1])
+        try:
+            got = store.stored_documents(ids)
+        finally:
+            for name, fn in real.items():
+                setattr(client, name, fn)
+        assert sorted(sent) == (["mget", "msearch"] if store.has_plugin() else ["mget"])
+        assert list(got) == ["d004", "d001", "d005"]
+        for doc_id, doc in got.items():
+            want = expected[doc_id]
+            assert doc.document == want.document
+            assert np.array_equal(doc.vectors.vectors, want.vectors.vectors)
+            assert np.array_equal(doc.vectors.par_offsets, want.vectors.par_offsets)
+            assert (doc.stats is None) == (want.stats is None) == (doc_id == "d005")
+            if doc.stats is not None:
+                assert np.array_equal(doc.stats.mu, want.stats.mu) and np.array_equal(doc.stats.sigma, want.stats.sigma)
+    finally:
+        store.drop()
+        store.close()
+
+
 # -- hits a person reads -----------------------------------------------------------------------------------------
 def _d(model) -> dict:
     """A result model as the dict the HTTP response gives (absent fields left out)."""
