@@ -178,7 +178,7 @@ class Documents:
         before any filter (about 20 ms per document on the demo corpus)."""
         return target.vectors != VECTORS_B64 and self._plugin.available()
 
-    def stored_reads(self, target: Target, ids: Sequence[str]) -> "StoredReads":
+    def stored_reads(self, target: Target, ids: Sequence[str]) -> StoredReads:
         """How to read the stored documents ``ids`` together (the query's indexed sources, document feedback's
         sources): the ``_mget`` items (their statistics; the documents too unless :meth:`read_by_search`) and the
         searches of their fields and vectors, to send alone (:meth:`stored_documents`) or with other items and
@@ -189,24 +189,23 @@ class Documents:
         searches = [build_vectors_search([d], fields=_STORED_FIELDS) for d in ids] if by_search else []
         return StoredReads(ids, by_search, items, searches)
 
-    def stored_of(self, target: Target, reads: "StoredReads", got: Sequence[Mapping[str, Any]],
+    def stored_of(self, target: Target, reads: StoredReads, got: Sequence[Mapping[str, Any]],
                   answers: Sequence[Mapping[str, Any]]) -> dict[str, StoredDocument]:
         """The documents of ``reads`` that exist (as :meth:`get` reads each), from the answers to its ``_mget``
         items (``got``) and its searches (``answers``). With the searches, one document per search (the plugin
         serves one whatever its size); a document they do not see is left out."""
         dim = int(target.recorded.dim)
         hits = {str(hit_doc_id(h)): h for a in answers for h in a.get("hits", {}).get("hits", [])}
-        per = 1 if reads.by_search else 2  # _mget items per document: its statistics (and the document)
         out: dict[str, StoredDocument] = {}
         for k, doc_id in enumerate(reads.ids):
-            if reads.by_search:
+            if reads.by_search:  # _mget items: the statistics alone; the document is its search's hit
                 hit = hits.get(doc_id)
                 main = {"found": hit is not None, "_source": (hit or {}).get("_source") or {}}
-                vectors = None if hit is None else parse_vector_hit(hit, dim)
-            else:
-                main, vectors = got[per * k], None
+                stats_doc, vectors = got[k], None if hit is None else parse_vector_hit(hit, dim)
+            else:  # _mget items: the document, then its statistics
+                main, stats_doc, vectors = got[2 * k], got[2 * k + 1], None
             try:
-                out[doc_id] = self.stored_from(target, doc_id, main, got[per * k + per - 1], vectors)
+                out[doc_id] = self.stored_from(target, doc_id, main, stats_doc, vectors)
             except DocumentNotFoundError:
                 pass
         return out

@@ -305,8 +305,9 @@ class Transport:
         at most 500 ids (:func:`build_sources_search`): for reads of many documents that a search found (the
         hits to present, the candidates to filter), where a real-time ``_mget`` of a derived-source index would
         rebuild every document's sentence vectors first."""
+        unique = list(dict.fromkeys(str(i) for i in ids))
         found: dict[str, dict] = {}
-        for chunk in chunks(list(dict.fromkeys(str(i) for i in ids)), _MGET_CHUNK):
+        for chunk in chunks(unique, _MGET_CHUNK):
             wanted = {document_os_id(i): i for i in chunk}
             r = self.call(what, lambda chunk=chunk: self.os().search(
                 index=index, body=build_sources_search(chunk, fields), params=self.search_params()), index=index)
@@ -314,7 +315,7 @@ class Transport:
                 doc_id = wanted.get(str(hit.get("_id")))
                 if doc_id is not None:
                     found[doc_id] = hit.get("_source") or {}
-        return {i: found[i] for i in dict.fromkeys(str(i) for i in ids) if i in found}
+        return {i: found[i] for i in unique if i in found}  # in the order asked
 
     # -- writes -----------------------------------------------------------------------------------
     def bulk(self, index: str, actions: list[dict[str, Any]], keys: Sequence[str], what: str, *, engine: str,
