@@ -32,38 +32,43 @@ def sentence_spans(doc: Document) -> list[list[tuple[int, int]]]:
 
 
 def aligned_spans(text: str, doc: Document) -> list[list[tuple[int, int] | None]]:
-    """``(start, end)`` of each sentence of ``doc`` (segmented from ``text``) in ``text`` itself:
-    segmentation collapses white space and joins fragments with one space, so each sentence is
-    found in order in the white-space-collapsed text and mapped back. A sentence not found that way
-    (a splitter break without white space, then joined) is None; ``text[start:end]`` equals the
-    sentence up to white space."""
+    """``(start, end)`` of each sentence of ``doc`` (segmented from ``text``) in ``text`` itself.
+
+    Segmentation keeps every character but white space: it collapses runs of white space, and it
+    may join fragments with a space the text did not have (a splitter break without white space,
+    such as ``end.)Next``). So the sentences are found, in order, in the text with its white space
+    taken out, and mapped back: ``text[start:end]`` equals the sentence up to white space. A
+    sentence the text does not hold is None, and the next one is looked for after the characters
+    the missed ones would have taken."""
     tokens = [(m.start(), m.end()) for m in _TOKEN.finditer(text)]
-    collapsed = " ".join(text[a:b] for a, b in tokens)
-    starts: list[int] = []  # each token's start in the collapsed text
+    bare = "".join(text[a:b] for a, b in tokens)  # the text without its white space
+    starts: list[int] = []  # each token's start in the bare text
     pos = 0
     for a, b in tokens:
         starts.append(pos)
-        pos += b - a + 1
+        pos += b - a
 
-    def raw(at: int) -> int:  # a position inside a token of the collapsed text -> the text's
+    def raw(at: int) -> int:  # a position in the bare text -> the text's
         t = bisect_right(starts, at) - 1
         return tokens[t][0] + (at - starts[t])
 
     out: list[list[tuple[int, int] | None]] = []
     cursor = 0
-    behind = 0  # characters of the sentences not found since the last one found, and a space each
+    behind = 0  # characters of the sentences not found since the last one found
     for paragraph in doc.paragraphs:
         row: list[tuple[int, int] | None] = []
         for sentence in paragraph:
-            # a sentence starts one space after the last one found, or after the ones not found, whose
-            # text is at most as long as theirs: the search never runs to the end of the text for one
-            # it does not hold (which made the misses of a long text quadratic)
-            at = collapsed.find(sentence, cursor, cursor + behind + 1 + len(sentence)) if sentence else -1
+            word = "".join(sentence.split())
+            # a sentence segmented from the text starts where the last one ended; after sentences
+            # not found, at most as many characters later as theirs: the search never runs to the
+            # end of the text for one it does not hold (which made the misses of a long text
+            # quadratic)
+            at = bare.find(word, cursor, cursor + behind + len(word)) if word else -1
             if at < 0:
                 row.append(None)
-                behind += len(sentence) + 1
+                behind += len(word)
                 continue
-            cursor, behind = at + len(sentence), 0
+            cursor, behind = at + len(word), 0
             row.append((raw(at), raw(cursor - 1) + 1))
         out.append(row)
     return out

@@ -3,7 +3,8 @@
 Two concurrent 4 MB texts of ``"Ab. " * 1000000`` took 163 and 217 s and every other request got
 429 meanwhile. Three steps grew with the square of the input (joining pieces that open in lower
 case, cutting a long sentence, looking up a sentence the text does not hold); each is now linear,
-and is tested here against the old code, kept below as the reference, so no boundary moves. And a
+and is tested here against the old code, kept below as the reference, so no boundary moves
+(the offsets against a brute-force search of the text without its white space). And a
 text with more possible sentence ends than 4 x its sentence limit is refused before the splitter
 runs (the splitter's work is a fixed cost per possible end). Times are compared in
 ``bench/splitting.py``, not here.
@@ -62,29 +63,32 @@ def old_split_long_sentence(sentence, max_chars):
     return pieces
 
 
-def old_aligned_spans(text, doc):
+def reference_aligned_spans(text, doc):
+    """The brute-force alignment: each sentence, white space taken out, searched for to the end of
+    the text taken out the same way (the old code searched the white-space-collapsed text, so a
+    sentence the splitter joined with a space the text did not have was missed, and the next one
+    could be found inside it)."""
     tokens = [(m.start(), m.end()) for m in re.finditer(r"\S+", text)]
-    collapsed = " ".join(text[a:b] for a, b in tokens)
-    starts, pos = [], 0
-    for a, b in tokens:
-        starts.append(pos)
-        pos += b - a + 1
+    bare = "".join(text[a:b] for a, b in tokens)
+    owner = [t for t, (a, b) in enumerate(tokens) for _ in range(b - a)]  # bare position -> token
+    first = {}
+    for i, t in enumerate(owner):
+        first.setdefault(t, i)
 
     def raw(at):
-        from bisect import bisect_right
-
-        t = bisect_right(starts, at) - 1
-        return tokens[t][0] + (at - starts[t])
+        t = owner[at]
+        return tokens[t][0] + (at - first[t])
 
     out, cursor = [], 0
     for paragraph in doc.paragraphs:
         row = []
         for sentence in paragraph:
-            at = collapsed.find(sentence, cursor) if sentence else -1
+            word = "".join(sentence.split())
+            at = bare.find(word, cursor) if word else -1
             if at < 0:
                 row.append(None)
                 continue
-            cursor = at + len(sentence)
+            cursor = at + len(word)
             row.append((raw(at), raw(cursor - 1) + 1))
         out.append(row)
     return out
@@ -130,13 +134,31 @@ def test_sentences_and_their_offsets_are_the_old_ones(text, min_chars, max_chars
             assert sentence.strip() == sentence and sentence
     raw_pieces = [p for c in [text] for p in splitter._tokenizer.tokenize(" ".join(c.split()))]  # noqa: SLF001
     assert join_lower_starts(raw_pieces) == old_join_lower_starts(raw_pieces)
-    assert aligned_spans(text, doc) == old_aligned_spans(text, doc)
+    spans = aligned_spans(text, doc)
+    assert spans == reference_aligned_spans(text, doc)
+    # every sentence segmented from the text is found there, in order, equal up to white space
+    flat = [span for row in spans for span in row]
+    assert None not in flat
+    assert all(a[1] <= b[0] for a, b in zip(flat, flat[1:]))
+    for (start, end), sentence in zip(flat, [s for p in doc.paragraphs for s in p]):
+        assert "".join(text[start:end].split()) == "".join(sentence.split())
 
 
-def test_offsets_of_sentences_the_text_does_not_hold_are_none_as_before():
+def test_a_sentence_joined_across_a_break_without_white_space_is_found():
+    """The splitter breaks ``end.)Next`` and segmentation joins the pieces with a space the text
+    lacks: the sentence is still found, and the next ones after it, not inside it (found by
+    hypothesis: the old code gave None, then (0, 3) inside the first sentence, then None)."""
+    text = "Ab. " * 19 + "end.)Next\nAb.\nab. "
+    seg = SegmentationSettings(min_paragraph_sentences=1, min_sentence_chars=20, max_sentence_chars=0)
+    doc = parse_record({"id": "t", "text": text}, settings=seg)
+    assert doc.paragraphs[0][0].endswith("end. )Next")  # joined with a space the text did not have
+    assert aligned_spans(text, doc) == [[(0, 85)], [(86, 89)], [(90, 93)]]
+
+
+def test_offsets_of_sentences_the_text_does_not_hold_are_none():
     doc = Document("", (("Alpha beta.", "Not in the text.", "Gamma delta."), ("Also missing.", "Epsilon.")))
     text = "Alpha beta.  Gamma\n delta.\n\nEpsilon."
-    assert aligned_spans(text, doc) == old_aligned_spans(text, doc) == [
+    assert aligned_spans(text, doc) == reference_aligned_spans(text, doc) == [
         [(0, 11), None, (13, 26)], [None, (28, 36)]]
 
 
