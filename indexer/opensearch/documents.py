@@ -254,7 +254,10 @@ class Documents:
 
     def content_keys(self, ids: Sequence[str]) -> dict[str, str]:
         target = self._indices.read()
-        found = self._transport.mget_sources(target.name, [str(i) for i in ids], ["content_key"], "reading content keys")
+        ids = [str(i) for i in ids]
+        if target.stored_content_key:  # no _source: on a derived-source index it would rebuild every vector first
+            return self._transport.mget_stored(target.name, ids, "content_key", "reading content keys")
+        found = self._transport.mget_sources(target.name, ids, ["content_key"], "reading content keys")
         return {doc_id: src["content_key"] for doc_id, src in found.items()}
 
     def metadata_of(self, ids: Sequence[str]) -> dict[str, Mapping[str, Any]]:

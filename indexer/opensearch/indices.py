@@ -36,6 +36,7 @@ from .requests import (
     legacy_metadata,
     state_index_name,
     stored_centroids,
+    stored_content_key,
 )
 from .settings import OpenSearchSettings
 from .transport import Transport
@@ -75,6 +76,7 @@ class Target:
     derived_source: bool = False  # k-NN derived source (vectors rebuilt into _source on read)
     legacy_metadata: bool = False  # metadata mapped field by field (layout 1): read only, no filter (legacy_metadata)
     stored_centroids: bool = False  # the mapping has the paragraph centroids' field: writes fill it (stored_centroids)
+    stored_content_key: bool = False  # content_key is a stored field: puts read it without _source (stored_content_key)
 
     @property
     def recorded(self) -> IndexMeta:
@@ -151,7 +153,7 @@ class Indices:
                         str(recorded.get("engine", "faiss")), str(recorded.get("space_type", "innerproduct")),
                         _bm25_factor(recorded), str(recorded.get("vectors", VECTORS_B64)),
                         bool(recorded.get("derived_source", False)), legacy_metadata(body.get("mappings", {})),
-                        stored_centroids(body.get("mappings", {})))
+                        stored_centroids(body.get("mappings", {})), stored_content_key(body.get("mappings", {})))
         if target.meta is not None:
             self._target = target
         return target

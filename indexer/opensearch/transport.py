@@ -47,7 +47,7 @@ from .bulk import run_bulk
 from .connection import NodeRouter, connection_class
 from .hosts import parse_urls, transport_retries
 from .requests import (
-    build_mget_body, build_scan_query, build_sources_search, bulk_lines, document_os_id, error_from_response,
+    build_mget_body, build_mget_stored_body, build_scan_query, build_sources_search, bulk_lines, document_os_id, error_from_response,
     shard_failure,
 )
 from .settings import OpenSearchSettings
@@ -298,6 +298,20 @@ class Transport:
                     raise error_from_response(404, d, what=what, index=index)
                 if d.get("found"):
                     found[doc_id] = d["_source"]
+        return found
+
+    def mget_stored(self, index: str, ids: Sequence[str], field: str, what: str) -> dict[str, Any]:
+        """``id -> value`` of the stored field ``field`` (its first value) for the ids that exist in ``index``
+        and have it: real time, without ``_source`` (:func:`build_mget_stored_body`)."""
+        found: dict[str, Any] = {}
+        for chunk in chunks(list(dict.fromkeys(ids)), _MGET_CHUNK):
+            docs = self.mget(what, build_mget_stored_body(chunk, [field]), index=index)
+            for doc_id, d in zip(chunk, docs):
+                if "error" in d:
+                    raise error_from_response(404, d, what=what, index=index)
+                values = (d.get("fields") or {}).get(field) if d.get("found") else None
+                if values:
+                    found[doc_id] = values[0]
         return found
 
     def search_sources(self, index: str, ids: Sequence[str], fields: Sequence[str], what: str) -> dict[str, dict]:

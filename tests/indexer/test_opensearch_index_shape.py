@@ -90,6 +90,61 @@ def test_derived_source_setting_is_what_the_node_keeps(opensearch_url, os_index,
         store.close()
 
 
+@pytest.mark.parametrize("mode", ["on", "off"])
+def test_a_put_reads_content_keys_without_source_in_real_time(opensearch_url, os_index, client, monkeypatch, mode):
+    """A put (and ``sdr index``'s skip of unchanged documents) reads the stored documents' content keys
+    in real time. On a derived-source index (the 3.x default) an ``_mget`` of ``_source`` rebuilds every
+    sentence vector of each document before its filter (on 3.5.0: 520 ms for 20 demo articles against 19
+    without ``_source``), so a new index stores ``content_key`` and the read asks for that stored field
+    alone. An index created before (no stored field) is still read, from ``_source``."""
+    from sdr_search.core.cache import document_key
+    from sdr_search.indexer.opensearch.requests import layout
+
+    items = docs(3)
+    key = {d.id: document_key(META.encoder_tag, d.paragraphs) for d, _ in items}
+    store = open_store(opensearch_url, os_index(), derived_source=mode)
+    bodies: list[dict] = []
+    try:
+        store.put(items[:2])
+        mapping = client.indices.get_mapping(index=store.index)[store.index]["mappings"]
+        assert mapping["properties"]["content_key"] == {"type": "keyword", "store": True}
+        real = store._transport.mget
+        monkeypatch.setattr(store._transport, "mget", lambda what, body, **kw: (bodies.append(body), real(what, body, **kw))[1])
+        # written around the store, not refreshed: a real-time read sees it
+        (action,) = osr.build_bulk_actions([items[2]], index=store.index, encoder_tag=META.encoder_tag,
+                                           model_id=META.model_id, centroids=True)
+        client.index(index=store.index, id=action["_id"], body=action["_source"], refresh=False)
+        assert store.content_keys(["d002", "nope", "d000"]) == {"d002": key["d002"], "d000": key["d000"]}
+        assert bodies and all(d["_source"] is False and d["stored_fields"] == ["content_key"]
+                              for body in bodies for d in body["docs"])
+        bodies.clear()
+        store.put([items[0]])  # unchanged: its statistics stay; the read is the same
+        assert bodies and all(d["_source"] is False for body in bodies for d in body["docs"])
+    finally:
+        monkeypatch.undo()
+        store.drop()
+        store.close()
+
+    real_mapping = layout.load_mapping
+
+    def before_the_stored_field(name):
+        body = real_mapping(name)
+        if name == "index.json":
+            body["mappings"]["properties"]["content_key"] = {"type": "keyword"}
+        return body
+
+    monkeypatch.setattr(layout, "load_mapping", before_the_stored_field)
+    old = open_store(opensearch_url, os_index(), derived_source=mode)
+    try:
+        monkeypatch.setattr(layout, "load_mapping", real_mapping)
+        old.put(items)
+        assert not old._indices.read().stored_content_key
+        assert old.content_keys(["d001", "nope"]) == {"d001": key["d001"]}
+    finally:
+        old.drop()
+        old.close()
+
+
 def test_edited_space_type_is_recorded_and_translated(opensearch_url, os_index, client, monkeypatch):
     """A user who edits mappings/index.json to cosinesimil still gets cosines back (the score
     translation follows the mapping, recorded in _meta), and an untranslatable one is refused."""

@@ -25,6 +25,7 @@ from sdr_search.indexer.opensearch.requests import (
     build_lexical_msearch,
     build_meta,
     build_mget_body,
+    build_mget_stored_body,
     build_sources_search,
     build_more_like_this_query,
     build_msearch_bodies,
@@ -58,6 +59,7 @@ from sdr_search.indexer.opensearch.requests import (
     process_bulk_response,
     state_index_name,
     stats_os_id,
+    stored_content_key,
     VECTORS_INDEX,
     build_document_source,
     build_sdr_candidates_query,
@@ -132,7 +134,7 @@ def test_index_body_golden():
                 "n_sentences": {"type": "integer"},
                 "model_id": {"type": "keyword"},
                 "encoder_tag": {"type": "keyword"},
-                "content_key": {"type": "keyword"},
+                "content_key": {"type": "keyword", "store": True},
                 "indexed_at": {"type": "date"},
                 "paragraphs": {"type": "object", "enabled": False},
                 "par_sizes": {"type": "integer", "index": False, "doc_values": False},
@@ -491,6 +493,12 @@ def test_read_bodies_golden():
     assert build_mget_body(["a"], {"excludes": ["sentences"]}, index="i") == {"docs": [
         {"_index": "i", "_id": "a", "_source": {"excludes": ["sentences"]}}]}
     long_id = "é" * 300  # 600 UTF-8 bytes, over the _id limit: searched by its hashed _id, as written
+    assert build_mget_stored_body(["a", long_id], ["content_key"]) == {"docs": [
+        {"_id": "a", "_source": False, "stored_fields": ["content_key"]},
+        {"_id": document_os_id(long_id), "_source": False, "stored_fields": ["content_key"]}]}
+    assert stored_content_key({"properties": {"content_key": {"type": "keyword", "store": True}}})
+    assert not stored_content_key({"properties": {"content_key": {"type": "keyword"}}})
+    assert not stored_content_key({})
     assert build_sources_search(["a", long_id, "a"], ["title", "paragraphs"]) == {
         "size": 2, "track_total_hits": False, "query": {"ids": {"values": ["a", document_os_id(long_id)]}},
         "_source": {"includes": ["title", "paragraphs"], "excludes": ["sentences.vector"]}}

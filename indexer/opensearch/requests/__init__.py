@@ -101,6 +101,7 @@ from .layout import (  # noqa: F401
     state_index_name,
     stats_os_id,
     stored_centroids,
+    stored_content_key,
 )
 from .lexical import (  # noqa: F401
     build_lexical_msearch,
@@ -131,6 +132,7 @@ from .reads import (  # noqa: F401
     build_alias_swap,
     build_counts_query,
     build_mget_body,
+    build_mget_stored_body,
     build_scan_query,
     build_sources_search,
     build_stats_count_query,
@@ -188,6 +190,7 @@ __all__ = [
     "build_metadata_filter",
     "build_restriction",
     "build_mget_body",
+    "build_mget_stored_body",
     "build_more_like_this_query",
     "build_msearch_bodies",
     "build_msearch_body",
@@ -229,6 +232,7 @@ __all__ = [
     "index_meta_from_meta",
     "legacy_metadata",
     "stored_centroids",
+    "stored_content_key",
     "initial_state",
     "knn_method",
     "knn_score_to_cosine",

@@ -210,6 +210,15 @@ def stored_centroids(mappings: Mapping[str, Any]) -> bool:
     return CENTROIDS_FIELD in (mappings.get("properties") or {})
 
 
+def stored_content_key(mappings: Mapping[str, Any]) -> bool:
+    """Whether an index mapping keeps ``content_key`` as a stored field (indices created from this
+    version's ``mappings/index.json`` on): a put's real-time read of the content keys then asks for that
+    field alone, and a derived-source index (3.x) does not rebuild each document's sentence vectors
+    into a ``_source`` that the read would only filter away (about 25 ms per document)."""
+    field = (mappings.get("properties") or {}).get("content_key") or {}
+    return field.get("store") is True
+
+
 def build_index_body(
     dim: int,
     *,

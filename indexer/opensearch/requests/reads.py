@@ -31,6 +31,12 @@ def build_mget_body(ids: Iterable[str], fields: Sequence[str] | Mapping[str, Any
     return {"docs": docs}
 
 
+def build_mget_stored_body(ids: Iterable[str], fields: Sequence[str]) -> dict[str, Any]:
+    """``_mget`` body for the stored fields ``fields`` of documents ``ids`` (by stable ``_id``), without
+    ``_source``: still real time, and a derived-source index (3.x) rebuilds no sentence vector for it."""
+    return {"docs": [{"_id": document_os_id(i), "_source": False, "stored_fields": list(fields)} for i in ids]}
+
+
 def build_sources_search(ids: Sequence[str], fields: Sequence[str]) -> dict[str, Any]:
     """A search for the documents ``ids`` (by stable ``_id``, at most one page: the caller chunks) with
     ``_source`` filtered to ``fields``, the sentence vectors excluded by name: the cheap way to read many
