@@ -20,7 +20,9 @@ import java.util.Comparator;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
+import java.util.PriorityQueue;
 import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicBoolean;
 
 /**
@@ -81,12 +83,20 @@ final class SdrRescorer implements Rescorer {
         List<LeafReaderContext> leaves = searcher.getIndexReader().leaves();
         // every hit of the window explained (the hits to present): each hit's breakdown with its score, one hit per chunk
         boolean onePass = explainAll && explained == size;
+        // otherwise each run keeps the breakdowns of its best explained hits while it scores (built from the scores just
+        // computed): the shard's best are among them, so no hit is scored twice
+        Map<Integer, Map<String, Object>> kept = onePass || explained == 0 ? null : new ConcurrentHashMap<>();
+        int runs = runs(size, MIN_CHUNK, context);
+        if (kept != null && runs > 1) {  // each run may hold explained breakdowns, besides the ones charged above
+            guard.reserve((runs - 1L) * explained * breakdownBytes(source), "<sdr explain>");
+        }
+        int keep = kept == null ? 0 : explained;
         boolean[] scored = new boolean[size];
         AtomicBoolean timedOut = new AtomicBoolean();
         runInChunks(size, onePass ? 1 : MIN_CHUNK, context, timedOut,
-            (from, to) -> score(byDoc, from, to, leaves, context, onePass, true, guard, scored, timedOut));
+            (from, to) -> score(byDoc, from, to, leaves, context, onePass, true, guard, scored, timedOut, keep, kept));
         if (timedOut.get() && noneScored(scored)) {  // OpenSearch's own time-out before any hit: the first one still
-            score(byDoc, 0, 1, leaves, context, onePass, true, ShardGuard.NONE, scored, new AtomicBoolean());
+            score(byDoc, 0, 1, leaves, context, onePass, true, ShardGuard.NONE, scored, new AtomicBoolean(), 0, null);
         }
         Set<Integer> rescored = new HashSet<>();
         for (int i = 0; i < size; i++) {
@@ -99,11 +109,20 @@ final class SdrRescorer implements Rescorer {
         }
         Arrays.sort(window, BY_SCORE);
         int top = onePass || timedOut.get() ? 0 : Math.min(explained, window.length);
-        if (top > 0) {  // the breakdown of this shard's best hits, scored above: read and explained again, one hit per chunk
-            ScoreDoc[] best = Arrays.copyOf(window, top);
+        List<ScoreDoc> again = new ArrayList<>();
+        for (int r = 0; r < top; r++) {
+            Map<String, Object> breakdown = kept == null ? null : kept.get(window[r].doc);
+            if (breakdown != null) {
+                context.explained(window[r].doc, breakdown);
+            } else {
+                again.add(window[r]);
+            }
+        }
+        if (again.isEmpty() == false) {  // none kept while scoring (not expected): read and explained again, one hit per chunk
+            ScoreDoc[] best = again.toArray(new ScoreDoc[0]);
             Arrays.sort(best, Comparator.comparingInt(d -> d.doc));
-            runInChunks(top, 1, context, timedOut,
-                (from, to) -> score(best, from, to, leaves, context, true, false, guard, null, timedOut));
+            runInChunks(best.length, 1, context, timedOut,
+                (from, to) -> score(best, from, to, leaves, context, true, false, guard, null, timedOut, 0, null));
         }
         if (timedOut.get()) {
             guard.reportTimeout();
@@ -125,6 +144,22 @@ final class SdrRescorer implements Rescorer {
      * Runs {@code work} over [0, size) on this thread and the plugin's pool ({@link SdrThreads#run}); OpenSearch's
      * own time-out, should the search's reader throw it, counts as the plugin's ({@code timedOut}).
      */
+    /** A hit scored and its breakdown, built as it was scored. */
+    private static final class Kept {
+        final ScoreDoc hit;
+        final Map<String, Object> breakdown;
+
+        Kept(ScoreDoc hit, Map<String, Object> breakdown) {
+            this.hit = hit;
+            this.breakdown = breakdown;
+        }
+    }
+
+    /** How many runs {@link SdrThreads#run} splits {@code size} items into (at most one per thread). */
+    private static int runs(int size, int minChunk, SdrRescoreContext context) {
+        return context.executor() == null ? 1 : Math.max(1, Math.min(size / Math.max(1, minChunk), context.threads()));
+    }
+
     private static void runInChunks(int size, int minChunk, SdrRescoreContext context, AtomicBoolean timedOut,
                                     SdrThreads.Range work) throws IOException {
         try {
@@ -140,11 +175,16 @@ final class SdrRescorer implements Rescorer {
      * each hit's score (from the breakdown when explaining: the breakdown computes it) and marks it in
      * {@code scored}. Between two hits it stops when the search is cancelled (throws) or timed out (sets
      * {@code timedOut}; the first hit of a run is always scored, so a timed-out window keeps one hit at least).
-     * The scorer's scratch is charged to the request breaker while the run lasts.
+     * The scorer's scratch is charged to the request breaker while the run lasts. {@code keep} &gt; 0 (with
+     * {@code rescore}, not {@code explain}): the breakdowns of this run's best {@code keep} hits (in {@link #BY_SCORE}
+     * order) go into {@code kept} when the run ends, each built as its hit is scored.
      */
     private static void score(ScoreDoc[] byDoc, int from, int to, List<LeafReaderContext> leaves, SdrRescoreContext context,
-                              boolean explain, boolean rescore, ShardGuard guard, boolean[] scored, AtomicBoolean timedOut)
+                              boolean explain, boolean rescore, ShardGuard guard, boolean[] scored, AtomicBoolean timedOut,
+                              int keep, Map<Integer, Map<String, Object>> kept)
         throws IOException {
+        // this run's best keep hits, the worst first
+        PriorityQueue<Kept> best = keep > 0 ? new PriorityQueue<>(keep + 1, (a, b) -> BY_SCORE.compare(b.hit, a.hit)) : null;
         try (ShardGuard.Charges charges = guard.scope("<sdr scoring>")) {
             SdrScorer scorer = new SdrScorer(context.request().source()).charging(charges::add);
             CandidateSentences candidate = new CandidateSentences(context.request().source().dim());
@@ -173,9 +213,21 @@ final class SdrRescorer implements Rescorer {
                 } else if (rescore) {
                     double score = scorer.score(candidate);
                     hit.score = candidate.size() == 0 ? NO_SENTENCES : (float) score;
+                    if (best != null && (best.size() < keep || BY_SCORE.compare(hit, best.peek().hit) < 0)) {
+                        best.add(new Kept(new ScoreDoc(hit.doc, hit.score), scorer.breakdown(candidate, score)));
+                        if (best.size() > keep) {
+                            best.poll();
+                        }
+                    }
                 }
                 if (scored != null) {
                     scored[i] = true;
+                }
+            }
+        } finally {
+            if (best != null) {
+                for (Kept k : best) {
+                    kept.put(k.hit.doc, k.breakdown);
                 }
             }
         }

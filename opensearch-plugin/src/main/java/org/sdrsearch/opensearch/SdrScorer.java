@@ -198,8 +198,15 @@ final class SdrScorer {
      * product. See README.md, "Response".
      */
     Map<String, Object> explain(CandidateSentences c) {
+        return breakdown(c, score(c));
+    }
+
+    /**
+     * The breakdown {@link #explain} gives, from what {@link #score} just computed for {@code c} (its
+     * {@code score}): no dot product again. Valid until the next score.
+     */
+    Map<String, Object> breakdown(CandidateSentences c, double score) {
         Map<String, Object> out = new LinkedHashMap<>();
-        double score = score(c);
         out.put("score", c.size() == 0 ? null : score);
         out.put("sentences", c.size());
         out.put("paragraphs", c.size() == 0 ? 0 : groups);

@@ -393,6 +393,10 @@ public class SdrRescorerTests extends LuceneTestCase {
             candidates.add(new Candidate("c" + i, BruteForceSdr.document(random, dim, TestUtil.nextInt(random(), 1, 9),
                 TestUtil.nextInt(random(), 1, 4))));
         }
+        for (int copy = 0; copy < 3; copy++) {  // equal scores: the top's boundary among them goes by doc id
+            candidates.add(new Candidate("copy" + copy, candidates.get(0).paragraphs));
+        }
+        n = candidates.size();
         double[] mu = { 0.1, 0.05, 0.2 };
         double[] sigma = { 0.3, 0.2, 1e-7 };
         ExecutorService pool = Executors.newFixedThreadPool(2);
