@@ -192,11 +192,14 @@ class SdrScores:
     ``explanations[c]``, when asked for, is the first source's breakdown for candidate ``c``: its best
     candidate paragraph per source paragraph with P_ij, N_ij and the best sentence pairs
     (opensearch-plugin/README.md, "Response"); empty when not asked for, None for a candidate not
-    explained (with ``explain_top``: one below the first source's best)."""
+    explained (with ``explain_top``: one below the first source's best). ``documents``, when asked for:
+    the explained candidates' documents without vectors (as :meth:`DocumentStore.documents_of` reads
+    them), read by the same request, by id."""
 
     ids: list[str]
     scores: np.ndarray
     explanations: list[Mapping[str, Any] | None] = field(default_factory=list)
+    documents: Mapping[str, Document] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -372,14 +375,15 @@ class DocumentStore(ABC):
 
     def sdr_scores(
         self, sources: Sequence[tuple[DocVectors, NormStats]], ids: Sequence[str], *, explain: bool = False,
-        explain_top: int = 0,
+        explain_top: int = 0, documents: bool = False,
     ) -> SdrScores:
         """Exact SDR of each of ``sources`` (vectors and their paragraphs' statistics) against the
         documents ``ids``, computed by the store next to its data, in one request (:class:`SdrScores`,
         ids in the order given). ``explain``: the first source's breakdown of every candidate;
         ``explain_top`` (without ``explain``): of its best ``explain_top`` only (the hits a caller will
-        present, in the same request). A missing id raises ``DocumentNotFoundError``. Only for a store
-        that declares ``capabilities.exact_sdr``."""
+        present, in the same request); ``documents``: the explained candidates' documents too (what the
+        caller presents, without a read of its own). A missing id raises ``DocumentNotFoundError``. Only
+        for a store that declares ``capabilities.exact_sdr``."""
         from sdr_search.core.errors import StoreError
 
         raise StoreError(f"{type(self).__name__} cannot compute exact SDR itself (capabilities.exact_sdr is false)")

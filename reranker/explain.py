@@ -110,9 +110,15 @@ def present(
     ``matrix`` (with ``explain``): each explanation also gets the whole paragraph-pair matrix
     (:mod:`.matrix`), computed here from the hits' vectors (:meth:`Scoring.hit_vectors`: those the
     rerank fetched, or, on a store that scored them itself, read now). At most ``max_cells`` cells over
-    the hits (:class:`ExplanationTooLargeError` beyond, before any is computed)."""
+    the hits (:class:`ExplanationTooLargeError` beyond, before any is computed).
+
+    The documents are read in one call, but for those the scoring's own request brought
+    (:attr:`Scoring.presented`: on OpenSearch with the plugin, the best hits came with their exact scores)."""
     ids = [h.id for h in hits]
-    documents = store.documents_of(ids)
+    known = scoring.presented
+    missing = [i for i in ids if i not in known]
+    read = store.documents_of(missing) if missing else {}
+    documents = {i: known[i] if i in known else read[i] for i in ids if i in known or i in read}
     source_spans = source.spans()
     top = (3, 3) if explain else (1, 1)
     matrix = matrix and explain

@@ -168,8 +168,8 @@ class CandidateStage:
         """:meth:`_prerank_and_fetch` on a store that scores exactly itself (:attr:`in_store`): the same
         pre-rank next to its data (the centroid rows of the pool, :meth:`DocumentStore.centroid_rows`), the
         K kept scored exactly there, and nothing fetched. The :class:`StoreScoring` carries those exact
-        scores, which the ranking reuses, and the breakdowns of the best ``explain_top`` of them, which the
-        presentation reuses. ``rows``: the pool's centroid rows where the candidate stage's request brought
+        scores, which the ranking reuses, and the breakdowns and documents of the best ``explain_top`` of them,
+        which the presentation reuses. ``rows``: the pool's centroid rows where the candidate stage's request brought
         them (then not asked for again)."""
         t0 = time.perf_counter()
         keep = range(len(pool) if scores is None else min(len(pool), K))
@@ -182,9 +182,11 @@ class CandidateStage:
         # request; without a pre-rank only for one source (several merged sources are scored each on its own)
         kept = [pool[i] for i in keep]
         if kept and (prerank or not source.parts):
-            scored = self.store.sdr_scores([(source.vectors, source.stats)], kept, explain_top=explain_top)
+            scored = self.store.sdr_scores([(source.vectors, source.stats)], kept, explain_top=explain_top,
+                                           documents=explain_top > 0)
             scoring = StoreScoring(self.store, source, exact=dict(zip(kept, map(float, scored.scores[0]))),
-                                   explained={i: why for i, why in zip(scored.ids, scored.explanations) if why is not None})
+                                   explained={i: why for i, why in zip(scored.ids, scored.explanations) if why is not None},
+                                   presented=scored.documents)
             timings["prerank"] = _ms(time.perf_counter() - t0)
         vector_ids = [pool[i] for i in keep]
         chosen = set(vector_ids)

@@ -45,6 +45,12 @@ class Scoring(Protocol):
         search of the same query (document feedback) does not read them again."""
         ...
 
+    @property
+    def presented(self) -> Mapping[str, Document]:
+        """Documents (without vectors) that the scoring's own request brought, by id: the best hits, those
+        to present, where the store read them with their breakdowns; the presentation reads only the others."""
+        ...
+
     def sdr_rows(self, every: Source, ids: Sequence[str]) -> np.ndarray:
         """Each source's exact SDR score of each of ``ids``, ``(sources, candidates)``."""
         ...
@@ -79,6 +85,10 @@ class LocalScoring:
     @property
     def fetched(self) -> Mapping[str, DocVectors]:
         return self.vectors
+
+    @property
+    def presented(self) -> Mapping[str, Document]:
+        return {}
 
     def sdr_rows(self, every: Source, ids: Sequence[str]) -> np.ndarray:
         """One product for every source's paragraphs."""
@@ -120,12 +130,14 @@ class StoreScoring:
     """Exact SDR computed by the store next to its data (the sdr plugin on OpenSearch); no vector
     travels. ``exact`` and ``explained``: the scores of ``source`` and the breakdowns of its best
     hits (those to present) that the candidate stage's request returned already (``DocumentStore.sdr_scores``
-    with ``explain_top``), by id; they are reused for that source (the very object) only."""
+    with ``explain_top``), by id; they are reused for that source (the very object) only. ``presented``:
+    those hits' documents, read by the same request (``documents``)."""
 
     store: DocumentStore
     source: Source | None = None
     exact: Mapping[str, float] = field(default_factory=dict)
     explained: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    presented: Mapping[str, Document] = field(default_factory=dict)
 
     @property
     def fetched(self) -> Mapping[str, DocVectors]:

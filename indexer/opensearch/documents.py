@@ -40,6 +40,8 @@ from .requests import (
     hit_doc_id,
     parse_b64_vectors,
     parse_derived_vectors,
+    PRESENTED_FIELDS,
+    parse_presented_document,
     parse_stored_paragraphs,
     parse_vector_hit,
     stats_os_id,
@@ -273,13 +275,8 @@ class Documents:
         500 ids and no vectors (``capabilities.metadata_lookup``; :meth:`.transport.Transport.search_sources`:
         on a derived-source index an ``_mget`` would rebuild every sentence vector of each document first)."""
         target = self._indices.read()
-        found = self._transport.search_sources(target.name, [str(i) for i in ids],
-                                               ["doc_id", "title", "metadata", "paragraphs"], "reading documents")
-        return {
-            doc_id: Document(str(src.get("doc_id", doc_id)), parse_stored_paragraphs(src, doc_id),
-                             src.get("title"), src.get("metadata") or {})
-            for doc_id, src in found.items()
-        }
+        found = self._transport.search_sources(target.name, [str(i) for i in ids], PRESENTED_FIELDS, "reading documents")
+        return {doc_id: parse_presented_document(src, doc_id) for doc_id, src in found.items()}
 
     def fetch(self, ids: Sequence[str]) -> CorpusVectors:
         """Sentence vectors of ``ids`` in that order: from ``vectors_b64`` with ``_mget``, or, in an

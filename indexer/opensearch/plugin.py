@@ -21,6 +21,7 @@ from sdr_search.core.errors import (
     ModelMismatchError,
     StoreError,
 )
+from sdr_search.core.documents import Document
 from sdr_search.core.scoring import NormStats
 from sdr_search.core.vectors import DocVectors
 from sdr_search.indexer.store import CandidateFeatures, CandidatePool, SdrScores, SentenceHits
@@ -47,6 +48,9 @@ from .requests import (
     parse_mean_hit,
     parse_plugin_limits,
     parse_sdr_hits,
+    parse_sdr_sources,
+    parse_presented_document,
+    PRESENTED_FIELDS,
     parse_sentence_counts,
     parse_vector_hit,
 )
@@ -373,14 +377,16 @@ class SdrPlugin:
 
     def sdr_scores(
         self, sources: Sequence[tuple[DocVectors, NormStats]], ids: Sequence[str], *, explain: bool = False,
-        explain_top: int = 0,
+        explain_top: int = 0, documents: bool = False,
     ) -> SdrScores:
         """Exact SDR on the node (the sdr plugin's rescorer): one ``_msearch`` with one search per
         source over the documents ``ids`` (:meth:`DocumentStore.sdr_scores`). ``capabilities.exact_sdr``.
         Within the node's limits (:meth:`limits`): the ids are paged, at most 10,000 per search (the
         rescore window) and, with ``explain``, as many as one search may explain (``sdr.limits.max_explain_pairs``
         over the first source's sentences); ``explain_top`` is narrowed to that many (the engine asks for the
-        breakdowns it still lacks with ``explain``); a source over the source limits is an
+        breakdowns it still lacks with ``explain``); with ``documents`` the explained hits come with their
+        documents (``explain_source``: their ``_source`` filtered to what ``documents_of`` reads, from the
+        fetch of the same search); a source over the source limits is an
         :class:`InvalidInputError` naming the limit. The results are the same whatever the pages.
         ``explain_top`` comes back from an index of one shard (the plugin keeps the breakdowns for a
         fetch phase run in the same pass) and one page; once a search shows several shards the store stops asking
@@ -415,8 +421,11 @@ class SdrPlugin:
         scores = np.full((len(sources), len(unique)), np.nan, dtype=np.float64)
         column = {d: c for c, d in enumerate(unique)}
         explanations: list[Mapping[str, Any] | None] = [None] * len(unique) if explained_any else []
+        presented: dict[str, Document] = {}
+        fields = PRESENTED_FIELDS if documents and explained_any else ()
         for page in pages:
-            body = build_sdr_scores_msearch(target.name, rows, page, explain=explain, explain_top=explain_top)
+            body = build_sdr_scores_msearch(target.name, rows, page, explain=explain, explain_top=explain_top,
+                                            explain_source=fields)
             r = self._transport.call("an exact SDR search", lambda body=body: self._transport.os().msearch(
                 body=body, params=self._transport.search_params()), index=target.name)
             if explain_top and any(int(item.get("_shards", {}).get("total", 1)) > 1 for item in r["responses"]):
@@ -427,6 +436,8 @@ class SdrPlugin:
                     scores[row, column[doc_id]] = value
                     if explained_any and row == 0:
                         explanations[column[doc_id]] = why
+                if fields and row == 0:
+                    presented.update((i, parse_presented_document(src, i)) for i, src in parse_sdr_sources(item).items())
         missing = [d for d, c in column.items() if np.isnan(scores[0, c])]
         if missing:
             raise DocumentNotFoundError(missing[0])
@@ -434,7 +445,7 @@ class SdrPlugin:
         if hollow:  # no sentence vector in the index (written around the store): as fetch says it
             raise StoreError(f"stored vectors of document {hollow[0]!r} are missing: the index holds no sentence "
                              "vector for it")
-        return SdrScores(unique, scores, explanations)
+        return SdrScores(unique, scores, explanations, presented)
 
     def centroid_rows(self, source_centroids: np.ndarray, ids: Sequence[str]) -> np.ndarray:
         """The centroid pre-rank's rows computed on the node (:meth:`DocumentStore.centroid_rows`): the

@@ -23,7 +23,7 @@ from typing import Any, Iterable, Literal, Mapping
 
 __all__ = ["PLUGIN_VERSION", "PluginCheck", "check_plugins", "mismatch_message", "log_once"]
 
-PLUGIN_VERSION = "1.4.0"
+PLUGIN_VERSION = "1.5.0"
 """The sdr plugin version (= protocol) this package speaks; equals the version in opensearch-plugin/pom.xml."""
 
 _logged: set[tuple[str, ...]] = set()

@@ -265,11 +265,11 @@ class OpenSearchStore(DocumentStore):
 
     def sdr_scores(
         self, sources: Sequence[tuple[DocVectors, NormStats]], ids: Sequence[str], *, explain: bool = False,
-        explain_top: int = 0,
+        explain_top: int = 0, documents: bool = False,
     ) -> SdrScores:
         """Exact SDR on the node, paged within its limits (:meth:`.plugin.SdrPlugin.sdr_scores`).
         ``capabilities.exact_sdr``."""
-        return self._plugin.sdr_scores(sources, ids, explain=explain, explain_top=explain_top)
+        return self._plugin.sdr_scores(sources, ids, explain=explain, explain_top=explain_top, documents=documents)
 
     def centroid_rows(self, source_centroids: np.ndarray, ids: Sequence[str]) -> np.ndarray:
         """The centroid pre-rank's rows computed on the node (:meth:`.plugin.SdrPlugin.centroid_rows`).

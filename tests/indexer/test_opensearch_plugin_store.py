@@ -241,6 +241,40 @@ def test_explain_top_explains_the_best_hits_in_the_same_request(filled, top):
         store.sdr_scores([(one, s1)], ids, explain_top=-1)
 
 
+@pytest.mark.parametrize("derived", ["on", "off"])
+def test_the_explained_hits_come_with_their_documents(plugin_url, derived):
+    """``documents``: the hits the exact search explains (the ones the engine presents) come with their
+    documents, read in its fetch phase (``explain_source``) and equal to what ``documents_of`` reads: on a
+    derived-source index too (the vector field excluded by name: no vector rebuilt into them). Only the
+    explained ones; none without ``documents``; every hit with ``explain``. An id over the ``_id`` limit."""
+    import uuid
+
+    rng = np.random.default_rng(52)
+    long_id = "long-" + "é" * 300
+    items = [item(f"e{k}", rng, [2, 3], k) for k in range(6)] + [item(long_id, rng, [1, 2], 9)]
+    store = OpenSearchStore(plugin_url, index=f"sdr-test-presented-{uuid.uuid4().hex[:10]}",
+                            settings=OpenSearchSettings(derived_source=derived))
+    try:
+        store.ensure_meta(META)
+        store.put(items)
+        ids = [d.id for d, _ in items]
+        source = (DocVectors(unit(rng, 4), np.array([0, 2, 4])), NormStats(np.array([0.1, 0.2]), np.array([0.3, 0.25])))
+        want = store.documents_of(ids)
+        assert len(want) == len(ids)
+        res = store.sdr_scores([source], ids, explain_top=3, documents=True)
+        explained = {i for i, why in zip(res.ids, res.explanations) if why is not None}
+        assert len(explained) == 3 and set(res.documents) == explained
+        for doc_id, doc in res.documents.items():
+            assert doc == want[doc_id]
+        assert store.sdr_scores([source], ids, explain_top=3).documents == {}
+        everything = store.sdr_scores([source], ids, explain=True, documents=True)
+        assert everything.documents == want
+        np.testing.assert_array_equal(everything.scores, res.scores)
+    finally:
+        store.drop()
+        store.close()
+
+
 def test_candidate_features_from_the_node(filled):
     """The paragraph counts and mean vectors hybrid ranking reads, computed on the node (no vector fetched)."""
     from sdr_search.indexer.store import CandidateFeatures

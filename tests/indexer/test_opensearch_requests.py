@@ -68,6 +68,7 @@ from sdr_search.indexer.opensearch.requests import (
     build_vectors_search,
     hit_doc_id,
     parse_sdr_hits,
+    parse_sdr_sources,
     parse_vector_hit,
 )
 from sdr_search.indexer.store import IndexMeta, ReferenceParagraphs
@@ -1009,6 +1010,18 @@ def test_sdr_scores_msearch_and_hits():
     assert first["rescore"]["window_size"] == 2 and first["rescore"]["sdr"]["explain"] is True
     assert first["rescore"]["sdr"]["mu"] == [0.0, 0.1] and first["rescore"]["sdr"]["paragraph_sizes"] == [1, 1]
     assert "explain" not in second["rescore"]["sdr"] and second["rescore"]["sdr"]["vectors"] == encode_vectors_b64(v[:1])
+    assert "explain_source" not in first["rescore"]["sdr"]
+    # the explained hits' documents: asked of the first source with explain or explain_top only
+    body = build_sdr_scores_msearch("idx", [(v, [1, 1], [0.0, 0.1], [1.0, 0.5]), (v[:1], [1], [0.2], [0.3])], ["a"],
+                                    explain_top=3, explain_source=["doc_id", "title"])
+    assert body[1]["rescore"]["sdr"]["explain_top"] == 3
+    assert body[1]["rescore"]["sdr"]["explain_source"] == ["doc_id", "title"]
+    assert "explain_source" not in body[3]["rescore"]["sdr"]
+    assert "explain_source" not in build_sdr_scores_msearch("idx", [(v, [1, 1], [0.0, 0.1], [1.0, 0.5])], ["a"],
+                                                            explain_source=["title"])[1]["rescore"]["sdr"]
+    assert parse_sdr_sources({"hits": {"hits": [
+        {"_score": 1.5, "fields": {"doc_id": ["a"], "_sdr": [{}], "_sdr_source": [{"title": "A", "doc_id": "a"}]}},
+        {"_score": 1.0, "fields": {"doc_id": ["b"]}}]}}) == {"a": {"title": "A", "doc_id": "a"}}
     ids, scores, why = parse_sdr_hits({"hits": {"hits": [
         {"_score": 1.5, "fields": {"doc_id": ["a"], "_sdr": [{"score": 1.5}]}},
         {"_score": -3.4028234663852886e38, "fields": {"doc_id": ["b"]}}]}})

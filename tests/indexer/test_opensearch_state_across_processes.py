@@ -117,13 +117,13 @@ def test_a_query_sees_what_another_process_wrote_before_it(engine, plugin_url): 
     assert rewritten.stats_origin == "reference-sample"
 
 
-def test_a_query_on_the_plugin_path_takes_five_requests(engine):
+def test_a_query_on_the_plugin_path_takes_four_requests(engine):
     """The round trips of one query by id on an index of one shard (issue 44; nine before): the state
     document with the source's statistics (one real-time ``_mget``), the statistics counts with the
     source's fields and vectors (one ``_msearch``), the candidate stage with the pool's centroid rows (one
-    search), the K's exact scores with the presented hits' breakdowns (one ``_msearch``), the presented
-    documents (one search of their ids: a ``GET`` of a derived-source index rebuilds their vectors). By new
-    text (pre-encoded) the same five, the ``_msearch`` without the source (seven before)."""
+    search), the K's exact scores with the presented hits' breakdowns and documents (one ``_msearch``; until
+    session 52 the documents were a search of their own). By new text (pre-encoded) the same four, the
+    ``_msearch`` without the source (seven before)."""
     mlt, items = engine
     client = mlt.store._os()
     sent: list[str] = []
@@ -137,14 +137,14 @@ def test_a_query_on_the_plugin_path_takes_five_requests(engine):
         setattr(client, name, counted(name))
     try:
         mlt.run(Query(id="d00", size=3))
-        assert sent == ["mget", "msearch", "search", "msearch", "search"]
+        assert sent == ["mget", "msearch", "search", "msearch"]
         sent.clear()
         doc, vectors = items[3]
         mlt.run(Query(document=doc, vectors=vectors, size=3))
-        assert sent == ["mget", "msearch", "search", "msearch", "search"]
+        assert sent == ["mget", "msearch", "search", "msearch"]
         sent.clear()  # K over the corpus (no pre-rank): the presented hits still explained with the scores
         mlt.run(Query(id="d00", size=3, candidates=50))
-        assert sent == ["mget", "msearch", "search", "msearch", "search"]
+        assert sent == ["mget", "msearch", "search", "msearch"]
     finally:
         for name, fn in real.items():
             setattr(client, name, fn)

@@ -239,9 +239,12 @@ def test_the_pool_scored_on_the_node_is_not_scored_again(stores, monkeypatch, me
     explained: list[list[str]] = []
     real = plugin.sdr_scores
 
-    def spy(sources, ids, explain=False, explain_top=0):
+    def spy(sources, ids, explain=False, explain_top=0, documents=False):
         (explained if explain else asked).append(list(ids))
-        got = real(sources, ids, explain=explain, explain_top=explain_top)
+        got = real(sources, ids, explain=explain, explain_top=explain_top, documents=documents)
+        if not explain:
+            assert documents == (explain_top > 0)  # the presented hits' documents asked with their breakdowns
+            assert set(got.documents) == {i for i, why in zip(got.ids, got.explanations) if why is not None}
         if not explain:
             tops.append(explain_top)
             with_scores.append({i for i, why in zip(got.ids, got.explanations) if why is not None})
@@ -277,6 +280,14 @@ def test_the_pool_scored_on_the_node_is_not_scored_again(stores, monkeypatch, me
     monkeypatch.setattr(plugin, "sdr_candidate_pool", candidate_pool)
 
     monkeypatch.setattr(plugin, "sdr_scores", spy)
+    documents_read: list[list[str]] = []
+    real_documents = plugin.documents_of
+
+    def documents_of(ids):
+        documents_read.append(list(ids))
+        return real_documents(ids)
+
+    monkeypatch.setattr(plugin, "documents_of", documents_of)
     K = 4
     query = dict(method=method, candidates=K, size=K, feedback=False) if method == "hybrid" else dict(method=method, candidates=K, size=K)
     got = MoreLikeThis(store=plugin, encoder=FakeEncoder(), settings=MLTSettings(prerank_factor=2.0)).run(
@@ -295,6 +306,7 @@ def test_the_pool_scored_on_the_node_is_not_scored_again(stores, monkeypatch, me
         assert set(ids) == with_scores[0]  # the presented hits are the K's best
     rest = [i for i in ids if i not in with_scores[0]]
     assert explained == ([rest] if rest else [])  # one request for the presented hits not explained yet, if any
+    assert documents_read == ([rest] if rest else [])  # and only their documents read: the others came with the scores
     assert not read  # no document read whole (the source by id is read with the query's state)
     assert all(h.snippet is not None for h in got.hits)
     exact = MoreLikeThis(store=emb, encoder=FakeEncoder(), settings=MLTSettings()).run(
@@ -307,15 +319,17 @@ def test_the_pool_scored_on_the_node_is_not_scored_again(stores, monkeypatch, me
 
 @pytest.mark.parametrize("candidates", [N_DOCS, 4], ids=["explained-apart", "explained-with-scores"])
 def test_a_hit_rewritten_before_the_node_explains_it_is_read_again(stores, monkeypatch, candidates):
-    """A presented hit rewritten (other paragraphs) so that the node's breakdown of it and the read of its
-    text disagree: rewritten after the text was read and before the breakdown request (no pre-rank: the
-    hits explained in a request of their own), or after the breakdown came with the exact scores
-    (``explain_top``) and before the text was read. The breakdown no longer fits the text read, so the hit
-    is read again whole (``get``), and its title, snippet and explanation come from the document as it is
-    now, as on the fetched path. Runs last in the module: it restores the document it rewrote."""
+    """A presented hit rewritten (other paragraphs) between two reads of the query. Rewritten after its text
+    was read and before the breakdown request (no pre-rank: the hits explained in a request of their own),
+    the breakdown no longer fits the text read, so the hit is read again whole (``get``), and its title,
+    snippet and explanation come from the document as it is now, as on the fetched path. Rewritten after the
+    exact scores came (``explain_top``), it is presented as it was scored: its breakdown and its text came
+    in the same request (since session 52), so they fit each other and its score. Runs last in the module:
+    it restores the document it rewrote."""
     plugin = stores["plugin"]
     real = plugin.sdr_scores
     rewritten: list[str] = []
+    when: list[str] = []  # the breakdown request the rewrite preceded or followed
     new_text = [f"The rewritten {t} paragraph stands here. It talks of the {t} and nothing else." for t in TOPICS[:5]]
 
     def rewrite(doc_id):
@@ -323,12 +337,14 @@ def test_a_hit_rewritten_before_the_node_explains_it_is_read_again(stores, monke
         new = parse_record({"id": doc_id, "title": "Rewritten", "paragraphs": new_text}, settings=AS_GIVEN)
         index_documents(plugin, [new], FakeEncoder())
 
-    def spy(sources, ids, explain=False, explain_top=0):
+    def spy(sources, ids, explain=False, explain_top=0, documents=False):
         if explain and not rewritten:
+            when.append("apart")
             rewrite(ids[0])
-        got = real(sources, ids, explain=explain, explain_top=explain_top)
+        got = real(sources, ids, explain=explain, explain_top=explain_top, documents=documents)
         explained = [i for i, why in zip(got.ids, got.explanations) if why is not None]
         if explain_top and explained and not rewritten:
+            when.append("with the scores")
             rewrite(explained[0])
         return got
 
@@ -338,9 +354,15 @@ def test_a_hit_rewritten_before_the_node_explains_it_is_read_again(stores, monke
         got = engine.run(Query(candidates=candidates, size=4, explain=True, method="sdr", text=TEXT))
         assert rewritten
         hit = next(h for h in got.hits if h.id == rewritten[0])
-        assert hit.title == "Rewritten"
-        assert hit.snippet.candidate_sentence in " ".join(new_text)
-        assert all(p.candidate_paragraph < len(new_text) for p in hit.explanation.paragraph_pairs)
+        if when == ["apart"]:  # explained apart: read again, as it is now
+            assert hit.title == "Rewritten"
+            assert hit.snippet.candidate_sentence in " ".join(new_text)
+            assert all(p.candidate_paragraph < len(new_text) for p in hit.explanation.paragraph_pairs)
+        else:  # explained with the scores: as scored, text and breakdown of one snapshot
+            old = parse_record(_record(int(rewritten[0].split("-")[1])), settings=AS_GIVEN)
+            assert hit.title == old.title and hit.title != "Rewritten"
+            assert hit.snippet.candidate_sentence in " ".join(" ".join(p) for p in old.paragraphs)
+            assert all(p.candidate_paragraph < len(old.paragraphs) for p in hit.explanation.paragraph_pairs)
     finally:
         monkeypatch.undo()
         if rewritten:

@@ -126,6 +126,7 @@ from .plugin import (  # noqa: F401
     parse_centroid_rows_hit,
     parse_mean_hit,
     parse_sdr_hits,
+    parse_sdr_sources,
     parse_vector_hit,
 )
 from .reads import (  # noqa: F401
@@ -136,8 +137,10 @@ from .reads import (  # noqa: F401
     build_scan_query,
     build_sources_search,
     build_stats_count_query,
+    PRESENTED_FIELDS,
     parse_b64_vectors,
     parse_derived_vectors,
+    parse_presented_document,
     parse_stored_paragraphs,
     sentence_offsets,
 )
@@ -213,7 +216,9 @@ __all__ = [
     "build_stats_count_query",
     "parse_b64_vectors",
     "parse_derived_vectors",
+    "parse_presented_document",
     "parse_stored_paragraphs",
+    "PRESENTED_FIELDS",
     "sentence_offsets",
     "build_stats_delete_actions",
     "build_stats_update_actions",
@@ -242,6 +247,7 @@ __all__ = [
     "parse_centroid_rows_hit",
     "parse_mean_hit",
     "parse_sdr_hits",
+    "parse_sdr_sources",
     "parse_vector_hit",
     "process_bulk_response",
     "reference_os_id",

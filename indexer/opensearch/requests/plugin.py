@@ -169,12 +169,13 @@ def build_sentence_hits_msearch(
 
 def build_sdr_scores_msearch(
     index: str, sources: Sequence[tuple[np.ndarray, Sequence[int], Sequence[float], Sequence[float]]],
-    ids: Sequence[str], *, explain: bool = False, explain_top: int = 0,
+    ids: Sequence[str], *, explain: bool = False, explain_top: int = 0, explain_source: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
     """``_msearch`` body with one search per source (``(vectors, par_sizes, mu, sigma)``): the
     documents ``ids`` (by ``_id``) rescored by the plugin's exact SDR (``sdr`` rescorer, window =
     all of them). ``explain`` asks for the ``_sdr`` breakdown of each hit, ``explain_top`` for that of
-    the best ``explain_top`` hits only (first source only)."""
+    the best ``explain_top`` hits only (first source only); ``explain_source``, with either, for those
+    hits' ``_source`` filtered to these fields too (``_sdr_source``)."""
     unique = list(dict.fromkeys(str(i) for i in ids))
     body: list[dict[str, Any]] = []
     for n, (vectors, par_sizes, mu, sigma) in enumerate(sources):
@@ -183,6 +184,8 @@ def build_sdr_scores_msearch(
             clause["explain"] = True
         elif explain_top and n == 0:
             clause["explain_top"] = int(explain_top)
+        if explain_source and n == 0 and (explain or explain_top):
+            clause["explain_source"] = list(explain_source)
         body.append({"index": index})
         body.append({"size": len(unique), **HITS_BY_DOC_ID, "track_total_hits": False,
                      "query": {"ids": {"values": [document_os_id(i) for i in unique]}},
@@ -198,7 +201,8 @@ def parse_sdr_hits(item: Mapping[str, Any], *, index: str | None = None, what: s
                    ) -> tuple[list[str], np.ndarray, list[Mapping[str, Any] | None]]:
     """Document ids (``fields.doc_id``), scores (float64, ``-inf`` for a document without sentence
     vectors) and the ``_sdr`` explanations (None where absent) of one plugin search, in hit order. An
-    item with an ``error`` raises the matching domain error."""
+    item with an ``error`` raises the matching domain error. (The explained hits' ``_source``:
+    :func:`parse_sdr_sources`.)"""
     if "error" in item:
         raise error_from_response(item.get("status", 500), item, what=what, index=index)
     hits = item.get("hits", {}).get("hits", [])
@@ -207,6 +211,17 @@ def parse_sdr_hits(item: Mapping[str, Any], *, index: str | None = None, what: s
     scores[scores <= NO_SENTENCES_SCORE * 0.999] = -np.inf
     explained = [(h.get("fields", {}).get("_sdr") or [None])[0] for h in hits]
     return ids, scores, explained
+
+
+def parse_sdr_sources(item: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """``doc_id -> _source`` (filtered as asked) of the hits of one plugin search that carry ``_sdr_source``
+    (the explained hits, with ``explain_source``)."""
+    out: dict[str, Mapping[str, Any]] = {}
+    for h in item.get("hits", {}).get("hits", []):
+        got = (h.get("fields", {}).get("_sdr_source") or [None])[0]
+        if isinstance(got, Mapping):
+            out[str(hit_doc_id(h))] = got
+    return out
 
 
 def build_vectors_search(ids: Sequence[str], *, fields: Sequence[str] = ("doc_id", "par_sizes"),

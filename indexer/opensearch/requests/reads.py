@@ -9,6 +9,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from sdr_search.core.documents import Document
 from sdr_search.core.errors import StoreError
 from sdr_search.core.vectors import DocVectors
 
@@ -120,6 +121,16 @@ def parse_stored_paragraphs(src: Mapping[str, Any], doc_id: str) -> tuple[tuple[
         return tuple(tuple(str(s) for s in p) for p in src["paragraphs"])
     except (KeyError, TypeError) as e:
         raise StoreError(f"stored document {doc_id!r} is damaged: its _source has no paragraphs ({e!r})") from e
+
+
+PRESENTED_FIELDS = ("doc_id", "title", "metadata", "paragraphs")
+"""The ``_source`` fields of a document to present (:func:`parse_presented_document`): no vectors."""
+
+
+def parse_presented_document(src: Mapping[str, Any], doc_id: str) -> Document:
+    """A document to present from its ``_source`` filtered to :data:`PRESENTED_FIELDS`."""
+    return Document(str(src.get("doc_id", doc_id)), parse_stored_paragraphs(src, doc_id), src.get("title"),
+                    src.get("metadata") or {})
 
 
 def parse_b64_vectors(src: Mapping[str, Any], dim: int) -> DocVectors:

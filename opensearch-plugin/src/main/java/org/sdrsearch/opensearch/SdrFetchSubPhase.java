@@ -5,10 +5,15 @@ package org.sdrsearch.opensearch;
 
 import org.apache.lucene.index.FieldInfo;
 import org.apache.lucene.index.LeafReaderContext;
+import org.apache.lucene.index.StoredFields;
 import org.apache.lucene.search.join.BitSetProducer;
 import org.apache.lucene.util.VectorUtil;
 import org.opensearch.common.document.DocumentField;
 import org.opensearch.common.lucene.search.Queries;
+import org.opensearch.common.xcontent.XContentHelper;
+import org.opensearch.common.xcontent.support.XContentMapValues;
+import org.opensearch.core.common.bytes.BytesReference;
+import org.opensearch.index.fieldvisitor.FieldsVisitor;
 import org.opensearch.index.mapper.MappedFieldType;
 import org.opensearch.index.query.QueryShardContext;
 import org.opensearch.search.fetch.FetchContext;
@@ -28,13 +33,14 @@ import java.util.List;
 import java.util.Map;
 
 /**
- * Two per-hit fields, each read from the hit's nested sentences in the fetch phase (which visits hits
+ * Per-hit fields, each read from the hit's nested sentences in the fetch phase (which visits hits
  * in doc-id order), so they cost one more read of the returned hits only:
  * <ul>
  *   <li>{@code _sdr}, with {@code "explain": true} in the {@code sdr} rescore clause: the hit's SDR score
  *       and, per source paragraph, the best candidate paragraph with P_ij, N_ij and the best sentence
  *       pairs (README.md, "Response"); with {@code "explain_top": n} instead, only on the hits the rescore
- *       explained (each shard's best n);</li>
+ *       explained (each shard's best n); and with {@code "explain_source": [fields]} each explained hit also
+ *       carries {@code _sdr_source}, its {@code _source} filtered to those fields;</li>
  *   <li>{@code _sdr_vectors}, with {@code "ext": {"sdr_vectors": {}}}: the hit's sentence vectors
  *       ({@link SdrVectorsExt}).</li>
  * </ul>
@@ -42,6 +48,7 @@ import java.util.Map;
 final class SdrFetchSubPhase implements FetchSubPhase {
     static final String FIELD = "_sdr";
     static final String VECTORS_FIELD = "_sdr_vectors";
+    static final String SOURCE_FIELD = "_sdr_source";
 
     @Override
     public FetchSubPhaseProcessor getProcessor(FetchContext fetchContext) {
@@ -149,12 +156,31 @@ final class SdrFetchSubPhase implements FetchSubPhase {
             private final SdrScorer scorer = new SdrScorer(context.request().source());
             private LeafReaderContext leaf;
             private int last = -1;
+            private final String[] sourceFields = context.request().explainSource();
+            private final String[] noVectors = { context.request().field() };
+            private StoredFields stored;
 
             @Override
             public void setNextReader(LeafReaderContext readerContext) throws IOException {
                 leaf = readerContext;
                 reader = context.reader(readerContext);
+                stored = sourceFields.length == 0 ? null : readerContext.reader().storedFields();
                 last = -1;
+            }
+
+            /**
+             * The hit's {@code _source} filtered to {@code explain_source}, the vector field excluded by name: the
+             * k-NN plugin's derived source (3.x) then rebuilds no vector into it. Empty when it has none.
+             */
+            private Map<String, Object> source(int doc) throws IOException {
+                FieldsVisitor visitor = new FieldsVisitor(true, sourceFields, noVectors);
+                stored.document(doc, visitor);
+                BytesReference bytes = visitor.source();
+                if (bytes == null) {
+                    return Collections.emptyMap();
+                }
+                kept.add(4L * bytes.length());
+                return XContentMapValues.filter(XContentHelper.convertToMap(bytes, false).v2(), sourceFields, noVectors);
             }
 
             @Override
@@ -175,6 +201,10 @@ final class SdrFetchSubPhase implements FetchSubPhase {
                     breakdown = scorer.explain(candidate);
                 }
                 hitContext.hit().setDocumentField(FIELD, new DocumentField(FIELD, Collections.singletonList(breakdown)));
+                if (stored != null) {
+                    hitContext.hit().setDocumentField(SOURCE_FIELD, new DocumentField(SOURCE_FIELD,
+                        Collections.singletonList(source(doc))));
+                }
             }
         };
     }

@@ -45,6 +45,9 @@ public class SdrRescorerBuilder extends RescorerBuilder<SdrRescorerBuilder> {
     static final String PARTS = "parts";
     static final String EXPLAIN = "explain";
     static final String EXPLAIN_TOP = "explain_top";
+    static final String EXPLAIN_SOURCE = "explain_source";
+    /** The most {@code _source} fields {@code explain_source} may name. */
+    static final int MAX_SOURCE_FIELDS = 64;
     static final String FIELD = "field";
     static final String PARAGRAPH_FIELD = "paragraph_field";
     static final String POSITION_FIELD = "position_field";
@@ -55,6 +58,7 @@ public class SdrRescorerBuilder extends RescorerBuilder<SdrRescorerBuilder> {
     private final String positionField;
     private final boolean explain;
     private final int explainTop;
+    private final String[] explainSource;
 
     /**
      * @param field          the nested knn_vector field (default {@code sentences.vector})
@@ -72,6 +76,31 @@ public class SdrRescorerBuilder extends RescorerBuilder<SdrRescorerBuilder> {
      */
     public SdrRescorerBuilder(SdrSource source, String field, String paragraphField, String positionField, boolean explain,
                               int explainTop) {
+        this(source, field, paragraphField, positionField, explain, explainTop, new String[0]);
+    }
+
+    /**
+     * @param explainSource {@code _source} fields (none: no {@code _sdr_source}): each explained hit (explain, or
+     *                      the best explain_top) also carries its {@code _source} filtered to them, the vector field
+     *                      left out (a derived-source index rebuilds no vector for it), so a caller presents the hits
+     *                      without reading them again
+     */
+    public SdrRescorerBuilder(SdrSource source, String field, String paragraphField, String positionField, boolean explain,
+                              int explainTop, String[] explainSource) {
+        this.explainSource = Objects.requireNonNull(explainSource, EXPLAIN_SOURCE).clone();
+        if (this.explainSource.length > MAX_SOURCE_FIELDS) {
+            throw new IllegalArgumentException("[" + EXPLAIN_SOURCE + "] names " + this.explainSource.length + " fields; at most "
+                + MAX_SOURCE_FIELDS);
+        }
+        for (String f : this.explainSource) {
+            if (f == null || f.isEmpty()) {
+                throw new IllegalArgumentException("[" + EXPLAIN_SOURCE + "] must name fields: an empty name");
+            }
+        }
+        if (this.explainSource.length > 0 && explain == false && explainTop == 0) {
+            throw new IllegalArgumentException("[" + EXPLAIN_SOURCE + "] goes with [" + EXPLAIN + "] or [" + EXPLAIN_TOP
+                + "]: it adds the source of the hits they explain");
+        }
         if (explainTop < 0) {
             throw new IllegalArgumentException("[" + EXPLAIN_TOP + "] must be 0 or more, got " + explainTop);
         }
@@ -97,6 +126,7 @@ public class SdrRescorerBuilder extends RescorerBuilder<SdrRescorerBuilder> {
         this.positionField = in.readString();
         this.explain = in.readBoolean();
         this.explainTop = in.readVInt();
+        this.explainSource = in.readStringArray();
     }
 
     @Override
@@ -107,6 +137,7 @@ public class SdrRescorerBuilder extends RescorerBuilder<SdrRescorerBuilder> {
         out.writeString(positionField);
         out.writeBoolean(explain);
         out.writeVInt(explainTop);
+        out.writeStringArray(explainSource);
     }
 
     @Override
@@ -139,6 +170,11 @@ public class SdrRescorerBuilder extends RescorerBuilder<SdrRescorerBuilder> {
         return explainTop;
     }
 
+    /** The {@code _source} fields an explained hit also carries ({@code _sdr_source}; none: not asked). */
+    public String[] explainSource() {
+        return explainSource.clone();
+    }
+
     /** Whether some hit gets its breakdown ({@code _sdr}): every hit with explain, else the best explain_top. */
     boolean explainsAny() {
         return explain || explainTop > 0;
@@ -169,6 +205,9 @@ public class SdrRescorerBuilder extends RescorerBuilder<SdrRescorerBuilder> {
         builder.field(POSITION_FIELD, positionField);
         builder.field(EXPLAIN, explain);
         builder.field(EXPLAIN_TOP, explainTop);
+        if (explainSource.length > 0) {
+            builder.array(EXPLAIN_SOURCE, explainSource);
+        }
         builder.endObject();
     }
 
@@ -189,6 +228,7 @@ public class SdrRescorerBuilder extends RescorerBuilder<SdrRescorerBuilder> {
             int[] parts = null;
             boolean explain = false;
             int explainTop = 0;
+            String[] explainSource = new String[0];
             String field = null;
             String paragraphField = null;
             String positionField = null;
@@ -232,6 +272,9 @@ public class SdrRescorerBuilder extends RescorerBuilder<SdrRescorerBuilder> {
                             }
                             explainTop = parser.intValue();
                             break;
+                        case EXPLAIN_SOURCE:
+                            explainSource = parseStrings(parser, EXPLAIN_SOURCE);
+                            break;
                         case FIELD:
                             field = parseString(parser, FIELD);
                             break;
@@ -257,15 +300,15 @@ public class SdrRescorerBuilder extends RescorerBuilder<SdrRescorerBuilder> {
                         + "source paragraph");
                 }
                 SdrSource source = SdrSource.of(vectors.rows(sentencesOf(sizes)), sizes, mu, sigma, parts);
-                return new SdrRescorerBuilder(source, field, paragraphField, positionField, explain, explainTop);
+                return new SdrRescorerBuilder(source, field, paragraphField, positionField, explain, explainTop, explainSource);
             } catch (IllegalArgumentException e) {
                 throw error(parser, e.getMessage());
             }
         }
     }
 
-    static final String KEYS = String.join(", ", VECTORS, PARAGRAPH_SIZES, MU, SIGMA, PARTS, EXPLAIN, EXPLAIN_TOP, FIELD,
-        PARAGRAPH_FIELD, POSITION_FIELD);
+    static final String KEYS = String.join(", ", VECTORS, PARAGRAPH_SIZES, MU, SIGMA, PARTS, EXPLAIN, EXPLAIN_TOP,
+        EXPLAIN_SOURCE, FIELD, PARAGRAPH_FIELD, POSITION_FIELD);
 
     /** The number of sentences {@code sizes} add up to (negative sizes count 0: SdrSource refuses them by name). */
     static long sentencesOf(int[] sizes) {
@@ -278,6 +321,25 @@ public class SdrRescorerBuilder extends RescorerBuilder<SdrRescorerBuilder> {
 
     static ParsingException error(XContentParser parser, String message) {
         return new ParsingException(parser.getTokenLocation(), "[" + NAME + "] " + message);
+    }
+
+    /** An array of at most {@link #MAX_SOURCE_FIELDS} strings. */
+    static String[] parseStrings(XContentParser parser, String name) throws IOException {
+        if (parser.currentToken() != XContentParser.Token.START_ARRAY) {
+            throw new IllegalArgumentException("[" + name + "] must be an array of field names, got " + parser.currentToken());
+        }
+        List<String> out = new ArrayList<>();
+        XContentParser.Token token;
+        while ((token = parser.nextToken()) != XContentParser.Token.END_ARRAY) {
+            if (token != XContentParser.Token.VALUE_STRING) {
+                throw new IllegalArgumentException("[" + name + "] must be an array of field names, got " + token + " in it");
+            }
+            if (out.size() == MAX_SOURCE_FIELDS) {
+                throw new IllegalArgumentException("[" + name + "] names more than " + MAX_SOURCE_FIELDS + " fields");
+            }
+            out.add(parser.text());
+        }
+        return out.toArray(new String[0]);
     }
 
     static String parseString(XContentParser parser, String name) throws IOException {
@@ -459,11 +521,13 @@ public class SdrRescorerBuilder extends RescorerBuilder<SdrRescorerBuilder> {
             && paragraphField.equals(other.paragraphField)
             && positionField.equals(other.positionField)
             && explain == other.explain
-            && explainTop == other.explainTop;
+            && explainTop == other.explainTop
+            && Arrays.equals(explainSource, other.explainSource);
     }
 
     @Override
     public int hashCode() {
-        return Objects.hash(super.hashCode(), source, field, paragraphField, positionField, explain, explainTop);
+        return Objects.hash(super.hashCode(), source, field, paragraphField, positionField, explain, explainTop,
+            Arrays.hashCode(explainSource));
     }
 }

@@ -39,7 +39,12 @@ public class SdrRescorerBuilderTests extends AbstractSerializingTestCase<SdrResc
     protected SdrRescorerBuilder createTestInstance() {
         return build(TestSources.random(random(), true, true), randomBoolean() ? null : randomField(),
             randomBoolean() ? null : randomField(), randomBoolean() ? null : randomField(), randomBoolean(),
-            randomBoolean() ? 0 : randomIntBetween(1, 1000), randomBoolean() ? null : randomIntBetween(1, 10_000));
+            randomBoolean() ? 0 : randomIntBetween(1, 1000), randomBoolean() ? null : randomIntBetween(1, 10_000),
+            randomBoolean() ? new String[0] : randomSourceFields());
+    }
+
+    private static String[] randomSourceFields() {
+        return randomArray(1, 4, String[]::new, () -> randomAlphaOfLengthBetween(1, 8));
     }
 
     private static String randomField() {
@@ -47,8 +52,10 @@ public class SdrRescorerBuilderTests extends AbstractSerializingTestCase<SdrResc
     }
 
     private static SdrRescorerBuilder build(SdrSource source, String field, String paragraphField, String positionField,
-                                            boolean explain, int explainTop, Integer windowSize) {
-        SdrRescorerBuilder built = new SdrRescorerBuilder(source, field, paragraphField, positionField, explain, explainTop);
+                                            boolean explain, int explainTop, Integer windowSize, String[] explainSource) {
+        // explain_source goes with explain or explain_top
+        String[] fields = explain || explainTop > 0 ? explainSource : new String[0];
+        SdrRescorerBuilder built = new SdrRescorerBuilder(source, field, paragraphField, positionField, explain, explainTop, fields);
         return windowSize == null ? built : built.windowSize(windowSize);
     }
 
@@ -61,16 +68,22 @@ public class SdrRescorerBuilderTests extends AbstractSerializingTestCase<SdrResc
         boolean explain = b.explain();
         int explainTop = b.explainTop();
         Integer windowSize = b.windowSize();
-        switch (randomIntBetween(0, 6)) {
+        String[] explainSource = b.explainSource();
+        switch (randomIntBetween(0, 7)) {
             case 0: source = TestSources.mutate(random(), source, true, true); break;
             case 1: field = randomValueOtherThan(field, SdrRescorerBuilderTests::randomField); break;
             case 2: paragraphField = randomValueOtherThan(paragraphField, SdrRescorerBuilderTests::randomField); break;
             case 3: positionField = randomValueOtherThan(positionField, SdrRescorerBuilderTests::randomField); break;
             case 4: explain = explain == false; break;
             case 5: explainTop = randomValueOtherThan(explainTop, () -> randomIntBetween(0, 1000)); break;
+            case 6:
+                explainTop = explain || explainTop > 0 ? explainTop : 1;
+                String[] before = explainSource;
+                explainSource = randomValueOtherThanMany(f -> java.util.Arrays.equals(f, before), SdrRescorerBuilderTests::randomSourceFields);
+                break;
             default: windowSize = randomValueOtherThan(windowSize, () -> randomBoolean() ? null : randomIntBetween(1, 10_000));
         }
-        return build(source, field, paragraphField, positionField, explain, explainTop, windowSize);
+        return build(source, field, paragraphField, positionField, explain, explainTop, windowSize, explainSource);
     }
 
     @Override
@@ -153,13 +166,15 @@ public class SdrRescorerBuilderTests extends AbstractSerializingTestCase<SdrResc
 
     public void testWholeRescoreElementAndOptions() throws IOException {
         String json = "{\"window_size\": 50, \"sdr\": " + body("\"" + TestSources.b64(1, 0, 0, 1, 1, 0) + "\"",
-            STATS_2 + ", \"explain\": true, \"explain_top\": 7, \"field\": \"s.v\", \"parts\": [1, 1]") + "}";
+            STATS_2 + ", \"explain\": true, \"explain_top\": 7, \"field\": \"s.v\", \"parts\": [1, 1], "
+                + "\"explain_source\": [\"title\", \"paragraphs\"]") + "}";
         RescorerBuilder<?> rescore = parseRescore(json);
         assertTrue(rescore instanceof SdrRescorerBuilder);
         SdrRescorerBuilder sdr = (SdrRescorerBuilder) rescore;
         assertEquals(Integer.valueOf(50), sdr.windowSize());
         assertTrue(sdr.explain());
         assertEquals(7, sdr.explainTop());
+        assertArrayEquals(new String[] { "title", "paragraphs" }, sdr.explainSource());
         assertEquals("s.v", sdr.field());
         assertEquals("s.paragraph", sdr.paragraphField());
         assertEquals("s.position", sdr.positionField());
@@ -202,6 +217,17 @@ public class SdrRescorerBuilderTests extends AbstractSerializingTestCase<SdrResc
         assertBadRequest(body(v3, STATS_2 + ", \"explain_top\": \"3\""), "[explain_top] must be an integer of 0 or more, got VALUE_STRING");
         assertBadRequest(body(v3, STATS_2 + ", \"explain_top\": 1e12"), "[explain_top] must be an integer of 0 or more");
         assertBadRequest(body(v3, STATS_2 + ", \"k\": 3"), "[sdr] does not support [k]");
+        assertBadRequest(body(v3, STATS_2 + ", \"explain_source\": [\"title\"]"),
+            "[explain_source] goes with [explain] or [explain_top]: it adds the source of the hits they explain");
+        assertBadRequest(body(v3, STATS_2 + ", \"explain_top\": 3, \"explain_source\": \"title\""),
+            "[explain_source] must be an array of field names, got VALUE_STRING");
+        assertBadRequest(body(v3, STATS_2 + ", \"explain_top\": 3, \"explain_source\": [\"title\", 3]"),
+            "[explain_source] must be an array of field names, got VALUE_NUMBER in it");
+        assertBadRequest(body(v3, STATS_2 + ", \"explain_top\": 3, \"explain_source\": [\"\"]"),
+            "[explain_source] must name fields: an empty name");
+        assertBadRequest(body(v3, STATS_2 + ", \"explain_top\": 3, \"explain_source\": ["
+            + String.join(", ", java.util.Collections.nCopies(SdrRescorerBuilder.MAX_SOURCE_FIELDS + 1, "\"f\"")) + "]"),
+            "[explain_source] names more than 64 fields");
         assertBadRequest(body(v3, "\"paragraph_sizes\": [1, 2], \"mu\": [0, \"x\"], \"sigma\": [1, 1]"), "[mu] value 1 must be a number");
         assertBadRequest(body(v3, "\"paragraph_sizes\": [1.5, 1.5], \"mu\": [0, 0], \"sigma\": [1, 1]"), "must be an integer");
         assertBadRequest(body("3", STATS_2), "[vectors] must be a base64 string");
