@@ -115,10 +115,9 @@ def present(
     The documents are read in one call, but for those the scoring's own request brought
     (:attr:`Scoring.presented`: on OpenSearch with the plugin, the best hits came with their exact scores)."""
     ids = [h.id for h in hits]
-    known = scoring.presented
-    missing = [i for i in ids if i not in known]
-    read = store.documents_of(missing) if missing else {}
-    documents = {i: known[i] if i in known else read[i] for i in ids if i in known or i in read}
+    documents = {i: scoring.presented[i] for i in ids if i in scoring.presented}
+    missing = [i for i in ids if i not in documents]
+    documents.update(store.documents_of(missing) if missing else {})
     source_spans = source.spans()
     top = (3, 3) if explain else (1, 1)
     matrix = matrix and explain

@@ -29,6 +29,7 @@ from .indices import Indices, Target
 from .plugin import SdrPlugin
 from .requests import (
     CENTROIDS_FIELD,
+    PRESENTED_FIELDS,
     VECTORS_B64,
     build_bulk_actions,
     build_counts_query,
@@ -40,7 +41,6 @@ from .requests import (
     hit_doc_id,
     parse_b64_vectors,
     parse_derived_vectors,
-    PRESENTED_FIELDS,
     parse_presented_document,
     parse_stored_paragraphs,
     parse_vector_hit,

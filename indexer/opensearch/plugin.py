@@ -14,6 +14,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from sdr_search.core.documents import Document
 from sdr_search.core.errors import (
     BackendUnavailableError,
     DocumentNotFoundError,
@@ -21,7 +22,6 @@ from sdr_search.core.errors import (
     ModelMismatchError,
     StoreError,
 )
-from sdr_search.core.documents import Document
 from sdr_search.core.scoring import NormStats
 from sdr_search.core.vectors import DocVectors
 from sdr_search.indexer.store import CandidateFeatures, CandidatePool, SdrScores, SentenceHits
@@ -31,6 +31,7 @@ from .indices import Indices, Target
 from .requests import (
     MATCH_NONE,
     MAX_KNN_K,
+    PRESENTED_FIELDS,
     PluginLimits,
     build_restriction,
     build_sdr_candidates_query,
@@ -47,10 +48,9 @@ from .requests import (
     parse_centroid_rows_hit,
     parse_mean_hit,
     parse_plugin_limits,
+    parse_presented_document,
     parse_sdr_hits,
     parse_sdr_sources,
-    parse_presented_document,
-    PRESENTED_FIELDS,
     parse_sentence_counts,
     parse_vector_hit,
 )

@@ -47,8 +47,8 @@ from .bulk import run_bulk
 from .connection import NodeRouter, connection_class
 from .hosts import parse_urls, transport_retries
 from .requests import (
-    build_mget_body, build_mget_stored_body, build_scan_query, build_sources_search, bulk_lines, document_os_id, error_from_response,
-    shard_failure,
+    build_mget_body, build_mget_stored_body, build_scan_query, build_sources_search, bulk_lines, document_os_id,
+    error_from_response, shard_failure,
 )
 from .settings import OpenSearchSettings
 
@@ -288,31 +288,26 @@ class Transport:
 
         return self.call(what, mget, index=index)
 
-    def mget_sources(self, index: str, ids: Sequence[str], fields: Sequence[str], what: str) -> dict[str, dict]:
-        """``id -> _source`` (filtered to ``fields``) for the ids that exist in ``index``."""
-        found: dict[str, dict] = {}
+    def _found(self, index: str, ids: Sequence[str], body_of: Callable[[list[str]], Mapping[str, Any]],
+               what: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
+        """``(id, _mget answer)`` of the ids that exist in ``index``, by ``_mget`` of at most 500 ids
+        (``body_of(chunk)``); an item's error raises."""
         for chunk in chunks(list(dict.fromkeys(ids)), _MGET_CHUNK):
-            docs = self.mget(what, build_mget_body(chunk, fields), index=index)
-            for doc_id, d in zip(chunk, docs):
+            for doc_id, d in zip(chunk, self.mget(what, body_of(chunk), index=index)):
                 if "error" in d:
                     raise error_from_response(404, d, what=what, index=index)
                 if d.get("found"):
-                    found[doc_id] = d["_source"]
-        return found
+                    yield doc_id, d
+
+    def mget_sources(self, index: str, ids: Sequence[str], fields: Sequence[str], what: str) -> dict[str, dict]:
+        """``id -> _source`` (filtered to ``fields``) for the ids that exist in ``index``."""
+        return {doc_id: d["_source"] for doc_id, d in self._found(index, ids, lambda c: build_mget_body(c, fields), what)}
 
     def mget_stored(self, index: str, ids: Sequence[str], field: str, what: str) -> dict[str, Any]:
         """``id -> value`` of the stored field ``field`` (its first value) for the ids that exist in ``index``
         and have it: real time, without ``_source`` (:func:`build_mget_stored_body`)."""
-        found: dict[str, Any] = {}
-        for chunk in chunks(list(dict.fromkeys(ids)), _MGET_CHUNK):
-            docs = self.mget(what, build_mget_stored_body(chunk, [field]), index=index)
-            for doc_id, d in zip(chunk, docs):
-                if "error" in d:
-                    raise error_from_response(404, d, what=what, index=index)
-                values = (d.get("fields") or {}).get(field) if d.get("found") else None
-                if values:
-                    found[doc_id] = values[0]
-        return found
+        found = self._found(index, ids, lambda c: build_mget_stored_body(c, [field]), what)
+        return {doc_id: values[0] for doc_id, d in found if (values := (d.get("fields") or {}).get(field))}
 
     def search_sources(self, index: str, ids: Sequence[str], fields: Sequence[str], what: str) -> dict[str, dict]:
         """``id -> _source`` (filtered to ``fields``) for the ids in ``index`` that searches see, by searches of

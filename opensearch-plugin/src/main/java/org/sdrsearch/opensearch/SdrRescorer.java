@@ -86,7 +86,7 @@ final class SdrRescorer implements Rescorer {
         // otherwise each run keeps the breakdowns of its best explained hits while it scores (built from the scores just
         // computed): the shard's best are among them, so no hit is scored twice
         Map<Integer, Map<String, Object>> kept = onePass || explained == 0 ? null : new ConcurrentHashMap<>();
-        int runs = runs(size, MIN_CHUNK, context);
+        int runs = SdrThreads.runs(size, MIN_CHUNK, context.executor(), context.threads());
         if (kept != null && runs > 1) {  // each run may hold explained breakdowns, besides the ones charged above
             guard.reserve((runs - 1L) * explained * breakdownBytes(source), "<sdr explain>");
         }
@@ -94,9 +94,9 @@ final class SdrRescorer implements Rescorer {
         boolean[] scored = new boolean[size];
         AtomicBoolean timedOut = new AtomicBoolean();
         runInChunks(size, onePass ? 1 : MIN_CHUNK, context, timedOut,
-            (from, to) -> score(byDoc, from, to, leaves, context, onePass, true, guard, scored, timedOut, keep, kept));
+            (from, to) -> score(byDoc, from, to, leaves, context, onePass, guard, scored, timedOut, keep, kept));
         if (timedOut.get() && noneScored(scored)) {  // OpenSearch's own time-out before any hit: the first one still
-            score(byDoc, 0, 1, leaves, context, onePass, true, ShardGuard.NONE, scored, new AtomicBoolean(), 0, null);
+            score(byDoc, 0, 1, leaves, context, onePass, ShardGuard.NONE, scored, new AtomicBoolean(), 0, null);
         }
         Set<Integer> rescored = new HashSet<>();
         for (int i = 0; i < size; i++) {
@@ -108,21 +108,10 @@ final class SdrRescorer implements Rescorer {
             window = Arrays.stream(window).filter(hit -> rescored.contains(hit.doc)).toArray(ScoreDoc[]::new);
         }
         Arrays.sort(window, BY_SCORE);
-        int top = onePass || timedOut.get() ? 0 : Math.min(explained, window.length);
-        List<ScoreDoc> again = new ArrayList<>();
+        // the shard's best explained hits: each among the best of the run that scored it (a time-out explains none)
+        int top = kept == null || timedOut.get() ? 0 : Math.min(explained, window.length);
         for (int r = 0; r < top; r++) {
-            Map<String, Object> breakdown = kept == null ? null : kept.get(window[r].doc);
-            if (breakdown != null) {
-                context.explained(window[r].doc, breakdown);
-            } else {
-                again.add(window[r]);
-            }
-        }
-        if (again.isEmpty() == false) {  // none kept while scoring (not expected): read and explained again, one hit per chunk
-            ScoreDoc[] best = again.toArray(new ScoreDoc[0]);
-            Arrays.sort(best, Comparator.comparingInt(d -> d.doc));
-            runInChunks(best.length, 1, context, timedOut,
-                (from, to) -> score(best, from, to, leaves, context, true, false, guard, null, timedOut, 0, null));
+            context.explained(window[r].doc, kept.get(window[r].doc));
         }
         if (timedOut.get()) {
             guard.reportTimeout();
@@ -140,10 +129,6 @@ final class SdrRescorer implements Rescorer {
         return true;
     }
 
-    /**
-     * Runs {@code work} over [0, size) on this thread and the plugin's pool ({@link SdrThreads#run}); OpenSearch's
-     * own time-out, should the search's reader throw it, counts as the plugin's ({@code timedOut}).
-     */
     /** A hit scored and its breakdown, built as it was scored. */
     private static final class Kept {
         final ScoreDoc hit;
@@ -155,11 +140,10 @@ final class SdrRescorer implements Rescorer {
         }
     }
 
-    /** How many runs {@link SdrThreads#run} splits {@code size} items into (at most one per thread). */
-    private static int runs(int size, int minChunk, SdrRescoreContext context) {
-        return context.executor() == null ? 1 : Math.max(1, Math.min(size / Math.max(1, minChunk), context.threads()));
-    }
-
+    /**
+     * Runs {@code work} over [0, size) on this thread and the plugin's pool ({@link SdrThreads#run}); OpenSearch's
+     * own time-out, should the search's reader throw it, counts as the plugin's ({@code timedOut}).
+     */
     private static void runInChunks(int size, int minChunk, SdrRescoreContext context, AtomicBoolean timedOut,
                                     SdrThreads.Range work) throws IOException {
         try {
@@ -170,17 +154,16 @@ final class SdrRescorer implements Rescorer {
     }
 
     /**
-     * Scores byDoc[from, to) (doc-id order) in this thread, with its own scorer and segment readers.
-     * {@code explain}: computes each hit's breakdown and keeps it for the fetch phase; {@code rescore}: sets
-     * each hit's score (from the breakdown when explaining: the breakdown computes it) and marks it in
-     * {@code scored}. Between two hits it stops when the search is cancelled (throws) or timed out (sets
+     * Scores byDoc[from, to) (doc-id order) in this thread, with its own scorer and segment readers: sets each
+     * hit's score and marks it in {@code scored}; {@code explain}: also computes each hit's breakdown (which
+     * computes the score) and keeps it for the fetch phase. Between two hits it stops when the search is cancelled (throws) or timed out (sets
      * {@code timedOut}; the first hit of a run is always scored, so a timed-out window keeps one hit at least).
-     * The scorer's scratch is charged to the request breaker while the run lasts. {@code keep} &gt; 0 (with
-     * {@code rescore}, not {@code explain}): the breakdowns of this run's best {@code keep} hits (in {@link #BY_SCORE}
+     * The scorer's scratch is charged to the request breaker while the run lasts. {@code keep} &gt; 0 (without
+     * {@code explain}): the breakdowns of this run's best {@code keep} hits (in {@link #BY_SCORE}
      * order) go into {@code kept} when the run ends, each built as its hit is scored.
      */
     private static void score(ScoreDoc[] byDoc, int from, int to, List<LeafReaderContext> leaves, SdrRescoreContext context,
-                              boolean explain, boolean rescore, ShardGuard guard, boolean[] scored, AtomicBoolean timedOut,
+                              boolean explain, ShardGuard guard, boolean[] scored, AtomicBoolean timedOut,
                               int keep, Map<Integer, Map<String, Object>> kept)
         throws IOException {
         // this run's best keep hits, the worst first
@@ -207,10 +190,8 @@ final class SdrRescorer implements Rescorer {
                 if (explain) {
                     Map<String, Object> breakdown = scorer.explain(candidate);
                     context.explained(hit.doc, breakdown);
-                    if (rescore) {
-                        hit.score = candidate.size() == 0 ? NO_SENTENCES : (float) (double) (Double) breakdown.get("score");
-                    }
-                } else if (rescore) {
+                    hit.score = candidate.size() == 0 ? NO_SENTENCES : (float) (double) (Double) breakdown.get("score");
+                } else {
                     double score = scorer.score(candidate);
                     hit.score = candidate.size() == 0 ? NO_SENTENCES : (float) score;
                     if (best != null && (best.size() < keep || BY_SCORE.compare(hit, best.peek().hit) < 0)) {
@@ -220,9 +201,7 @@ final class SdrRescorer implements Rescorer {
                         }
                     }
                 }
-                if (scored != null) {
-                    scored[i] = true;
-                }
+                scored[i] = true;
             }
         } finally {
             if (best != null) {

@@ -73,8 +73,8 @@ final class SdrThreads {
      * failure of any run is thrown here ({@link #rethrow}); runs not started after it are skipped.
      */
     static void run(int size, int minRun, Executor executor, int threads, String what, Range work) throws IOException {
-        int runs = Math.max(1, Math.min(size / Math.max(1, minRun), threads));
-        if (executor == null || threads <= 1 || runs == 1) {
+        int runs = runs(size, minRun, executor, threads);
+        if (runs == 1) {
             work.run(0, size);
             return;
         }
@@ -110,6 +110,11 @@ final class SdrThreads {
             throw new IOException("interrupted while " + what, e);
         }
         rethrow(failure.get());
+    }
+
+    /** How many runs {@link #run} splits {@code size} items into: 1 without a pool or a second thread, else at most one per thread. */
+    static int runs(int size, int minRun, Executor executor, int threads) {
+        return executor == null || threads <= 1 ? 1 : Math.max(1, Math.min(size / Math.max(1, minRun), threads));
     }
 
     /** Throws {@code t} as it is (IOException, RuntimeException, Error), else wrapped; nothing for null. */
