@@ -23,7 +23,9 @@ import java.util.Arrays;
  * across candidate sentences, lane by lane, with no horizontal step. (The first version had the
  * candidate sentences as lanes: each L-wide result then spanned several candidate paragraphs and was
  * folded one lane at a time, a third of the kernel's time on IRLeD; it also transposed every
- * candidate.) Compiled apart ({@code src/main/vector}, {@code --add-modules jdk.incubator.vector}) and
+ * candidate.) The 4 candidate sentences of a pass are first copied one after the other into one small array:
+ * read from four arrays, the same loop ran 1.7x slower under Java 25's C2 (a window of 100 in a plain JVM,
+ * {@code bench/experiments/plugin_kernel}: 60-68 against 35-38 ms; Java 17 33-35 either way). Compiled apart ({@code src/main/vector}, {@code --add-modules jdk.incubator.vector}) and
  * loaded by reflection only when the module is present.
  */
 final class PanamaMatchKernel extends MatchKernel {
@@ -36,6 +38,7 @@ final class PanamaMatchKernel extends MatchKernel {
     private int nBlocks;
     private float[] bestLanes = new float[0];  // per (group, block): the L source sentences' best dot product
     private int[] bestAtLanes = new int[0];    // ... and the first candidate sentence t reaching it
+    private float[] quad = new float[0];       // 4 candidate sentences in one array (see the class comment)
 
     /** Null when this JVM can run the kernel well, else why not. */
     static String unusable() {
@@ -72,6 +75,9 @@ final class PanamaMatchKernel extends MatchKernel {
             }
             transposed = source;
         }
+        if (quad.length != 4 * dim) {
+            quad = new float[4 * dim];
+        }
         int cells = groups * nBlocks * L;
         if (bestLanes.length < cells) {
             bestLanes = new float[Math.max(cells, bestLanes.length * 2)];
@@ -81,16 +87,17 @@ final class PanamaMatchKernel extends MatchKernel {
         Arrays.fill(bestAtLanes, 0, cells, 0);
         int t = 0;
         for (; t + 4 <= m; t += 4) {
-            float[] c0 = rows[sorted[t]];
-            float[] c1 = rows[sorted[t + 1]];
-            float[] c2 = rows[sorted[t + 2]];
-            float[] c3 = rows[sorted[t + 3]];
+            float[] q = quad;  // the 4 candidate sentences, one after the other in one array
+            System.arraycopy(rows[sorted[t]], 0, q, 0, dim);
+            System.arraycopy(rows[sorted[t + 1]], 0, q, dim, dim);
+            System.arraycopy(rows[sorted[t + 2]], 0, q, 2 * dim, dim);
+            System.arraycopy(rows[sorted[t + 3]], 0, q, 3 * dim, dim);
             int b = 0;
             for (; b + 2 <= nBlocks; b += 2) {
-                fourByTwo(c0, c1, c2, c3, b, t, groupOf, dim);
+                fourByTwo(q, b, t, groupOf, dim);
             }
             if (b < nBlocks) {
-                fourByOne(c0, c1, c2, c3, b, t, groupOf, dim);
+                fourByOne(q, b, t, groupOf, dim);
             }
         }
         for (; t < m; t++) {
@@ -130,7 +137,10 @@ final class PanamaMatchKernel extends MatchKernel {
         }
     }
 
-    private void fourByTwo(float[] c0, float[] c1, float[] c2, float[] c3, int b, int t, int[] groupOf, int dim) {
+    private void fourByTwo(float[] q, int b, int t, int[] groupOf, int dim) {
+        int c1 = dim;
+        int c2 = 2 * dim;
+        int c3 = 3 * dim;
         int o0 = b * dim * L;
         int o1 = o0 + dim * L;
         FloatVector a00 = FloatVector.zero(SPECIES);
@@ -144,16 +154,16 @@ final class PanamaMatchKernel extends MatchKernel {
         for (int x = 0; x < dim; x++) {
             FloatVector s0 = FloatVector.fromArray(SPECIES, blocks, o0 + x * L);
             FloatVector s1 = FloatVector.fromArray(SPECIES, blocks, o1 + x * L);
-            FloatVector v = FloatVector.broadcast(SPECIES, c0[x]);
+            FloatVector v = FloatVector.broadcast(SPECIES, q[x]);
             a00 = v.fma(s0, a00);
             a01 = v.fma(s1, a01);
-            v = FloatVector.broadcast(SPECIES, c1[x]);
+            v = FloatVector.broadcast(SPECIES, q[c1 + x]);
             a10 = v.fma(s0, a10);
             a11 = v.fma(s1, a11);
-            v = FloatVector.broadcast(SPECIES, c2[x]);
+            v = FloatVector.broadcast(SPECIES, q[c2 + x]);
             a20 = v.fma(s0, a20);
             a21 = v.fma(s1, a21);
-            v = FloatVector.broadcast(SPECIES, c3[x]);
+            v = FloatVector.broadcast(SPECIES, q[c3 + x]);
             a30 = v.fma(s0, a30);
             a31 = v.fma(s1, a31);
         }
@@ -168,7 +178,10 @@ final class PanamaMatchKernel extends MatchKernel {
         fold(a31, t + 3, groupOf[t + 3], b + 1);
     }
 
-    private void fourByOne(float[] c0, float[] c1, float[] c2, float[] c3, int b, int t, int[] groupOf, int dim) {
+    private void fourByOne(float[] q, int b, int t, int[] groupOf, int dim) {
+        int c1 = dim;
+        int c2 = 2 * dim;
+        int c3 = 3 * dim;
         int o0 = b * dim * L;
         FloatVector a0 = FloatVector.zero(SPECIES);
         FloatVector a1 = a0;
@@ -176,10 +189,10 @@ final class PanamaMatchKernel extends MatchKernel {
         FloatVector a3 = a0;
         for (int x = 0; x < dim; x++) {
             FloatVector s0 = FloatVector.fromArray(SPECIES, blocks, o0 + x * L);
-            a0 = FloatVector.broadcast(SPECIES, c0[x]).fma(s0, a0);
-            a1 = FloatVector.broadcast(SPECIES, c1[x]).fma(s0, a1);
-            a2 = FloatVector.broadcast(SPECIES, c2[x]).fma(s0, a2);
-            a3 = FloatVector.broadcast(SPECIES, c3[x]).fma(s0, a3);
+            a0 = FloatVector.broadcast(SPECIES, q[x]).fma(s0, a0);
+            a1 = FloatVector.broadcast(SPECIES, q[c1 + x]).fma(s0, a1);
+            a2 = FloatVector.broadcast(SPECIES, q[c2 + x]).fma(s0, a2);
+            a3 = FloatVector.broadcast(SPECIES, q[c3 + x]).fma(s0, a3);
         }
         fold(a0, t, groupOf[t], b);
         fold(a1, t + 1, groupOf[t + 1], b);
