@@ -23,10 +23,11 @@ import java.util.Arrays;
  * across candidate sentences, lane by lane, with no horizontal step. (The first version had the
  * candidate sentences as lanes: each L-wide result then spanned several candidate paragraphs and was
  * folded one lane at a time, a third of the kernel's time on IRLeD; it also transposed every
- * candidate.) The 4 candidate sentences of a pass are first copied one after the other into one small array:
- * read from four arrays, the same loop ran 1.7x slower under Java 25's C2 (a window of 100 in a plain JVM,
- * {@code bench/experiments/plugin_kernel}: 60-68 against 35-38 ms; Java 17 33-35 either way). Compiled apart ({@code src/main/vector}, {@code --add-modules jdk.incubator.vector}) and
- * loaded by reflection only when the module is present.
+ * candidate.) The 4 candidate sentences of a pass are first copied one after the other into one small
+ * array: read from four arrays, the same loop ran 1.7x slower under Java 25's C2 (a window of 100 in a
+ * plain JVM, {@code bench/experiments/plugin_kernel}: 60-68 against 35-38 ms; Java 17 33-35 either way).
+ * Compiled apart ({@code src/main/vector}, {@code --add-modules jdk.incubator.vector}) and loaded by
+ * reflection only when the module is present.
  */
 final class PanamaMatchKernel extends MatchKernel {
     private static final VectorSpecies<Float> SPECIES = FloatVector.SPECIES_PREFERRED;
