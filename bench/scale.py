@@ -348,8 +348,9 @@ def node_grow(args, base: Base) -> dict[str, Any]:
 # =============================================================================================
 # the plot
 # =============================================================================================
-def plot(results: Path, png: Path) -> None:
-    """p50 by id and by text, and peak RSS (indexing, querying), against sentences: one line per series."""
+def plot(results: Path, png: Path, series: Sequence[str] = ()) -> None:
+    """p50 by id and by text, and peak RSS (indexing, querying), against sentences: one line per series
+    (``series``: those labels only, in that order; default every label of ``results``)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -360,29 +361,38 @@ def plot(results: Path, png: Path) -> None:
         if line.strip():
             pt = json.loads(line)
             points.setdefault(pt["label"], []).append(pt)
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 8))
-    for label, pts in sorted(points.items()):
-        pts = sorted(pts, key=lambda p: p["sentences"])
+    missing = [s for s in series if s not in points]
+    if missing:
+        raise SystemExit(f"--series: no point labelled {', '.join(missing)} in {results} (labels: {', '.join(sorted(points))})")
+    labels = list(series) or sorted(points)
+    colours = {label: plt.get_cmap("tab10")(i % 10) for i, label in enumerate(labels)}  # one colour per series
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, 9))
+    for label in labels:
+        pts = sorted(points[label], key=lambda p: p["sentences"])
         x = [p["sentences"] for p in pts]
-        ax1.plot(x, [p["query"]["by_id"]["total"]["p50"] for p in pts], "o-", label=f"{label} by id")
-        ax1.plot(x, [p["query"]["by_text"]["total"]["p50"] for p in pts], "s--", label=f"{label} by text")
-        ax1.plot(x, [p["query"]["by_id"]["candidates"]["p50"] for p in pts], "v:", label=f"{label} candidates (by id)")
+
+        def line(ax: Any, ys: list[float], style: str, what: str) -> None:
+            ax.plot(x, ys, style, color=colours[label], label=f"{label}: {what}")
+
+        line(ax1, [p["query"]["by_id"]["total"]["p50"] for p in pts], "o-", "by id")
+        line(ax1, [p["query"]["by_text"]["total"]["p50"] for p in pts], "s--", "by text")
+        line(ax1, [p["query"]["by_id"]["candidates"]["p50"] for p in pts], "v:", "candidate stage (by id)")
         if label.startswith("node"):
-            ax2.plot(x, [p["query"]["memory"].get("node_VmRSS", float("nan")) / 1024 for p in pts], "o-",
-                     label=f"{label}: node RSS after queries")
-            ax2.plot(x, [p["grow"]["disk_bytes"] / 2**30 for p in pts], "x:", label=f"{label}: index on disk")
+            line(ax2, [p["query"]["memory"].get("node_VmRSS", float("nan")) / 1024 for p in pts], "o-",
+                 "node RSS after the queries")
+            line(ax2, [p["grow"]["disk_bytes"] / 2**30 for p in pts], "x:", "index on disk")
         else:
-            ax2.plot(x, [p["grow"]["VmHWM"] / 1024 for p in pts], "^-", label=f"{label}: peak RSS indexing")
-            ax2.plot(x, [p["query"]["memory"]["VmHWM"] / 1024 for p in pts], "o-", label=f"{label}: peak RSS querying")
-            ax2.plot(x, [p["query"]["memory"]["RssAnon"] / 1024 for p in pts], "o--",
-                     label=f"{label}: anonymous RSS querying (without the vector file's mapped pages)")
-            ax2.plot(x, [sum(p["disk"].values()) / 2**30 for p in pts], "x:", label=f"{label}: store on disk")
+            line(ax2, [p["grow"]["VmHWM"] / 1024 for p in pts], "^-.", "peak RSS indexing")
+            line(ax2, [p["query"]["memory"]["VmHWM"] / 1024 for p in pts], "o-", "peak RSS querying")
+            line(ax2, [p["query"]["memory"]["RssAnon"] / 1024 for p in pts], "o--",
+                 "anonymous RSS querying (no mapped file pages)")
+            line(ax2, [sum(p["disk"].values()) / 2**30 for p in pts], "x:", "store on disk")
     for ax in (ax1, ax2):
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("sentences")
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2)
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=1)
     ax1.set_ylabel("p50 ms (MoreLikeThis.run, method sdr, K = 100)")
     ax2.set_ylabel("GiB")
     ax1.set_title("latency")
@@ -454,8 +464,9 @@ def table(results: Path) -> None:
 # =============================================================================================
 def child(args, phase: str) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--phase", phase, "--copies", str(args.copies)] + args.passthrough
-    res = subprocess.run(cmd, check=True, capture_output=True, text=True)
-    sys.stderr.write(res.stderr[-3000:])
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    sys.stderr.write(res.stderr[-3000:])  # before the check: a failed phase shows why
+    res.check_returncode()
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
@@ -484,11 +495,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--phase", choices=["grow", "query"], help=argparse.SUPPRESS)
     p.add_argument("--copies", type=int, help=argparse.SUPPRESS)
     p.add_argument("--plot", type=Path, nargs=2, metavar=("RESULTS", "PNG"), help="draw RESULTS (JSON lines) into PNG")
+    p.add_argument("--series", nargs="+", default=(), metavar="LABEL",
+                   help="with --plot: draw these series (labels of RESULTS) only, in this order")
     p.add_argument("--table", type=Path, metavar="RESULTS", help="print RESULTS (JSON lines) as a markdown table")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     if args.plot:
-        plot(*args.plot)
+        plot(*args.plot, series=args.series)
         return
     if args.table:
         table(args.table)
