@@ -143,8 +143,7 @@ class SdrPlugin:
         for start in range(0, q.shape[0], step):
             body = build_sentence_hits_msearch(target.name, q[start:start + step], k=k, ef_search=ef_search,
                                                oversample=oversample, exclude_ids=exclude, filter=restriction)
-            r = self._transport.call("a sentence k-NN search", lambda body=body: self._transport.os().msearch(
-                body=body, params=self._transport.search_params()), index=target.name)
+            r = self._transport.msearch_body("a sentence k-NN search", body, index=target.name)
             for item in r["responses"]:
                 got, values, _ = parse_sdr_hits(item, index=target.name, what="a sentence k-NN search")
                 order = sorted(range(len(got)), key=lambda i: (-values[i], got[i]))[:k]  # ties by id
@@ -281,8 +280,7 @@ class SdrPlugin:
             body: list[dict[str, Any]] = []
             for part in parts:
                 body += [{"index": target.name}, build_vectors_search(part, **search)]
-            r = self._transport.call(what, lambda body=body: self._transport.os().msearch(
-                body=body, params=self._transport.search_params()), index=target.name)
+            r = self._transport.msearch_body(what, body, index=target.name)
             for item in r["responses"]:
                 if "error" in item:
                     raise error_from_response(item.get("status", 500), item, what=what, index=target.name)
@@ -426,8 +424,7 @@ class SdrPlugin:
         for page in pages:
             body = build_sdr_scores_msearch(target.name, rows, page, explain=explain, explain_top=explain_top,
                                             explain_source=fields)
-            r = self._transport.call("an exact SDR search", lambda body=body: self._transport.os().msearch(
-                body=body, params=self._transport.search_params()), index=target.name)
+            r = self._transport.msearch_body("an exact SDR search", body, index=target.name)
             if explain_top and any(int(item.get("_shards", {}).get("total", 1)) > 1 for item in r["responses"]):
                 self.many_shards.add(target.name)
             for row, item in enumerate(r["responses"]):

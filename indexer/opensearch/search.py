@@ -104,8 +104,7 @@ class Search:
         for body in build_msearch_bodies(q, k, target.name, exclude_ids=[str(i) for i in exclude_ids],
                                          batch_size=self.settings.msearch_batch, ef_search=self.settings.hnsw_ef_search,
                                          filter=restriction):
-            r = self._transport.call("a nested k-NN search", lambda body=body: self._transport.os().msearch(
-                body=body, params=self._transport.search_params()), index=target.name)
+            r = self._transport.msearch_body("a nested k-NN search", body, index=target.name)
             batch_ids, batch_scores = parse_knn_responses(r["responses"], k=k, index=target.name, space_type=target.space_type)
             ids += batch_ids
             scores += batch_scores
@@ -146,9 +145,8 @@ class Search:
         scored_bodies = [make(len(c), list(c), ()) for c in parts]
         if top is None and not scored_bodies:
             return LexicalHits([], np.zeros(0, dtype=np.float32), {})
-        r = self._transport.call("a lexical search", lambda: self._transport.os().msearch(
-            body=build_lexical_msearch(target.name, top, scored_bodies), params=self._transport.search_params()),
-                                 index=target.name)
+        r = self._transport.msearch_body("a lexical search", build_lexical_msearch(target.name, top, scored_bodies),
+                                         index=target.name)
         responses = list(r["responses"])
         # OpenSearch 2.x's BM25 (LegacyBM25Similarity) keeps the (k1 + 1) factor that bm25s (the embedded
         # store) and 3.x drop: divide it out so both stores report the same BM25.

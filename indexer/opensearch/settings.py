@@ -70,7 +70,8 @@ class OpenSearchSettings(BaseSettings):
     max_retries: int = Field(
         5, ge=0,
         description="Retries of a request answered 429 (overload), 502, 503 or 504, or that could not "
-        "connect, and of bulk items rejected with 429; with exponential backoff. Timeouts and other "
+        "connect, of a _msearch one of whose searches is answered so, and of bulk items rejected with 429; "
+        "with exponential backoff. Timeouts and other "
         "errors are not retried. More retries ride out longer outages but delay reporting them.",
     )
     retry_backoff: float = Field(

@@ -246,22 +246,46 @@ class Transport:
     def msearch(self, what: str, searches: Sequence[tuple[str, Mapping[str, Any]]]) -> list[Mapping[str, Any]]:
         """The answers of the searches ``(index, search body)``, in order, in one ``_msearch`` (one round trip);
         an answer's error raises as the request's own would (an index missing, a 503 retried)."""
-        from opensearchpy import exceptions as ox
-
         body: list[dict[str, Any]] = []
         for index, search in searches:
             body += [{"index": index}, dict(search)]
+        return list(self.msearch_body(what, body, index=searches[0][0])["responses"]) if searches else []
+
+    def msearch_body(self, what: str, body: Sequence[Mapping[str, Any]], *, index: str | None = None) -> Mapping[str, Any]:
+        """The answer of one ``_msearch`` of ``body`` (header and search lines, as built): every path's
+        ``_msearch``. A search answered with an error, or partially (some shards failed), raises inside the
+        retried call as a request answered so would: a 429 (a full search queue, a tripped circuit breaker) or
+        502-504 is retried with the one backoff policy, and only the searches that failed are sent again (the
+        others' answers are kept, as the bulk loop keeps its written items), so that readers contending for a
+        full queue converge instead of each re-sending every search; any other error maps to its domain error."""
+        from opensearchpy import exceptions as ox
+
+        searches = [(body[i], body[i + 1]) for i in range(0, len(body), 2)]
+        answers: list[Mapping[str, Any] | None] = [None] * len(searches)
+        pending = list(range(len(searches)))
 
         def msearch() -> Mapping[str, Any]:
-            r = self.os().msearch(body=body, params=self.search_params())
-            for item in r["responses"]:
-                if "error" in item:
-                    err = item["error"]
-                    raise ox.TransportError(int(item.get("status", 500)),
-                                            str(err.get("type") if isinstance(err, Mapping) else err), item)
-            return r
+            lines = [line for i in pending for line in searches[i]]
+            r = self.os().msearch(body=lines, params=self.search_params())
+            failed: list[int] = []
+            first: Exception | None = None
+            for i, item in zip(pending, r["responses"]):
+                partial = shard_failure(item) if "error" not in item else None
+                if "error" in item or partial is not None:
+                    failed.append(i)
+                    if first is None:
+                        status, info = (int(item.get("status", 500)), item) if partial is None else partial
+                        err = info["error"]
+                        first = ox.TransportError(status, str(err.get("type") if isinstance(err, Mapping) else err),
+                                                  info)
+                else:
+                    answers[i] = item
+            pending[:] = failed
+            if first is not None:
+                raise first
+            return {**r, "responses": list(answers)}
 
-        return list(self.call(what, msearch, index=searches[0][0])["responses"]) if searches else []
+        return self.call(what, msearch, index=index)
 
     def counts(self, searches: Sequence[tuple[str, Mapping[str, Any] | None]],
                more: Sequence[tuple[str, Mapping[str, Any]]] = ()) -> tuple[list[int], list[Mapping[str, Any]]]:

@@ -6,7 +6,10 @@
     with the default retries.
 (b) overload: a write thread pool with a queue of 1 and several ``put()`` at once answer 429; the
     store backs off and retries (the node's ``rejected`` counter and the store's retry warnings
-    prove the 429s happened) and nothing is lost or doubled.
+    prove the 429s happened) and nothing is lost or doubled. The same for reads: a search pool of
+    2 threads with a queue of 4 rejects searches inside several ``_msearch`` at once (each answer
+    429 in a 200 response); the store sends the rejected searches again with the same backoff and
+    every reader gets the answer a lone reader gets.
 (c) a document whose ``_bulk`` action is over ``http.max_content_length`` (2 MB here) is refused by
     name and the rest of the batch is written; a document just under the limit is written; without
     the refusal the node answers 413 and the whole batch is lost (the defect this guards against).
@@ -22,7 +25,8 @@
 
 Nodes: (a)-(c) and (f) stop, restart, freeze or overload a node, so they use a node this module owns:
 ``scripts/opensearch-node.sh`` on port ``SDR_TEST_FAULT_NODE_PORT`` (default: the first free one from 9270) with
-``-E thread_pool.write.queue_size=1 -E http.max_content_length=2mb``, wiped before it starts (a
+``-E thread_pool.write.queue_size=1 -E thread_pool.search.size=2 -E thread_pool.search.queue_size=4
+-E http.max_content_length=2mb``, wiped before it starts (a
 leftover of an interrupted run on that port) and stopped and wiped at the end. (d) and (e) only
 read and write their own indices, on the shared node (the ``opensearch_url`` fixture), which is
 never stopped here. No mocks, no skips.
@@ -60,7 +64,8 @@ pytestmark = pytest.mark.integration
 
 FAULT_NODE_PORT = owned_node_port("SDR_TEST_FAULT_NODE_PORT", 9270)
 MAX_CONTENT = 2 * 1024 * 1024  # the node's http.max_content_length ("2mb" = 2 MiB)
-FAULT_NODE_ARGS = "-E thread_pool.write.queue_size=1 -E http.max_content_length=2mb"
+FAULT_NODE_ARGS = ("-E thread_pool.write.queue_size=1 -E thread_pool.search.size=2 -E thread_pool.search.queue_size=4 "
+                   "-E http.max_content_length=2mb")
 
 BIG_DIM = 384  # (c): about 10 kB of _bulk action per sentence (JSON floats plus the base64 copy)
 BIG_META = IndexMeta("model-b", "tag-b", BIG_DIM, {"paragraph_unit": "paragraph"}, {"numpy": np.__version__})
@@ -83,8 +88,10 @@ def fault_node():
             (settings,) = client.nodes.info(metric="settings", params={"flat_settings": "true"})["nodes"].values()
         finally:
             client.close()
-        got = {k: settings["settings"].get(k) for k in ("thread_pool.write.queue_size", "http.max_content_length")}
-        assert got == {"thread_pool.write.queue_size": "1", "http.max_content_length": "2mb"}, got
+        got = {k: settings["settings"].get(k) for k in ("thread_pool.write.queue_size", "thread_pool.search.size",
+                                                        "thread_pool.search.queue_size", "http.max_content_length")}
+        assert got == {"thread_pool.write.queue_size": "1", "thread_pool.search.size": "2",
+                       "thread_pool.search.queue_size": "4", "http.max_content_length": "2mb"}, got
         yield node
     finally:
         node.wipe()
@@ -310,6 +317,58 @@ def test_concurrent_puts_answered_429_are_retried_and_nothing_is_lost(fault_node
     retried = _messages(caplog, BULK_LOGGER, "rejected with 429") + _messages(caplog, STORE_LOGGER, "(429)")
     assert retried  # and the store saw them and retried
     _assert_each_once(fault_node.url, main, [d.id for b in batches for d, _ in b])
+
+
+def _search_rejections(url: str) -> int:
+    client = _client(url)
+    try:
+        stats = client.nodes.stats(metric="thread_pool")["nodes"]
+    finally:
+        client.close()
+    return sum(int(n["thread_pool"]["search"]["rejected"]) for n in stats.values())
+
+
+def test_concurrent_msearch_answers_rejected_with_429_are_retried(fault_node, fault_store, caplog):
+    """Every ``_msearch`` of the store (here the k-NN of many query rows, one search per row) raises an answer's
+    error inside the retried call: the searches rejected with 429 are sent again with backoff, as a request
+    answered 429 is, instead of failing the reader. Before, only the request's own status was retried (this
+    test failed: a reader raised OverloadedError)."""
+    caplog.set_level(logging.WARNING, logger="sdr_search.indexer.opensearch")
+    settings = dict(refresh="wait_for", max_retries=30, retry_backoff=0.05, retry_backoff_max=1.0, msearch_batch=64)
+    main = fault_store("reads", **settings)
+    main.put(_items(60, "r-", seed=7, n_sents=4))
+    queries = unit(np.random.default_rng(11), 64)
+    alone = main.sentence_knn(queries, k=5)
+    threads, rounds = 4, 2
+    answers: list = []
+    errors: list[BaseException] = []
+
+    def read() -> None:
+        store = OpenSearchStore(fault_node.url, index=main.index, settings=OpenSearchSettings(**settings))
+        try:
+            for _ in range(rounds):
+                answers.append(store.sentence_knn(queries, k=5))
+        except BaseException as e:  # noqa: BLE001 - reported by the test
+            errors.append(e)
+        finally:
+            store.close()
+
+    rejected_before = _search_rejections(fault_node.url)
+    workers = [threading.Thread(target=read) for _ in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(timeout=300)
+    rejected = _search_rejections(fault_node.url) - rejected_before
+
+    assert not errors, errors
+    assert rejected > 0  # the node really rejected searches
+    assert _messages(caplog, STORE_LOGGER, "(429)")  # and the store saw them and sent them again
+    assert len(answers) == threads * rounds
+    for got in answers:  # each reader got what a lone reader gets
+        assert got.doc_ids == alone.doc_ids
+        for a, b in zip(got.scores, alone.scores):
+            np.testing.assert_allclose(a, b, rtol=1e-6)
 
 
 # =============================================================================================
