@@ -41,7 +41,6 @@ from .requests import (
     build_vectors_search,
     candidate_hits_per_sentence,
     check_source_limits,
-    error_from_response,
     explained_per_search,
     hit_doc_id,
     pack_by_values,
@@ -277,13 +276,8 @@ class SdrPlugin:
             requests[-1].append(part)
             total += size
         for parts in requests:
-            body: list[dict[str, Any]] = []
-            for part in parts:
-                body += [{"index": target.name}, build_vectors_search(part, **search)]
-            r = self._transport.msearch_body(what, body, index=target.name)
-            for item in r["responses"]:
-                if "error" in item:
-                    raise error_from_response(item.get("status", 500), item, what=what, index=target.name)
+            searches = [(target.name, build_vectors_search(part, **search)) for part in parts]
+            for item in self._transport.msearch(what, searches):
                 for hit in item["hits"]["hits"]:
                     doc_id = hit_doc_id(hit)
                     if doc_id not in asked:

@@ -270,16 +270,15 @@ class Transport:
             failed: list[int] = []
             first: Exception | None = None
             for i, item in zip(pending, r["responses"]):
-                partial = shard_failure(item) if "error" not in item else None
-                if "error" in item or partial is not None:
-                    failed.append(i)
-                    if first is None:
-                        status, info = (int(item.get("status", 500)), item) if partial is None else partial
-                        err = info["error"]
-                        first = ox.TransportError(status, str(err.get("type") if isinstance(err, Mapping) else err),
-                                                  info)
-                else:
+                failure = (int(item.get("status", 500)), item) if "error" in item else shard_failure(item)
+                if failure is None:
                     answers[i] = item
+                    continue
+                failed.append(i)
+                if first is None:
+                    status, info = failure
+                    err = info["error"]
+                    first = ox.TransportError(status, str(err.get("type") if isinstance(err, Mapping) else err), info)
             pending[:] = failed
             if first is not None:
                 raise first

@@ -276,13 +276,32 @@ def test_node_restarted_during_put_is_ridden_out_with_default_retries(fault_node
 # =============================================================================================
 # (b) overload: 429s from a write queue of 1
 # =============================================================================================
-def _write_rejections(url: str) -> int:
+def _rejections(url: str, pool: str) -> int:
+    """How many tasks the node's thread pool ``pool`` (write, search) has rejected so far."""
     client = _client(url)
     try:
         stats = client.nodes.stats(metric="thread_pool")["nodes"]
     finally:
         client.close()
-    return sum(int(n["thread_pool"]["write"]["rejected"]) for n in stats.values())
+    return sum(int(n["thread_pool"][pool]["rejected"]) for n in stats.values())
+
+
+def _in_threads(work: list) -> list[BaseException]:
+    """Runs each callable of ``work`` on a thread of its own, all at once; the errors they raised."""
+    errors: list[BaseException] = []
+
+    def run(fn) -> None:
+        try:
+            fn()
+        except BaseException as e:  # noqa: BLE001 - reported by the test
+            errors.append(e)
+
+    workers = [threading.Thread(target=run, args=(fn,)) for fn in work]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(timeout=300)
+    return errors
 
 
 def test_concurrent_puts_answered_429_are_retried_and_nothing_is_lost(fault_node, fault_store, caplog):
@@ -293,39 +312,23 @@ def test_concurrent_puts_answered_429_are_retried_and_nothing_is_lost(fault_node
     settings = dict(bulk_chunk_docs=1, refresh="false", max_retries=10, retry_backoff=0.05, retry_backoff_max=0.5)
     main = fault_store("overload", **settings)
     batches = [_items(per_thread, f"t{t}-", seed=t) for t in range(threads)]
-    errors: list[BaseException] = []
 
     def write(batch) -> None:
         store = OpenSearchStore(fault_node.url, index=main.index, settings=OpenSearchSettings(**settings))
         try:
             store.put(batch)
-        except BaseException as e:  # noqa: BLE001 - reported by the test
-            errors.append(e)
         finally:
             store.close()
 
-    rejected_before = _write_rejections(fault_node.url)
-    workers = [threading.Thread(target=write, args=(b,)) for b in batches]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join(timeout=300)
-    rejected = _write_rejections(fault_node.url) - rejected_before
+    rejected_before = _rejections(fault_node.url, "write")
+    errors = _in_threads([lambda b=b: write(b) for b in batches])
+    rejected = _rejections(fault_node.url, "write") - rejected_before
 
     assert not errors, errors
     assert rejected > 0  # the node really rejected writes
     retried = _messages(caplog, BULK_LOGGER, "rejected with 429") + _messages(caplog, STORE_LOGGER, "(429)")
     assert retried  # and the store saw them and retried
     _assert_each_once(fault_node.url, main, [d.id for b in batches for d, _ in b])
-
-
-def _search_rejections(url: str) -> int:
-    client = _client(url)
-    try:
-        stats = client.nodes.stats(metric="thread_pool")["nodes"]
-    finally:
-        client.close()
-    return sum(int(n["thread_pool"]["search"]["rejected"]) for n in stats.values())
 
 
 def test_concurrent_msearch_answers_rejected_with_429_are_retried(fault_node, fault_store, caplog):
@@ -341,25 +344,18 @@ def test_concurrent_msearch_answers_rejected_with_429_are_retried(fault_node, fa
     alone = main.sentence_knn(queries, k=5)
     threads, rounds = 4, 2
     answers: list = []
-    errors: list[BaseException] = []
 
     def read() -> None:
         store = OpenSearchStore(fault_node.url, index=main.index, settings=OpenSearchSettings(**settings))
         try:
             for _ in range(rounds):
                 answers.append(store.sentence_knn(queries, k=5))
-        except BaseException as e:  # noqa: BLE001 - reported by the test
-            errors.append(e)
         finally:
             store.close()
 
-    rejected_before = _search_rejections(fault_node.url)
-    workers = [threading.Thread(target=read) for _ in range(threads)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join(timeout=300)
-    rejected = _search_rejections(fault_node.url) - rejected_before
+    rejected_before = _rejections(fault_node.url, "search")
+    errors = _in_threads([read] * threads)
+    rejected = _rejections(fault_node.url, "search") - rejected_before
 
     assert not errors, errors
     assert rejected > 0  # the node really rejected searches
