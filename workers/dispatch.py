@@ -8,7 +8,12 @@ until its result is read. It sends an item again when
   empty, so every message not yet answered is gone), or
 * no result at all arrived for ``resend_after`` seconds while some worker answers a ping (the
   worker that held a batch died, or messages were lost some other way). While no worker answers,
-  nothing is re-sent: the messages wait in the queue for the first worker to come.
+  nothing is re-sent: the messages wait in the queue for the first worker to come;
+* its result is a failure raised *outside* the task's body by the broker or result backend
+  connection (a worker that finished a batch while Redis was down: Celery records a
+  ``ConnectionError`` for the task once Redis is back). That says nothing about the batch's
+  documents, so the batch is sent again instead of being reported as failed (at most
+  ``max_retries`` times per batch; then the failure stands).
 
 Re-sending is safe because tasks are idempotent (documents already stored with the same content
 are skipped), and the first result of any copy settles the item; later copies are ignored.
@@ -141,6 +146,7 @@ class _Pending:
     args: tuple
     task_ids: list[str] = field(default_factory=list)
     sent_at: float | None = None
+    lost: int = 0  # failures of the broker connection, not of the task (see the module docstring)
 
 
 class QueueDispatcher:
@@ -234,6 +240,8 @@ class QueueDispatcher:
                 if state not in ("SUCCESS", "FAILURE"):
                     continue
                 value = res.result
+                if state == "FAILURE" and self._connection_lost(key, res, value):
+                    continue
                 outcome = value if state == "SUCCESS" else TaskFailure(f"{type(value).__name__}: {value}")
                 item = self._pending.pop(key)
                 for tid in item.task_ids:
@@ -249,6 +257,21 @@ class QueueDispatcher:
             logger.info("result backend reachable again")
         self._backend_down = False
         return done
+
+    def _connection_lost(self, key: Any, res, error: Any) -> bool:
+        """Whether a FAILURE result is the broker connection's, not the task's; if so the item is
+        sent again (even when another copy is out: that one may be lost too, and copies are harmless)."""
+        item = self._pending[key]
+        if not isinstance(error, self._errors) or item.lost >= self.settings.max_retries:
+            return False
+        item.lost += 1
+        self._by_task.pop(res.id, None)
+        self._forget(res)
+        logger.warning("task %s lost its broker connection (%s: %s); sending it again (%d/%d)",
+                       res.id, type(error).__name__, error, item.lost, self.settings.max_retries)
+        self.resends += 1
+        self._send(key)
+        return True
 
     def _forget(self, res) -> None:
         try:

@@ -82,8 +82,9 @@ class WorkerSettings(BaseSettings):
     )
     max_retries: int = Field(
         5, ge=0,
-        description="Retries of a task that met a transient error (store or broker unreachable). Poison "
-        "documents are never retried: they are reported as failed.",
+        description="Retries of a task that met a transient error (store or broker unreachable), and re-sends "
+        "by `sdr reindex` of a batch whose result is a broker connection error. Poison documents are never "
+        "retried: they are reported as failed.",
     )
     retry_backoff: float = Field(2.0, gt=0, description="Seconds before the first retry; doubled at every retry.")
     retry_backoff_max: float = Field(

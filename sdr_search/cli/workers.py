@@ -109,7 +109,7 @@ def cmd_reindex(args) -> int:
             logger.error("%d of %d documents failed (more than --max-failed-fraction %.3g); %s still serves the old "
                          "index, the new one is kept at %s", summary.failed, summary.total, args.max_failed_fraction,
                          plan.live, plan.target)
-            out.update(swapped=False, seconds=round(time.perf_counter() - t0, 1))
+            out.update(swapped=False, complete=False, seconds=round(time.perf_counter() - t0, 1))
             sys.stdout.write(json.dumps(out) + "\n")
             return 1
         if not args.no_stats:

@@ -99,7 +99,7 @@ def test_worker_killed_mid_batch_job_completes_exactly_once(redis_url, tmp_path,
     w2 = Worker(env, tmp_path / "w2.log", f"w2-{queue}")
     workers_to_stop.append(w2)
     out = job.result()
-    assert out["complete"] and out["swapped"]
+    assert out.get("complete") and out.get("swapped"), f"{out}\n{job.log.read_text()[-3000:]}"
     assert (out["indexed"], out["skipped"], out["failed"]) == (N_DOCS, 0, 0)
     assert out["resends"] >= 1  # the killed batch was sent again
     w2.stop()  # closes its store handle cleanly
@@ -126,7 +126,7 @@ def test_redis_restart_mid_run_job_completes_exactly_once(tmp_path, workers_to_s
         time.sleep(1.0)
         server.start()
         out = job.result()
-        assert out["complete"] and out["swapped"]
+        assert out.get("complete") and out.get("swapped"), f"{out}\n{job.log.read_text()[-3000:]}"
         assert (out["indexed"], out["skipped"], out["failed"]) == (N_DOCS, 0, 0)
         assert out["resends"] >= 1
         assert "the broker restarted" in (tmp_path / "reindex.log").read_text()
@@ -162,6 +162,53 @@ def test_delivery_ledger_marks_a_document_after_two_worker_deaths(redis_url):
     assert ledger().start().number == 5
     ledger().finish()
     assert not redis.Redis.from_url(redis_url).exists(f"sdr:deliveries:{task_id}")
+
+
+def test_a_broker_connection_failure_is_sent_again_not_counted_as_failed(redis_url):
+    """A worker that finishes a batch while Redis is away gets a ConnectionError recorded as the
+    task's result once Redis is back (raised outside the task's body). The dispatcher sends such an
+    item again (up to max_retries times) instead of reporting its documents failed; a failure of the
+    task itself is reported. Real Redis and Celery result backend; no worker consumes the queue."""
+    import redis
+    import redis.exceptions as rx
+
+    from sdr_search.workers.app import INDEX_TASK
+    from sdr_search.workers.dispatch import TaskFailure
+    from sdr_search.workers.plan import dispatcher_for
+    from sdr_search.workers.settings import WorkerSettings
+
+    queue = f"sdr-test-{uuid.uuid4().hex[:8]}"
+    settings = WorkerSettings(broker_url=redis_url, queue=queue, max_retries=1, poll_interval=0.01)
+    dispatcher = dispatcher_for(settings, in_process=False)
+    client = redis.Redis.from_url(redis_url)
+
+    def sent() -> dict[str, str]:  # task id -> the item's first argument, for the messages in the queue
+        messages = [json.loads(m) for m in client.lrange(queue, 0, -1)]
+        return {m["headers"]["id"]: m["headers"]["argsrepr"] for m in messages}
+
+    def task_of(item: str) -> str:
+        (task_id,) = [t for t, a in sent().items() if item in a and t not in seen]
+        seen.add(task_id)
+        return task_id
+
+    seen: set[str] = set()
+    try:
+        dispatcher.submit("a", INDEX_TASK, ({"item": "a"}, []))
+        dispatcher.submit("b", INDEX_TASK, ({"item": "b"}, []))
+        backend = dispatcher.app.backend
+        backend.mark_as_failure(task_of("'a'"), rx.ConnectionError("Error 111 connecting to 127.0.0.1. Connection refused."))
+        backend.mark_as_failure(task_of("'b'"), ValueError("the task itself failed"))
+        done = dict(dispatcher.poll())
+        assert list(done) == ["b"] and isinstance(done["b"], TaskFailure) and "the task itself failed" in done["b"].reason
+        assert dispatcher.outstanding == 1 and dispatcher.resends == 1
+        again = task_of("'a'")  # a new message for the same item
+        backend.mark_as_failure(again, rx.ConnectionError("Connection closed by server."))
+        done = dict(dispatcher.poll())  # the second loss exceeds max_retries=1: the failure stands
+        assert list(done) == ["a"] and isinstance(done["a"], TaskFailure) and "ConnectionError" in done["a"].reason
+        assert dispatcher.outstanding == 0 and dispatcher.resends == 1
+    finally:
+        dispatcher.close()
+        client.delete(queue)
 
 
 def test_poison_records_fail_and_the_others_are_indexed(shared_worker, tmp_path, encoder):
