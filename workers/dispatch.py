@@ -267,10 +267,8 @@ class QueueDispatcher:
         item.lost += 1
         self._by_task.pop(res.id, None)
         self._forget(res)
-        logger.warning("task %s lost its broker connection (%s: %s); sending it again (%d/%d)",
-                       res.id, type(error).__name__, error, item.lost, self.settings.max_retries)
-        self.resends += 1
-        self._send(key)
+        self._resend([key], f"task {res.id} lost its broker connection ({type(error).__name__}: {error}; "
+                            f"{item.lost}/{self.settings.max_retries})")
         return True
 
     def _forget(self, res) -> None:
